@@ -1,0 +1,144 @@
+//! The one error type of shedlock and its providers.
+
+use std::time::Duration;
+
+use crate::duration::DurationError;
+
+/// A boxed error from a backend client, kept as the [`std::error::Error::source`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Why a [`LockConfig`](crate::LockConfig) was rejected. Each variant names the offending value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The lock name is empty.
+    #[error("lock name must not be empty")]
+    EmptyName,
+    /// `lock_at_most_for` is zero: the lock would expire the moment it is taken.
+    #[error("lock_at_most_for of lock {name:?} must be greater than zero")]
+    ZeroAtMost {
+        /// The lock name.
+        name: String,
+    },
+    /// `lock_at_least_for` is greater than `lock_at_most_for`.
+    #[error(
+        "lock_at_least_for ({at_least:?}) of lock {name:?} must not exceed lock_at_most_for ({at_most:?})"
+    )]
+    AtLeastExceedsAtMost {
+        /// The lock name.
+        name: String,
+        /// The requested `lock_at_most_for`.
+        at_most: Duration,
+        /// The requested `lock_at_least_for`.
+        at_least: Duration,
+    },
+    /// A duration given as text could not be parsed.
+    #[error("{field} of lock {name:?}: {source}")]
+    Duration {
+        /// The lock name.
+        name: String,
+        /// Which field (`lock_at_most_for` or `lock_at_least_for`).
+        field: &'static str,
+        /// The parse error, with the input.
+        #[source]
+        source: DurationError,
+    },
+}
+
+/// Every failure of shedlock and its providers.
+///
+/// Use [`Error::is_retryable`] to decide whether trying again later may help.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The lock configuration is invalid.
+    #[error("invalid lock configuration: {0}")]
+    InvalidConfig(#[from] ConfigError),
+    /// The lock name is not acceptable to this backend (too long, forbidden characters). Names are
+    /// never truncated or rewritten, since that could make two names collide.
+    #[error("invalid lock name {name:?} for {backend}: {reason}")]
+    InvalidName {
+        /// Which backend rejected it.
+        backend: &'static str,
+        /// The name as given.
+        name: String,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// The provider's own setup is invalid (e.g. a table or column name that is not a valid
+    /// identifier, or a missing table; the message says how to fix it).
+    #[error("{backend} setup: {message}")]
+    Setup {
+        /// The backend.
+        backend: &'static str,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+    /// The backend could not be reached (connection refused, reset, timed out). Retrying may help.
+    #[error("{backend} unavailable: {source}")]
+    Unavailable {
+        /// The backend.
+        backend: &'static str,
+        /// The client error.
+        #[source]
+        source: BoxError,
+    },
+    /// The backend answered with an error.
+    #[error("{backend} error: {source}")]
+    Backend {
+        /// The backend.
+        backend: &'static str,
+        /// The client error.
+        #[source]
+        source: BoxError,
+    },
+    /// The operation did not complete within the time allowed. Retrying may help; whether the
+    /// operation took effect on the backend is unknown.
+    #[error("{operation} timed out after {after:?}")]
+    Timeout {
+        /// The operation that timed out (e.g. `try_lock`).
+        operation: &'static str,
+        /// How long was waited.
+        after: Duration,
+    },
+    /// This provider does not support the operation (see
+    /// [`Capabilities`](crate::Capabilities)).
+    #[error("{operation} is not supported by {backend}")]
+    Unsupported {
+        /// The backend.
+        backend: &'static str,
+        /// The operation (e.g. `extend`).
+        operation: &'static str,
+    },
+    /// The lock is no longer held by this holder: it expired and may have been taken by another.
+    #[error("lock {name:?} was lost: it expired or is now held by another instance")]
+    LockLost {
+        /// The lock name.
+        name: String,
+    },
+    /// [`assert_locked`](crate::assert_locked) or
+    /// [`extend_active_lock`](crate::extend_active_lock) was called outside a task that holds a
+    /// lock.
+    #[error("not running inside a locked task")]
+    NotLocked,
+}
+
+impl Error {
+    /// Whether trying the same call again later may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Unavailable { .. } | Error::Timeout { .. })
+    }
+
+    /// Wraps a client error as [`Error::Unavailable`].
+    pub fn unavailable(backend: &'static str, source: impl Into<BoxError>) -> Self {
+        Error::Unavailable { backend, source: source.into() }
+    }
+
+    /// Wraps a client error as [`Error::Backend`].
+    pub fn backend(backend: &'static str, source: impl Into<BoxError>) -> Self {
+        Error::Backend { backend, source: source.into() }
+    }
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,369 @@
+//! The locking executor: run a task only if its lock is won, always release it.
+
+use std::{
+    any::Any,
+    fmt,
+    future::Future,
+    panic::{AssertUnwindSafe, catch_unwind, resume_unwind},
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use tracing::Instrument;
+
+use crate::{
+    config::LockConfig,
+    error::{Error, Result},
+    provider::{Lock, LockProvider, LostSignal},
+};
+
+/// What [`LockingExecutor::execute`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub enum TaskResult<T> {
+    /// The lock was won and the task ran; its output.
+    Executed(T),
+    /// The lock is held elsewhere; the task did not run.
+    NotExecuted,
+}
+
+impl<T> TaskResult<T> {
+    /// Whether the task ran.
+    pub fn was_executed(&self) -> bool {
+        matches!(self, TaskResult::Executed(_))
+    }
+
+    /// The task's output, if it ran.
+    pub fn into_option(self) -> Option<T> {
+        match self {
+            TaskResult::Executed(v) => Some(v),
+            TaskResult::NotExecuted => None,
+        }
+    }
+}
+
+/// An event in the life of one execution, reported to [`ExecutionListener`]s.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ExecutionEvent<'a> {
+    /// About to try the lock.
+    Attempt {
+        /// The lock name.
+        name: &'a str,
+    },
+    /// The lock was won.
+    Acquired {
+        /// The lock name.
+        name: &'a str,
+        /// The acquisition's fencing token, if the provider has them.
+        fencing_token: Option<u64>,
+    },
+    /// The lock is held elsewhere; the task is skipped.
+    NotAcquired {
+        /// The lock name.
+        name: &'a str,
+    },
+    /// The task started.
+    Started {
+        /// The lock name.
+        name: &'a str,
+    },
+    /// The task finished (returned or panicked) and the lock was released.
+    Finished {
+        /// The lock name.
+        name: &'a str,
+        /// How long the task ran.
+        duration: Duration,
+        /// Whether it panicked.
+        panicked: bool,
+    },
+    /// Trying the lock or releasing it failed.
+    Failed {
+        /// The lock name.
+        name: &'a str,
+        /// The error.
+        error: &'a Error,
+    },
+}
+
+/// Receives [`ExecutionEvent`]s. Implemented for every `Fn(&ExecutionEvent<'_>)`.
+pub trait ExecutionListener: Send + Sync + 'static {
+    /// Called synchronously for each event; keep it quick.
+    fn on_event(&self, event: &ExecutionEvent<'_>);
+}
+
+impl<F> ExecutionListener for F
+where
+    F: Fn(&ExecutionEvent<'_>) + Send + Sync + 'static,
+{
+    fn on_event(&self, event: &ExecutionEvent<'_>) {
+        self(event)
+    }
+}
+
+tokio::task_local! {
+    static ACTIVE: Arc<ActiveLock>;
+}
+
+/// The locks held by the current task, innermost first.
+struct ActiveLock {
+    name: Arc<str>,
+    parent: Option<Arc<ActiveLock>>,
+    lock: tokio::sync::Mutex<Option<Lock>>,
+    lost: Option<LostSignal>,
+}
+
+impl ActiveLock {
+    fn holds(&self, name: &str) -> bool {
+        let mut cur = Some(self);
+        while let Some(a) = cur {
+            if &*a.name == name {
+                return true;
+            }
+            cur = a.parent.as_deref();
+        }
+        false
+    }
+}
+
+/// Runs tasks under locks from one provider.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> shedlock::Result<()> {
+/// use std::{sync::Arc, time::Duration};
+/// use shedlock::{LockConfig, LockingExecutor, TaskResult};
+/// use shedlock_memory::{MemoryLockProvider, MemoryServer};
+///
+/// let executor = LockingExecutor::new(Arc::new(MemoryLockProvider::new(&MemoryServer::new())));
+/// let cfg = LockConfig::new("nightly-report", Duration::from_secs(60), Duration::ZERO)?;
+/// let outcome = executor.execute(&cfg, || async { 42 }).await?;
+/// assert_eq!(outcome, TaskResult::Executed(42));
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LockingExecutor {
+    provider: Arc<dyn LockProvider>,
+    listeners: Vec<Arc<dyn ExecutionListener>>,
+}
+
+impl fmt::Debug for LockingExecutor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockingExecutor")
+            .field("listeners", &self.listeners.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LockingExecutor {
+    /// An executor taking locks from `provider`.
+    pub fn new(provider: Arc<dyn LockProvider>) -> Self {
+        Self { provider, listeners: Vec::new() }
+    }
+
+    /// Adds a listener for execution events.
+    #[must_use]
+    pub fn with_listener(mut self, listener: impl ExecutionListener) -> Self {
+        self.listeners.push(Arc::new(listener));
+        self
+    }
+
+    /// The provider.
+    pub fn provider(&self) -> &Arc<dyn LockProvider> {
+        &self.provider
+    }
+
+    fn emit(&self, event: ExecutionEvent<'_>) {
+        for l in &self.listeners {
+            l.on_event(&event);
+        }
+    }
+
+    /// Runs `task` if the lock of `config` is won, and releases the lock afterwards.
+    ///
+    /// - Lock held elsewhere: `Ok(TaskResult::NotExecuted)`; the task is not run.
+    /// - The provider fails: `Err(_)`; the task is not run.
+    /// - The lock is released when the task returns (whatever it returns), when it panics (the
+    ///   lock is released first, then the panic resumes) and when the future returned by
+    ///   `execute` is dropped (the release is spawned on the current tokio runtime).
+    /// - Inside the task, `execute` with a name this task already holds runs the inner task
+    ///   at once without locking again; [`assert_locked`] succeeds and [`extend_active_lock`]
+    ///   extends the innermost lock.
+    ///
+    /// A failed release is reported to listeners and logged; the task's output is still
+    /// returned, and the lock expires after `lock_at_most_for`.
+    pub async fn execute<F, Fut, T>(&self, config: &LockConfig, task: F) -> Result<TaskResult<T>>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let name = config.name();
+        let parent = ACTIVE.try_with(Arc::clone).ok();
+        if parent.as_ref().is_some_and(|p| p.holds(name)) {
+            tracing::debug!(lock = name, "lock already held by this task, running without locking");
+            return Ok(TaskResult::Executed(task().await));
+        }
+        let span = tracing::info_span!("shedlock.execute", lock = name);
+        self.run_locked(config, parent, task).instrument(span).await
+    }
+
+    async fn run_locked<F, Fut, T>(
+        &self,
+        config: &LockConfig,
+        parent: Option<Arc<ActiveLock>>,
+        task: F,
+    ) -> Result<TaskResult<T>>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let name = config.name();
+        self.emit(ExecutionEvent::Attempt { name });
+        let lock = match self.provider.try_lock(config).await {
+            Ok(Some(lock)) => lock,
+            Ok(None) => {
+                tracing::debug!(lock = name, "lock held elsewhere, task not executed");
+                self.emit(ExecutionEvent::NotAcquired { name });
+                return Ok(TaskResult::NotExecuted);
+            }
+            Err(error) => {
+                tracing::warn!(lock = name, %error, "could not try the lock");
+                self.emit(ExecutionEvent::Failed { name, error: &error });
+                return Err(error);
+            }
+        };
+        let fencing_token = lock.fencing_token();
+        tracing::debug!(lock = name, ?fencing_token, "lock acquired");
+        self.emit(ExecutionEvent::Acquired { name, fencing_token });
+        let lost = lock.lost_signal();
+        let active = Arc::new(ActiveLock {
+            name: Arc::from(name),
+            parent,
+            lock: tokio::sync::Mutex::new(Some(lock)),
+            lost,
+        });
+        let mut guard = ReleaseOnDrop { active: Some(active.clone()) };
+
+        self.emit(ExecutionEvent::Started { name });
+        let started = tokio::time::Instant::now();
+        let outcome = ACTIVE.scope(active, CatchUnwind::new(task())).await;
+        let duration = started.elapsed();
+
+        let release = match guard.active.take() {
+            Some(active) => release(active).await,
+            None => Ok(()),
+        };
+        if let Err(error) = &release {
+            tracing::warn!(lock = name, %error, "releasing the lock failed; it expires after lock_at_most_for");
+            self.emit(ExecutionEvent::Failed { name, error });
+        }
+        tracing::debug!(lock = name, ?duration, panicked = outcome.is_err(), "task finished");
+        self.emit(ExecutionEvent::Finished { name, duration, panicked: outcome.is_err() });
+        match outcome {
+            Ok(value) => Ok(TaskResult::Executed(value)),
+            Err(panic) => resume_unwind(panic),
+        }
+    }
+}
+
+/// Releases the lock held by `active`. The unlock runs as its own tokio task when a runtime is
+/// present, so that dropping the caller mid-release still completes it.
+async fn release(active: Arc<ActiveLock>) -> Result<()> {
+    let lock = active.lock.lock().await.take();
+    let Some(lock) = lock else { return Ok(()) };
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => match rt.spawn(lock.unlock()).await {
+            Ok(r) => r,
+            Err(join) => Err(Error::backend("executor", join)),
+        },
+        Err(_) => lock.unlock().await,
+    }
+}
+
+/// Releases the lock when the executing future is dropped before it could release normally.
+struct ReleaseOnDrop {
+    active: Option<Arc<ActiveLock>>,
+}
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        let Some(active) = self.active.take() else { return };
+        let Ok(mut slot) = active.lock.try_lock() else {
+            tracing::warn!(lock = %active.name, "lock busy at drop; it expires after lock_at_most_for");
+            return;
+        };
+        let Some(lock) = slot.take() else { return };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                let name = active.name.clone();
+                rt.spawn(async move {
+                    if let Err(error) = lock.unlock().await {
+                        tracing::warn!(lock = %name, %error, "release after cancellation failed");
+                    }
+                });
+            }
+            Err(_) => tracing::warn!(
+                lock = %active.name,
+                "execution dropped outside a tokio runtime; the lock expires after lock_at_most_for"
+            ),
+        }
+    }
+}
+
+/// Catches a panic of the inner future so the lock can be released before it resumes.
+pub(crate) struct CatchUnwind<F> {
+    inner: Pin<Box<F>>,
+}
+
+impl<F> CatchUnwind<F> {
+    pub(crate) fn new(f: F) -> Self {
+        Self { inner: Box::pin(f) }
+    }
+}
+
+impl<F: Future> Future for CatchUnwind<F> {
+    type Output = std::result::Result<F::Output, Box<dyn Any + Send>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = self.inner.as_mut();
+        match catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
+            Err(panic) => Poll::Ready(Err(panic)),
+        }
+    }
+}
+
+/// Succeeds inside a task run by [`LockingExecutor::execute`] (on the same tokio task), fails
+/// with [`Error::NotLocked`] elsewhere. Use it in code that must only ever run under a lock.
+///
+/// Like any tokio task-local, the lock context does not follow `tokio::spawn`.
+pub fn assert_locked() -> Result<()> {
+    ACTIVE.try_with(|_| ()).map_err(|_| Error::NotLocked)
+}
+
+/// The name of the innermost lock held by the current task, if any.
+pub fn active_lock_name() -> Option<String> {
+    ACTIVE.try_with(|a| a.name.to_string()).ok()
+}
+
+/// The lost-lock signal of the innermost lock held by the current task, when its provider has one
+/// (e.g. a [`KeepAliveProvider`](crate::KeepAliveProvider)).
+pub fn active_lock_lost_signal() -> Option<LostSignal> {
+    ACTIVE.try_with(|a| a.lost.clone()).ok().flatten()
+}
+
+/// Extends the innermost lock held by the current task (see [`Lock::extend`]). Fails with
+/// [`Error::NotLocked`] outside a locked task.
+pub async fn extend_active_lock(
+    lock_at_most_for: Duration,
+    lock_at_least_for: Duration,
+) -> Result<()> {
+    let active = ACTIVE.try_with(Arc::clone).map_err(|_| Error::NotLocked)?;
+    let mut slot = active.lock.lock().await;
+    match slot.as_mut() {
+        Some(lock) => lock.extend(lock_at_most_for, lock_at_least_for).await,
+        None => Err(Error::NotLocked),
+    }
+}

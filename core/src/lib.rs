@@ -1,0 +1,32 @@
+//! # shedlock
+//!
+//! Make a scheduled task run at most once at a time across every instance of a service.
+//!
+//! This crate is the backend-free core: the [`LockProvider`] contract, [`LockConfig`], duration
+//! parsing, injectable [`Clock`]s, the [`LockingExecutor`], [`KeepAliveProvider`],
+//! [`assert_locked`] and a [`Scheduler`]. Backends live in their own crates
+//! (`shedlock-memory`, `shedlock-postgres`, ...), and `shedlock-conformance` proves that a
+//! backend is safe.
+//!
+//! The core does no I/O.
+
+mod clock;
+mod config;
+mod duration;
+mod error;
+mod executor;
+mod keepalive;
+mod provider;
+mod scheduler;
+
+pub use clock::{Clock, ManualClock, SharedClock, SkewedClock, SystemClock, TokioClock, system_clock};
+pub use config::{LockConfig, LockConfigBuilder};
+pub use duration::{DurationError, parse_duration};
+pub use error::{BoxError, ConfigError, Error, Result};
+pub use executor::{
+    ExecutionEvent, ExecutionListener, LockingExecutor, TaskResult, active_lock_lost_signal,
+    active_lock_name, assert_locked, extend_active_lock,
+};
+pub use keepalive::KeepAliveProvider;
+pub use provider::{Capabilities, Lock, LockHandle, LockProvider, LostNotifier, LostSignal};
+pub use scheduler::{Schedule, ScheduleError, Scheduler};

@@ -1,0 +1,269 @@
+//! A scheduler that fires tasks on cron, fixed-rate and fixed-delay schedules through a
+//! [`LockingExecutor`], so each fire time runs on at most one node.
+
+use std::{
+    fmt,
+    future::Future,
+    pin::Pin,
+    str::FromStr,
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
+
+use chrono::{DateTime, Utc};
+use tokio::{sync::watch, task::JoinHandle, time::MissedTickBehavior};
+
+use crate::{
+    clock::{SharedClock, system_clock},
+    config::LockConfig,
+    executor::{CatchUnwind, LockingExecutor, TaskResult},
+};
+
+/// A cron expression could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid cron expression {expression:?}: {reason}")]
+pub struct ScheduleError {
+    /// The expression as given.
+    pub expression: String,
+    /// The parser's explanation.
+    pub reason: String,
+}
+
+/// When a task fires.
+#[derive(Clone)]
+pub enum Schedule {
+    /// On a cron expression with a seconds field (`sec min hour day-of-month month day-of-week
+    /// [year]`), evaluated in UTC.
+    Cron(Box<cron::Schedule>),
+    /// Every `period`, measured from start to start; a fire time missed while the previous run is
+    /// still going is skipped.
+    FixedRate {
+        /// The period.
+        period: Duration,
+        /// Delay before the first fire.
+        initial_delay: Duration,
+    },
+    /// `delay` after the previous run finished.
+    FixedDelay {
+        /// The pause between runs.
+        delay: Duration,
+        /// Delay before the first fire.
+        initial_delay: Duration,
+    },
+}
+
+impl fmt::Debug for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Schedule::Cron(c) => f.debug_tuple("Cron").field(&c.to_string()).finish(),
+            Schedule::FixedRate { period, initial_delay } => f
+                .debug_struct("FixedRate")
+                .field("period", period)
+                .field("initial_delay", initial_delay)
+                .finish(),
+            Schedule::FixedDelay { delay, initial_delay } => f
+                .debug_struct("FixedDelay")
+                .field("delay", delay)
+                .field("initial_delay", initial_delay)
+                .finish(),
+        }
+    }
+}
+
+impl Schedule {
+    /// A cron schedule, e.g. `"*/5 * * * * *"` (every five seconds) or `"0 0 3 * * *"` (daily at
+    /// 03:00 UTC).
+    pub fn cron(expression: &str) -> Result<Self, ScheduleError> {
+        cron::Schedule::from_str(expression)
+            .map(|s| Schedule::Cron(Box::new(s)))
+            .map_err(|e| ScheduleError { expression: expression.to_owned(), reason: e.to_string() })
+    }
+
+    /// Fires at once, then every `period`. A zero period is treated as 1 ms.
+    pub fn fixed_rate(period: Duration) -> Self {
+        Schedule::FixedRate { period: period.max(Duration::from_millis(1)), initial_delay: Duration::ZERO }
+    }
+
+    /// Fires at once, then `delay` after each run finishes.
+    pub fn fixed_delay(delay: Duration) -> Self {
+        Schedule::FixedDelay { delay, initial_delay: Duration::ZERO }
+    }
+
+    /// Sets the delay before the first fire (ignored for cron).
+    #[must_use]
+    pub fn with_initial_delay(mut self, d: Duration) -> Self {
+        match &mut self {
+            Schedule::Cron(_) => {}
+            Schedule::FixedRate { initial_delay, .. } | Schedule::FixedDelay { initial_delay, .. } => {
+                *initial_delay = d
+            }
+        }
+        self
+    }
+}
+
+type BoxTask = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+/// Fires tasks on schedules through a [`LockingExecutor`].
+///
+/// Each scheduled task runs on its own tokio task, one fire at a time: a fire time that passes
+/// while the previous run is still going is skipped, never replayed. [`Scheduler::shutdown`] stops
+/// firing and waits for running tasks to finish.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::{sync::Arc, time::Duration};
+/// use shedlock::{LockConfig, LockingExecutor, Schedule, Scheduler};
+/// use shedlock_memory::{MemoryLockProvider, MemoryServer};
+///
+/// let executor = LockingExecutor::new(Arc::new(MemoryLockProvider::new(&MemoryServer::new())));
+/// let scheduler = Scheduler::new(executor);
+/// let cfg = LockConfig::builder("cleanup").lock_at_most_for_str("5m").lock_at_least_for_str("1s").build()?;
+/// scheduler.schedule(Schedule::cron("*/10 * * * * *")?, cfg, || async { /* work */ });
+/// scheduler.shutdown().await;
+/// # Ok(()) }
+/// ```
+pub struct Scheduler {
+    executor: LockingExecutor,
+    clock: SharedClock,
+    shutdown: watch::Sender<bool>,
+    tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Scheduler").field("clock", &self.clock).finish_non_exhaustive()
+    }
+}
+
+impl Scheduler {
+    /// A scheduler firing through `executor`, on the system clock.
+    pub fn new(executor: LockingExecutor) -> Self {
+        let (shutdown, _) = watch::channel(false);
+        Self { executor, clock: system_clock(), shutdown, tasks: std::sync::Mutex::new(Vec::new()) }
+    }
+
+    /// Sets the wall clock that cron schedules are evaluated against (default: system). Intervals
+    /// and sleeps use tokio's clock.
+    #[must_use]
+    pub fn with_clock(mut self, clock: SharedClock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Schedules `task` under `config`. Must be called within a tokio runtime. Each fire calls
+    /// `task()` through the executor; a fire whose lock is held elsewhere is skipped; a panicking
+    /// or failing fire is logged and the schedule goes on.
+    pub fn schedule<F, Fut>(&self, schedule: Schedule, config: LockConfig, task: F)
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let task: BoxTask = Arc::new(move || Box::pin(task()));
+        let runner = Runner {
+            executor: self.executor.clone(),
+            clock: self.clock.clone(),
+            config,
+            task,
+            shutdown: self.shutdown.subscribe(),
+        };
+        let handle = tokio::spawn(runner.run(schedule));
+        self.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(handle);
+    }
+
+    /// Stops firing and waits until every running fire has finished.
+    pub async fn shutdown(self) {
+        self.shutdown.send_replace(true);
+        let tasks = std::mem::take(
+            &mut *self.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for t in tasks {
+            let _ = t.await;
+        }
+    }
+}
+
+struct Runner {
+    executor: LockingExecutor,
+    clock: SharedClock,
+    config: LockConfig,
+    task: BoxTask,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl Runner {
+    /// Sleeps `d`, or returns false if shutdown was requested first.
+    async fn wait(&mut self, d: Duration) -> bool {
+        if *self.shutdown.borrow() {
+            return false;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(d) => !*self.shutdown.borrow(),
+            _ = self.shutdown.changed() => false,
+        }
+    }
+
+    async fn fire(&self) {
+        let task = self.task.clone();
+        let run = self.executor.execute(&self.config, move || task());
+        match CatchUnwind::new(run).await {
+            Ok(Ok(TaskResult::Executed(()))) => {}
+            Ok(Ok(TaskResult::NotExecuted)) => {}
+            Ok(Err(error)) => {
+                tracing::warn!(lock = self.config.name(), %error, "scheduled fire failed");
+            }
+            Err(_) => tracing::error!(lock = self.config.name(), "scheduled task panicked"),
+        }
+    }
+
+    async fn run(mut self, schedule: Schedule) {
+        match schedule {
+            Schedule::Cron(cron) => {
+                let mut last_fire: Option<SystemTime> = None;
+                loop {
+                    let now = self.clock.now();
+                    let from = match last_fire {
+                        Some(last) if last > now => last,
+                        _ => now,
+                    };
+                    let Some(next) = cron.after(&DateTime::<Utc>::from(from)).next() else {
+                        return;
+                    };
+                    let next = SystemTime::from(next);
+                    let wait = next.duration_since(now).unwrap_or(Duration::ZERO);
+                    if !self.wait(wait).await {
+                        return;
+                    }
+                    last_fire = Some(next);
+                    self.fire().await;
+                }
+            }
+            Schedule::FixedRate { period, initial_delay } => {
+                let start = tokio::time::Instant::now() + initial_delay;
+                let mut interval = tokio::time::interval_at(start, period);
+                interval.set_missed_tick_behavior(MissedTickBehavior::Skip);
+                loop {
+                    if *self.shutdown.borrow() {
+                        return;
+                    }
+                    tokio::select! {
+                        _ = interval.tick() => {}
+                        _ = self.shutdown.changed() => return,
+                    }
+                    self.fire().await;
+                }
+            }
+            Schedule::FixedDelay { delay, initial_delay } => {
+                if !self.wait(initial_delay).await {
+                    return;
+                }
+                loop {
+                    self.fire().await;
+                    if !self.wait(delay).await {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
