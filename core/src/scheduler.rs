@@ -11,7 +11,7 @@ use std::{
 };
 
 use chrono::{DateTime, Utc};
-use tokio::{sync::watch, task::JoinHandle, time::MissedTickBehavior};
+use tokio::{sync::watch, task::JoinHandle};
 
 use crate::{
     clock::{SharedClock, system_clock},
@@ -203,6 +203,17 @@ impl Runner {
         }
     }
 
+    /// Sleeps until `deadline`, or returns false if shutdown was requested first.
+    async fn wait_until(&mut self, deadline: tokio::time::Instant) -> bool {
+        if *self.shutdown.borrow() {
+            return false;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline) => !*self.shutdown.borrow(),
+            _ = self.shutdown.changed() => false,
+        }
+    }
+
     async fn fire(&self) {
         let task = self.task.clone();
         let run = self.executor.execute(&self.config, move || task());
@@ -239,18 +250,22 @@ impl Runner {
                 }
             }
             Schedule::FixedRate { period, initial_delay } => {
+                // Fire times are start + k * period. After a run, the next fire is the first one
+                // strictly in the future: fire times that passed during the run are skipped.
                 let start = tokio::time::Instant::now() + initial_delay;
-                let mut interval = tokio::time::interval_at(start, period);
-                interval.set_missed_tick_behavior(MissedTickBehavior::Skip);
+                let mut next = start;
                 loop {
-                    if *self.shutdown.borrow() {
+                    if !self.wait_until(next).await {
                         return;
                     }
-                    tokio::select! {
-                        _ = interval.tick() => {}
-                        _ = self.shutdown.changed() => return,
-                    }
                     self.fire().await;
+                    let elapsed = tokio::time::Instant::now().saturating_duration_since(start);
+                    let periods = elapsed.as_nanos() / period.as_nanos().max(1) + 1;
+                    let offset = u32::try_from(periods)
+                        .ok()
+                        .and_then(|k| period.checked_mul(k))
+                        .unwrap_or(Duration::from_secs(u64::from(u32::MAX)));
+                    next = start + offset;
                 }
             }
             Schedule::FixedDelay { delay, initial_delay } => {

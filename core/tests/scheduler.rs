@@ -1,0 +1,178 @@
+//! The scheduler under tokio's paused clock: wall time (`TokioClock`) and timers move together,
+//! exactly and instantly.
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+    time::{Duration, UNIX_EPOCH},
+};
+
+use shedlock::{LockConfig, LockingExecutor, Schedule, Scheduler, SharedClock, TokioClock};
+use shedlock_memory::{MemoryLockProvider, MemoryServer};
+use tokio::time::Instant;
+
+fn cfg(name: &str, at_least_ms: u64) -> LockConfig {
+    LockConfig::new(name, Duration::from_secs(30), Duration::from_millis(at_least_ms)).unwrap()
+}
+
+fn scheduler(server: &MemoryServer, clock: &SharedClock) -> Scheduler {
+    let provider = MemoryLockProvider::new(server);
+    Scheduler::new(LockingExecutor::new(Arc::new(provider))).with_clock(clock.clone())
+}
+
+type Log = Arc<Mutex<Vec<(usize, Duration)>>>;
+
+#[tokio::test(start_paused = true)]
+async fn every_cron_fire_time_runs_exactly_once_across_nodes() {
+    let clock: SharedClock = Arc::new(TokioClock::new());
+    let server = MemoryServer::with_clock(clock.clone());
+    let log: Log = Arc::default();
+    let mut nodes = Vec::new();
+    for node in 0..3 {
+        let s = scheduler(&server, &clock);
+        let (log, clock) = (log.clone(), clock.clone());
+        s.schedule(Schedule::cron("* * * * * *").unwrap(), cfg("tick", 900), move || {
+            let (log, clock) = (log.clone(), clock.clone());
+            async move {
+                let wall = clock.now().duration_since(UNIX_EPOCH).unwrap();
+                log.lock().unwrap().push((node, wall));
+            }
+        });
+        nodes.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(10_500)).await;
+    for s in nodes {
+        s.shutdown().await;
+    }
+    let log = log.lock().unwrap();
+    let mut per_second: BTreeMap<u64, usize> = BTreeMap::new();
+    for (_, wall) in log.iter() {
+        // tokio's timer has 1 ms resolution: a fire lands within 1 ms after its second.
+        assert!(wall.subsec_nanos() < 1_000_000, "fires on the second: {wall:?}");
+        *per_second.entry(wall.as_secs()).or_default() += 1;
+    }
+    assert!(per_second.len() >= 10, "one run per second over 10.5 s: {per_second:?}");
+    assert!(per_second.values().all(|&n| n == 1), "no double run: {per_second:?}");
+    let secs: Vec<u64> = per_second.keys().copied().collect();
+    assert!(secs.windows(2).all(|w| w[1] == w[0] + 1), "no gap: {secs:?}");
+}
+
+async fn starts_of(schedule: Schedule, task_ms: u64, run_for_ms: u64) -> Vec<Duration> {
+    let clock: SharedClock = Arc::new(TokioClock::new());
+    let server = MemoryServer::with_clock(clock.clone());
+    let s = scheduler(&server, &clock);
+    let t0 = Instant::now();
+    let starts: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let seen = starts.clone();
+    s.schedule(schedule, cfg("busy", 0), move || {
+        let seen = seen.clone();
+        async move {
+            seen.lock().unwrap().push(t0.elapsed());
+            tokio::time::sleep(Duration::from_millis(task_ms)).await;
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(run_for_ms)).await;
+    s.shutdown().await;
+    let v = starts.lock().unwrap().clone();
+    v
+}
+
+fn gaps(starts: &[Duration]) -> Vec<u128> {
+    starts.windows(2).map(|w| (w[1] - w[0]).as_millis()).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn cron_fire_times_missed_while_busy_are_skipped() {
+    // Every second, but each run takes 2.5 s: the two fire times passed during a run are
+    // skipped, so runs start 3 s apart (never right after the previous one ends).
+    let starts = starts_of(Schedule::cron("* * * * * *").unwrap(), 2500, 12_000).await;
+    assert!(starts.len() >= 3, "{starts:?}");
+    assert!(gaps(&starts).iter().all(|&g| g == 3000), "{starts:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn fixed_rate_skips_missed_ticks() {
+    let starts = starts_of(Schedule::fixed_rate(Duration::from_secs(1)), 2500, 10_000).await;
+    assert_eq!(starts.first(), Some(&Duration::ZERO), "fires at once");
+    assert!(starts.len() >= 3);
+    assert!(gaps(&starts).iter().all(|&g| g == 3000), "{starts:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn fixed_rate_keeps_its_period_when_runs_are_short() {
+    let starts = starts_of(
+        Schedule::fixed_rate(Duration::from_secs(2)).with_initial_delay(Duration::from_millis(500)),
+        100,
+        9_000,
+    )
+    .await;
+    assert_eq!(starts.first(), Some(&Duration::from_millis(500)));
+    assert_eq!(starts.len(), 5, "{starts:?}");
+    assert!(gaps(&starts).iter().all(|&g| g == 2000), "{starts:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn fixed_delay_waits_after_each_run() {
+    let starts = starts_of(Schedule::fixed_delay(Duration::from_secs(1)), 500, 5_000).await;
+    assert_eq!(starts.first(), Some(&Duration::ZERO));
+    assert!(starts.len() >= 3);
+    assert!(gaps(&starts).iter().all(|&g| g == 1500), "{starts:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_waits_for_the_running_fire_and_stops_firing() {
+    let clock: SharedClock = Arc::new(TokioClock::new());
+    let server = MemoryServer::with_clock(clock.clone());
+    let s = scheduler(&server, &clock);
+    let finished: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let seen = finished.clone();
+    let t0 = Instant::now();
+    s.schedule(Schedule::fixed_rate(Duration::from_secs(1)), cfg("graceful", 0), move || {
+        let seen = seen.clone();
+        async move {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            seen.lock().unwrap().push(t0.elapsed());
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    s.shutdown().await;
+    assert_eq!(*finished.lock().unwrap(), [Duration::from_secs(5)], "the running fire completed");
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(finished.lock().unwrap().len(), 1, "nothing fires after shutdown");
+    // The lock was released when the fire finished.
+    let other = MemoryLockProvider::new(&server);
+    assert!(shedlock::LockProvider::try_lock(&other, &cfg("graceful", 0)).await.unwrap().is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_fire_does_not_stop_the_schedule() {
+    let clock: SharedClock = Arc::new(TokioClock::new());
+    let server = MemoryServer::with_clock(clock.clone());
+    let s = scheduler(&server, &clock);
+    let count = Arc::new(Mutex::new(0u32));
+    let seen = count.clone();
+    s.schedule(Schedule::fixed_rate(Duration::from_secs(1)), cfg("flaky", 0), move || {
+        let seen = seen.clone();
+        async move {
+            let n = {
+                let mut c = seen.lock().unwrap();
+                *c += 1;
+                *c
+            };
+            if n == 1 {
+                panic!("first run fails");
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    s.shutdown().await;
+    assert_eq!(*count.lock().unwrap(), 4, "fires at 0, 1, 2, 3 s despite the first panic");
+}
+
+#[test]
+fn invalid_cron_is_a_typed_error() {
+    let e = Schedule::cron("every tuesday").unwrap_err();
+    assert_eq!(e.expression, "every tuesday");
+    assert!(e.to_string().contains("every tuesday"));
+    assert!(Schedule::cron("*/5 * * * * *").is_ok());
+}
