@@ -21,7 +21,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let server = MemoryServer::new();
     // Held for at least 900 ms so a node whose timer fires a little late cannot run the same
     // second again; released at once by a dead node only after 30 s.
-    let config = LockConfig::builder("report").lock_at_most_for_str("30s").lock_at_least_for_str("900ms").build()?;
+    let config = LockConfig::builder("report")
+        .lock_at_most_for_str("30s")
+        .lock_at_least_for_str("900ms")
+        .build()?;
     let runs: Arc<Mutex<BTreeMap<u64, Vec<String>>>> = Arc::default();
 
     let mut nodes = Vec::new();
@@ -35,8 +38,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             async move {
                 let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
                 let second = now.as_secs();
-                println!("{:02}:{:02}:{:02}  {node} ran `report`", second / 3600 % 24, second / 60 % 60, second % 60);
-                runs.lock().unwrap_or_else(std::sync::PoisonError::into_inner).entry(second).or_default().push(node);
+                println!(
+                    "{:02}:{:02}:{:02}  {node} ran `report`",
+                    second / 3600 % 24,
+                    second / 60 % 60,
+                    second % 60
+                );
+                runs.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .entry(second)
+                    .or_default()
+                    .push(node);
             }
         });
         nodes.push(scheduler);

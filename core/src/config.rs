@@ -99,11 +99,7 @@ fn validate(name: &str, at_most: Duration, at_least: Duration) -> Result<(), Con
         return Err(ConfigError::ZeroAtMost { name: name.to_owned() });
     }
     if at_least > at_most {
-        return Err(ConfigError::AtLeastExceedsAtMost {
-            name: name.to_owned(),
-            at_most,
-            at_least,
-        });
+        return Err(ConfigError::AtLeastExceedsAtMost { name: name.to_owned(), at_most, at_least });
     }
     Ok(())
 }

@@ -84,10 +84,7 @@ fn parse_simple(s: &str) -> Result<Duration, Kind> {
         "d" => 86_400_000,
         _ => return Err(Kind::Invalid),
     };
-    value
-        .checked_mul(unit_ms)
-        .map(Duration::from_millis)
-        .ok_or(Kind::Overflow)
+    value.checked_mul(unit_ms).map(Duration::from_millis).ok_or(Kind::Overflow)
 }
 
 fn parse_iso(s: &str) -> Result<Duration, Kind> {
@@ -129,14 +126,17 @@ fn parse_iso(s: &str) -> Result<Duration, Kind> {
             }
             last_rank = rank;
             match unit {
-                'H' => total = add(total, whole(value)?.checked_mul(3600).ok_or(Kind::Overflow)?, 0)?,
+                'H' => {
+                    total = add(total, whole(value)?.checked_mul(3600).ok_or(Kind::Overflow)?, 0)?
+                }
                 'M' => total = add(total, whole(value)?.checked_mul(60).ok_or(Kind::Overflow)?, 0)?,
                 _ => {
                     let (int, frac) = match value.split_once(['.', ',']) {
                         Some((i, f)) => (i, f),
                         None => (value, ""),
                     };
-                    if int.is_empty() || frac.len() > 9 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+                    if int.is_empty() || frac.len() > 9 || !frac.bytes().all(|b| b.is_ascii_digit())
+                    {
                         return Err(Kind::Invalid);
                     }
                     let secs = whole(int)?;

@@ -67,7 +67,10 @@ impl LockProvider for KeepAliveProvider {
             requested_at,
             notifier,
         ));
-        Ok(Some(Lock::new(config.clone(), KeepAliveHandle { shared, task: Some(task), signal, token })))
+        Ok(Some(Lock::new(
+            config.clone(),
+            KeepAliveHandle { shared, task: Some(task), signal, token },
+        )))
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -92,7 +95,10 @@ async fn keep_alive(
         let Some(lock) = slot.as_mut() else { return };
         let now = clock.now();
         if now >= deadline {
-            tracing::warn!(lock = original.name(), "lock passed its deadline before keep-alive could extend it");
+            tracing::warn!(
+                lock = original.name(),
+                "lock passed its deadline before keep-alive could extend it"
+            );
             notifier.notify_lost();
             return;
         }

@@ -19,7 +19,9 @@ mod keepalive;
 mod provider;
 mod scheduler;
 
-pub use clock::{Clock, ManualClock, SharedClock, SkewedClock, SystemClock, TokioClock, system_clock};
+pub use clock::{
+    Clock, ManualClock, SharedClock, SkewedClock, SystemClock, TokioClock, system_clock,
+};
 pub use config::{LockConfig, LockConfigBuilder};
 pub use duration::{DurationError, parse_duration};
 pub use error::{BoxError, ConfigError, Error, Result};

@@ -81,7 +81,10 @@ impl Schedule {
 
     /// Fires at once, then every `period`. A zero period is treated as 1 ms.
     pub fn fixed_rate(period: Duration) -> Self {
-        Schedule::FixedRate { period: period.max(Duration::from_millis(1)), initial_delay: Duration::ZERO }
+        Schedule::FixedRate {
+            period: period.max(Duration::from_millis(1)),
+            initial_delay: Duration::ZERO,
+        }
     }
 
     /// Fires at once, then `delay` after each run finishes.
@@ -94,9 +97,8 @@ impl Schedule {
     pub fn with_initial_delay(mut self, d: Duration) -> Self {
         match &mut self {
             Schedule::Cron(_) => {}
-            Schedule::FixedRate { initial_delay, .. } | Schedule::FixedDelay { initial_delay, .. } => {
-                *initial_delay = d
-            }
+            Schedule::FixedRate { initial_delay, .. }
+            | Schedule::FixedDelay { initial_delay, .. } => *initial_delay = d,
         }
         self
     }

@@ -1,5 +1,7 @@
 //! The locking executor against the in-memory reference provider.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::{
     sync::{
         Arc, Mutex,
@@ -9,8 +11,8 @@ use std::{
 };
 
 use shedlock::{
-    Error, ExecutionEvent, LockConfig, LockProvider, LockingExecutor, TaskResult, assert_locked,
-    active_lock_name, extend_active_lock,
+    Error, ExecutionEvent, LockConfig, LockProvider, LockingExecutor, TaskResult, active_lock_name,
+    assert_locked, extend_active_lock,
 };
 use shedlock_memory::{MemoryLockProvider, MemoryServer};
 
@@ -180,7 +182,8 @@ async fn reentrant_use_of_the_same_name_does_not_deadlock() {
     let out = f
         .executor
         .execute(&c, || async move {
-            let inner = executor.execute(&inner_c, || async { assert_locked().is_ok() }).await.unwrap();
+            let inner =
+                executor.execute(&inner_c, || async { assert_locked().is_ok() }).await.unwrap();
             // A different name nested inside is really locked.
             let nested = executor
                 .execute(&cfg("re-b", HOUR, Duration::ZERO), || async {
@@ -260,7 +263,9 @@ async fn listener_sees_the_life_of_an_execution() {
             }
             ExecutionEvent::NotAcquired { name } => format!("not-acquired {name}"),
             ExecutionEvent::Started { name } => format!("started {name}"),
-            ExecutionEvent::Finished { name, panicked, .. } => format!("finished {name} {panicked}"),
+            ExecutionEvent::Finished { name, panicked, .. } => {
+                format!("finished {name} {panicked}")
+            }
             ExecutionEvent::Failed { name, .. } => format!("failed {name}"),
             _ => "other".to_owned(),
         };
@@ -273,7 +278,14 @@ async fn listener_sees_the_life_of_an_execution() {
     held.unlock().await.unwrap();
     assert_eq!(
         *events.lock().unwrap(),
-        ["attempt ev", "acquired ev true", "started ev", "finished ev false", "attempt ev", "not-acquired ev"]
+        [
+            "attempt ev",
+            "acquired ev true",
+            "started ev",
+            "finished ev false",
+            "attempt ev",
+            "not-acquired ev"
+        ]
     );
 }
 

@@ -1,6 +1,8 @@
 //! Keep-alive under tokio's paused clock: the memory server and the keep-alive judge time by
 //! `TokioClock`, so every instant below is exact.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::{
     sync::{
         Arc,
@@ -34,7 +36,10 @@ struct CountingHandle {
 impl LockProvider for Counting {
     async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
         Ok(self.inner.try_lock(config).await?.map(|lock| {
-            Lock::new(config.clone(), CountingHandle { lock: Some(lock), extends: self.extends.clone() })
+            Lock::new(
+                config.clone(),
+                CountingHandle { lock: Some(lock), extends: self.extends.clone() },
+            )
         }))
     }
     fn capabilities(&self) -> Capabilities {
@@ -70,7 +75,11 @@ fn fixture(keep_alive_clock: Option<SharedClock>) -> Fixture {
     let clock: SharedClock = Arc::new(TokioClock::new());
     let server = MemoryServer::with_clock(clock.clone());
     let extends = Arc::new(AtomicUsize::new(0));
-    let counting = Counting { inner: MemoryLockProvider::new(&server), extends: extends.clone(), extend_capable: true };
+    let counting = Counting {
+        inner: MemoryLockProvider::new(&server),
+        extends: extends.clone(),
+        extend_capable: true,
+    };
     let keep_alive = KeepAliveProvider::new(Arc::new(counting))
         .unwrap()
         .with_clock(keep_alive_clock.unwrap_or(clock));
@@ -191,6 +200,10 @@ async fn keeps_lock_at_least_for_of_the_original_acquisition() {
 #[test]
 fn rejects_providers_that_cannot_extend() {
     let server = MemoryServer::new();
-    let p = Counting { inner: MemoryLockProvider::new(&server), extends: Arc::default(), extend_capable: false };
+    let p = Counting {
+        inner: MemoryLockProvider::new(&server),
+        extends: Arc::default(),
+        extend_capable: false,
+    };
     assert!(matches!(KeepAliveProvider::new(Arc::new(p)), Err(Error::Unsupported { .. })));
 }

@@ -1,6 +1,8 @@
 //! The scheduler under tokio's paused clock: wall time (`TokioClock`) and timers move together,
 //! exactly and instantly.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::{
     collections::BTreeMap,
     sync::{Arc, Mutex},
@@ -73,8 +75,7 @@ async fn starts_of(schedule: Schedule, task_ms: u64, run_for_ms: u64) -> Vec<Dur
     });
     tokio::time::sleep(Duration::from_millis(run_for_ms)).await;
     s.shutdown().await;
-    let v = starts.lock().unwrap().clone();
-    v
+    starts.lock().unwrap().clone()
 }
 
 fn gaps(starts: &[Duration]) -> Vec<u128> {

@@ -1,5 +1,7 @@
 //! Tables of valid and invalid durations and lock configurations.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::time::Duration;
 
 use shedlock::{ConfigError, DurationError, LockConfig, parse_duration};
@@ -81,8 +83,15 @@ fn invalid_duration_message_names_the_input() {
 #[test]
 fn valid_configs() {
     let c = LockConfig::new("a", Duration::from_secs(10), Duration::from_secs(10)).unwrap();
-    assert_eq!((c.name(), c.lock_at_most_for(), c.lock_at_least_for()), ("a", Duration::from_secs(10), Duration::from_secs(10)));
-    let c = LockConfig::builder("job").lock_at_most_for_str("PT10M").lock_at_least_for_str("30s").build().unwrap();
+    assert_eq!(
+        (c.name(), c.lock_at_most_for(), c.lock_at_least_for()),
+        ("a", Duration::from_secs(10), Duration::from_secs(10))
+    );
+    let c = LockConfig::builder("job")
+        .lock_at_most_for_str("PT10M")
+        .lock_at_least_for_str("30s")
+        .build()
+        .unwrap();
     assert_eq!(c.lock_at_most_for(), Duration::from_secs(600));
     assert_eq!(c.lock_at_least_for(), Duration::from_secs(30));
     // Default at_least is zero.
@@ -96,15 +105,26 @@ fn valid_configs() {
 #[test]
 fn invalid_configs() {
     assert_eq!(LockConfig::new("", ms(10), ms(0)), Err(ConfigError::EmptyName));
-    assert_eq!(LockConfig::new("a", ms(0), ms(0)), Err(ConfigError::ZeroAtMost { name: "a".into() }));
+    assert_eq!(
+        LockConfig::new("a", ms(0), ms(0)),
+        Err(ConfigError::ZeroAtMost { name: "a".into() })
+    );
     assert_eq!(
         LockConfig::new("a", ms(10), ms(11)),
-        Err(ConfigError::AtLeastExceedsAtMost { name: "a".into(), at_most: ms(10), at_least: ms(11) })
+        Err(ConfigError::AtLeastExceedsAtMost {
+            name: "a".into(),
+            at_most: ms(10),
+            at_least: ms(11)
+        })
     );
     // Missing at_most.
     assert_eq!(LockConfig::builder("a").build(), Err(ConfigError::ZeroAtMost { name: "a".into() }));
     // A bad duration string is reported with its field and input, even if set again later.
-    let e = LockConfig::builder("a").lock_at_most_for_str("ten").lock_at_most_for(ms(5)).build().unwrap_err();
+    let e = LockConfig::builder("a")
+        .lock_at_most_for_str("ten")
+        .lock_at_most_for(ms(5))
+        .build()
+        .unwrap_err();
     match &e {
         ConfigError::Duration { name, field, source } => {
             assert_eq!((name.as_str(), *field), ("a", "lock_at_most_for"));
@@ -113,7 +133,11 @@ fn invalid_configs() {
         other => panic!("unexpected {other:?}"),
     }
     assert!(e.to_string().contains("ten") && e.to_string().contains("lock_at_most_for"), "{e}");
-    let e = LockConfig::builder("a").lock_at_most_for_str("1m").lock_at_least_for_str("-1s").build().unwrap_err();
+    let e = LockConfig::builder("a")
+        .lock_at_most_for_str("1m")
+        .lock_at_least_for_str("-1s")
+        .build()
+        .unwrap_err();
     assert!(matches!(e, ConfigError::Duration { field: "lock_at_least_for", .. }), "{e:?}");
     // with_durations validates too.
     let c = LockConfig::new("a", ms(10), ms(0)).unwrap();

@@ -223,9 +223,10 @@ impl LockProvider for MemoryLockProvider {
             }
             state.last_token += 1;
             let token = state.last_token;
-            state
-                .records
-                .insert(config.name().to_owned(), Record { lock_until, locked_at: now, owner, token });
+            state.records.insert(
+                config.name().to_owned(),
+                Record { lock_until, locked_at: now, owner, token },
+            );
             token
         };
         Ok(Some(Lock::new(config.clone(), MemoryHandle { node: self.clone(), owner, token })))
