@@ -1,0 +1,213 @@
+//! Helpers shared by the checks: bounded calls, polling with interval reasoning.
+
+use std::{
+    future::Future,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use shedlock::{Lock, LockConfig, LockProvider};
+
+use crate::{report::Verdict, suite::Suite};
+
+/// A check's body: `Ok(detail)` passes, `Err(verdict)` ends the check with that verdict.
+pub(crate) type R = Result<String, Verdict>;
+
+/// Turns a body result into a verdict.
+pub(crate) fn finish(r: R) -> Verdict {
+    match r {
+        Ok(detail) => Verdict::pass(detail),
+        Err(v) => v,
+    }
+}
+
+macro_rules! ensure {
+    ($cond:expr, $($arg:tt)*) => {
+        if !$cond {
+            return Err($crate::report::Verdict::fail(format!($($arg)*)));
+        }
+    };
+}
+
+macro_rules! bail {
+    ($($arg:tt)*) => {
+        return Err($crate::report::Verdict::fail(format!($($arg)*)))
+    };
+}
+
+
+
+/// Milliseconds of `d`, for messages.
+pub(crate) fn ms(d: Duration) -> u128 {
+    d.as_millis()
+}
+
+/// Milliseconds from `origin` to `t` (saturating), for messages.
+pub(crate) fn at(origin: Instant, t: Instant) -> u128 {
+    t.saturating_duration_since(origin).as_millis()
+}
+
+/// Runs `fut` with the kit's bound on any single call ([`Options::fault_bound`]); a call that
+/// takes longer fails the check.
+///
+/// [`Options::fault_bound`]: crate::Options::fault_bound
+pub(crate) async fn bounded<T>(suite: &Suite, what: &str, fut: impl Future<Output = T>) -> Result<T, Verdict> {
+    let bound = suite.options().fault_bound;
+    tokio::time::timeout(bound, fut)
+        .await
+        .map_err(|_| Verdict::fail(format!("{what} did not return within {} ms (hang)", ms(bound))))
+}
+
+/// Builds `n` instances, failing the check if the factory fails.
+pub(crate) async fn instances(suite: &Suite, n: usize) -> Result<Vec<Arc<dyn LockProvider>>, Verdict> {
+    bounded(suite, "the factory", suite.instances(n))
+        .await?
+        .map_err(|e| Verdict::fail(format!("the factory could not build an instance: {e}")))
+}
+
+/// `try_lock`, where an error or a hang fails the check.
+pub(crate) async fn try_lock(
+    suite: &Suite,
+    p: &Arc<dyn LockProvider>,
+    cfg: &LockConfig,
+) -> Result<Option<Lock>, Verdict> {
+    bounded(suite, "try_lock", p.try_lock(cfg))
+        .await?
+        .map_err(|e| Verdict::fail(format!("try_lock({:?}) failed: {e}", cfg.name())))
+}
+
+/// `try_lock` that records when the call started and ended.
+pub(crate) async fn timed_try_lock(
+    suite: &Suite,
+    p: &Arc<dyn LockProvider>,
+    cfg: &LockConfig,
+) -> Result<(Option<Lock>, Instant, Instant), Verdict> {
+    let start = Instant::now();
+    let r = try_lock(suite, p, cfg).await?;
+    Ok((r, start, Instant::now()))
+}
+
+/// `try_lock` that must succeed at once.
+pub(crate) async fn must_lock(
+    suite: &Suite,
+    p: &Arc<dyn LockProvider>,
+    cfg: &LockConfig,
+    what: &str,
+) -> Result<Lock, Verdict> {
+    match try_lock(suite, p, cfg).await? {
+        Some(l) => Ok(l),
+        None => Err(Verdict::fail(format!("{what}: try_lock({:?}) found the lock held, but it is free", cfg.name()))),
+    }
+}
+
+/// `try_lock` that must find the lock held.
+pub(crate) async fn must_not_lock(
+    suite: &Suite,
+    p: &Arc<dyn LockProvider>,
+    cfg: &LockConfig,
+    what: &str,
+) -> Result<(), Verdict> {
+    match try_lock(suite, p, cfg).await? {
+        None => Ok(()),
+        Some(l) => {
+            let _ = bounded(suite, "unlock", l.unlock()).await;
+            Err(Verdict::fail(format!("{what}: try_lock({:?}) succeeded while the lock is held", cfg.name())))
+        }
+    }
+}
+
+/// `unlock`, where an error or a hang fails the check.
+pub(crate) async fn unlock(suite: &Suite, lock: Lock) -> Result<(), Verdict> {
+    let name = lock.name().to_owned();
+    bounded(suite, "unlock", lock.unlock())
+        .await?
+        .map_err(|e| Verdict::fail(format!("unlock({name:?}) failed: {e}")))
+}
+
+/// Polls `try_lock` on `p` until it succeeds.
+///
+/// - A success whose call *ended* more than [`Timing::early`](crate::Timing::early) before
+///   `origin + not_before` fails: the lock freed too early.
+/// - Still held when a call *starts* after `origin + deadline` fails: it freed too late.
+///
+/// Returns the lock and when the successful call started.
+pub(crate) async fn poll_acquire(
+    suite: &Suite,
+    p: &Arc<dyn LockProvider>,
+    cfg: &LockConfig,
+    origin: Instant,
+    not_before: Duration,
+    deadline: Duration,
+    what: &str,
+) -> Result<(Lock, Instant), Verdict> {
+    let t = suite.timing();
+    loop {
+        let (r, b0, b1) = timed_try_lock(suite, p, cfg).await?;
+        match r {
+            Some(lock) => {
+                if b1 + t.early < origin + not_before {
+                    let _ = bounded(suite, "unlock", lock.unlock()).await;
+                    bail!(
+                        "{what}: acquired at +{} ms, but the lock must stay held until +{} ms \
+                         (tolerance {} ms)",
+                        at(origin, b1),
+                        ms(not_before),
+                        ms(t.early)
+                    );
+                }
+                return Ok((lock, b0));
+            }
+            None => {
+                if b0 > origin + deadline {
+                    bail!(
+                        "{what}: still held at +{} ms, but it must be free by +{} ms",
+                        at(origin, b0),
+                        ms(deadline)
+                    );
+                }
+            }
+        }
+        tokio::time::sleep(t.poll).await;
+    }
+}
+
+/// Polls `try_lock` on `p` until `origin + until`; any success whose call ended before
+/// `origin + until - early` fails the check (the lock should be held). A success after that is
+/// released and ignored.
+pub(crate) async fn expect_held_until(
+    suite: &Suite,
+    p: &Arc<dyn LockProvider>,
+    cfg: &LockConfig,
+    origin: Instant,
+    until: Duration,
+    what: &str,
+) -> Result<(), Verdict> {
+    let t = suite.timing();
+    loop {
+        if Instant::now() + t.poll >= origin + until {
+            return Ok(());
+        }
+        let (r, _b0, b1) = timed_try_lock(suite, p, cfg).await?;
+        if let Some(lock) = r {
+            let _ = bounded(suite, "unlock", lock.unlock()).await;
+            if b1 + t.early < origin + until {
+                bail!(
+                    "{what}: acquired at +{} ms, but the lock must stay held until +{} ms",
+                    at(origin, b1),
+                    ms(until)
+                );
+            }
+            return Ok(());
+        }
+        tokio::time::sleep(t.poll).await;
+    }
+}
+
+/// Percentile `p` (0..=100) of sorted samples.
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
+    sorted.get(rank.min(sorted.len() - 1)).copied()
+}

@@ -1,0 +1,337 @@
+//! [`Suite`]: one provider under test, with everything a check needs.
+
+use std::{
+    future::Future,
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use shedlock::{BoxError, Capabilities, LockConfig, LockProvider};
+
+use crate::{
+    checks::{self, Check},
+    factory::{Hooks, InstanceOptions, ProviderFactory},
+    options::Options,
+    report::{CheckResult, Figures, Outcome, Report, Verdict},
+};
+
+/// Timing margins derived from the declared granularity `g` (at least 1 ms):
+///
+/// - `at_most`: the short `lock_at_most_for` used by expiry checks, `max(300 ms, 3 g)`;
+/// - `early`: how much earlier than `lock_at_most_for` a lock may free, `g + 10 ms` (rounding);
+/// - `slack`: how much later it may free, `max(2 g, 250 ms)` (scheduling on a loaded machine);
+/// - `poll`: the interval between polls, `max(g / 4, 10 ms)`.
+///
+/// Checks measure every call's start and end against one monotonic clock and only fail when the
+/// observed behaviour is impossible for a correct provider even with these margins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Timing {
+    /// The declared granularity (at least 1 ms).
+    pub granularity: Duration,
+    /// The short `lock_at_most_for`.
+    pub at_most: Duration,
+    /// Tolerance for a lock freeing early.
+    pub early: Duration,
+    /// Tolerance for a lock freeing late.
+    pub slack: Duration,
+    /// Poll interval.
+    pub poll: Duration,
+}
+
+impl Timing {
+    /// The margins for granularity `g`.
+    pub fn for_granularity(g: Duration) -> Self {
+        let g = g.max(Duration::from_millis(1));
+        Self {
+            granularity: g,
+            at_most: (g * 3).max(Duration::from_millis(300)),
+            early: g + Duration::from_millis(10),
+            slack: (g * 2).max(Duration::from_millis(250)),
+            poll: (g / 4).max(Duration::from_millis(10)),
+        }
+    }
+}
+
+/// One provider under test: the factory, its declared capabilities, hooks, options and timing.
+/// Checks are plain async functions taking `&Suite` (see [`checks`]).
+pub struct Suite {
+    factory: Arc<dyn ProviderFactory>,
+    hooks: Hooks,
+    caps: Capabilities,
+    options: Options,
+    timing: Timing,
+    prefix: String,
+    seed: u64,
+    counter: AtomicU64,
+    figures: Mutex<Figures>,
+}
+
+impl std::fmt::Debug for Suite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Suite")
+            .field("provider", &self.factory.name())
+            .field("capabilities", &self.caps)
+            .field("hooks", &self.hooks)
+            .field("timing", &self.timing)
+            .field("prefix", &self.prefix)
+            .field("seed", &self.seed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Suite {
+    /// Prepares a run: builds one instance to read the declared capabilities.
+    pub async fn new(factory: impl ProviderFactory, options: Options) -> Result<Self, BoxError> {
+        Self::from_arc(Arc::new(factory), options).await
+    }
+
+    /// Like [`Suite::new`] for a shared factory.
+    pub async fn from_arc(
+        factory: Arc<dyn ProviderFactory>,
+        options: Options,
+    ) -> Result<Self, BoxError> {
+        let probe = factory.create(InstanceOptions::new(0)).await?;
+        let caps = probe.capabilities();
+        drop(probe);
+        let hooks = factory.hooks();
+        let seed = options.seed.unwrap_or_else(|| fastrand::u64(..));
+        let prefix = format!("{}{:06x}-", options.name_prefix, fastrand::u32(..) & 0xff_ffff);
+        Ok(Self {
+            factory,
+            hooks,
+            timing: Timing::for_granularity(caps.granularity),
+            caps,
+            options,
+            prefix,
+            seed,
+            counter: AtomicU64::new(0),
+            figures: Mutex::new(Figures::default()),
+        })
+    }
+
+    /// The provider's name.
+    pub fn provider_name(&self) -> &str {
+        self.factory.name()
+    }
+
+    /// The factory.
+    pub fn factory(&self) -> &Arc<dyn ProviderFactory> {
+        &self.factory
+    }
+
+    /// The declared capabilities.
+    pub fn capabilities(&self) -> &Capabilities {
+        &self.caps
+    }
+
+    /// The hooks the factory offers.
+    pub fn hooks(&self) -> &Hooks {
+        &self.hooks
+    }
+
+    /// The options.
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    /// The timing margins.
+    pub fn timing(&self) -> Timing {
+        self.timing
+    }
+
+    /// The seed of this run's randomness.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// A random generator, different on each call but reproducible from [`seed`](Self::seed).
+    pub fn rng(&self) -> fastrand::Rng {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        fastrand::Rng::with_seed(self.seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+    }
+
+    /// A lock name unique to this run: `<prefix><random>-<tag>-<n>`.
+    pub fn lock_name(&self, tag: &str) -> String {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        format!("{}{tag}-{n}", self.prefix)
+    }
+
+    /// The run's name prefix (every lock name starts with it).
+    pub fn name_prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Builds one instance with the system clock and the real address.
+    pub async fn instance(&self) -> Result<Arc<dyn LockProvider>, BoxError> {
+        self.factory.create(InstanceOptions::new(0)).await
+    }
+
+    /// Builds one instance with `options`.
+    pub async fn instance_with(
+        &self,
+        options: InstanceOptions,
+    ) -> Result<Arc<dyn LockProvider>, BoxError> {
+        self.factory.create(options).await
+    }
+
+    /// Builds `n` independent instances.
+    pub async fn instances(&self, n: usize) -> Result<Vec<Arc<dyn LockProvider>>, BoxError> {
+        let mut v = Vec::with_capacity(n);
+        for i in 0..n {
+            v.push(self.factory.create(InstanceOptions::new(i)).await?);
+        }
+        Ok(v)
+    }
+
+    /// A lock configuration (an invalid one is reported as an error string).
+    pub fn config(
+        &self,
+        name: &str,
+        at_most: Duration,
+        at_least: Duration,
+    ) -> Result<LockConfig, Verdict> {
+        LockConfig::new(name, at_most, at_least)
+            .map_err(|e| Verdict::fail(format!("kit built an invalid config: {e}")))
+    }
+
+    /// Runs one check, timing it. A check that panics is a failure.
+    pub async fn run_check(&self, check: &Check) -> CheckResult {
+        let started = Instant::now();
+        let verdict = CatchPanic(Box::pin((check.run)(self))).await;
+        let verdict = match verdict {
+            Ok(v) => v,
+            Err(msg) => Verdict::fail(format!("the check panicked: {msg}")),
+        };
+        CheckResult {
+            id: check.id,
+            name: check.name,
+            outcome: verdict.outcome,
+            detail: verdict.detail,
+            duration: started.elapsed(),
+        }
+    }
+
+    /// Runs every check selected by [`Options::only`], then measures the figures (when
+    /// [`Options::figures`] is set), and builds the report.
+    pub async fn run_all(&self) -> Report {
+        let mut results = Vec::new();
+        for check in checks::catalogue() {
+            if !self.selected(check) {
+                continue;
+            }
+            let r = self.run_check(check).await;
+            tracing::info!(id = r.id, outcome = r.outcome.as_str(), detail = %r.detail, "check done");
+            results.push(r);
+        }
+        if self.options.figures {
+            self.measure_figures().await;
+        }
+        self.report(results)
+    }
+
+    fn selected(&self, check: &Check) -> bool {
+        self.options.only.is_empty()
+            || self.options.only.iter().any(|f| {
+                check.id.eq_ignore_ascii_case(f) || format!("{}_{}", check.id, check.name).contains(f.as_str())
+            })
+    }
+
+    /// Measures acquire latency and (through the fault proxy, when the factory offers a backend
+    /// address) round trips per acquire and release, storing them in the figures.
+    pub async fn measure_figures(&self) {
+        let figures = crate::figures::measure(self).await;
+        let mut f = self.figures.lock().unwrap_or_else(PoisonError::into_inner);
+        f.acquire_p50_us = figures.acquire_p50_us;
+        f.acquire_p99_us = figures.acquire_p99_us;
+        f.round_trips_acquire = figures.round_trips_acquire;
+        f.round_trips_release = figures.round_trips_release;
+    }
+
+    /// Records the measured skew bound (C18).
+    pub(crate) fn set_skew_bound(&self, bound_ms: Option<f64>) {
+        self.figures.lock().unwrap_or_else(PoisonError::into_inner).skew_bound_ms = bound_ms;
+    }
+
+    /// The figures measured so far.
+    pub fn figures(&self) -> Figures {
+        self.figures.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// A report from `results` and the figures measured so far.
+    pub fn report(&self, mut results: Vec<CheckResult>) -> Report {
+        let order = |id: &str| checks::catalogue().iter().position(|c| c.id == id).unwrap_or(usize::MAX);
+        results.sort_by_key(|r| order(r.id));
+        Report {
+            provider: self.provider_name().to_owned(),
+            capabilities: self.caps.clone(),
+            results,
+            figures: self.figures(),
+        }
+    }
+}
+
+/// Runs the whole suite against `factory` and returns the report (also calls the factory's
+/// `teardown`). Does not print or write anything: see [`Report::write`] and
+/// [`Report::to_text`].
+///
+/// When the factory cannot build an instance, every check is reported failed with the reason.
+pub async fn run(factory: impl ProviderFactory, options: Options) -> Report {
+    let factory: Arc<dyn ProviderFactory> = Arc::new(factory);
+    let report = match Suite::from_arc(factory.clone(), options).await {
+        Ok(suite) => suite.run_all().await,
+        Err(e) => setup_failed_report(factory.name(), &e.to_string()),
+    };
+    factory.teardown().await;
+    report
+}
+
+pub(crate) fn setup_failed_report(provider: &str, error: &str) -> Report {
+    Report {
+        provider: provider.to_owned(),
+        capabilities: Capabilities::new(),
+        results: checks::catalogue()
+            .iter()
+            .map(|c| CheckResult {
+                id: c.id,
+                name: c.name,
+                outcome: Outcome::Fail,
+                detail: format!("the factory could not build an instance: {error}"),
+                duration: Duration::ZERO,
+            })
+            .collect(),
+        figures: Figures::default(),
+    }
+}
+
+/// Catches a panic of a check so the run goes on.
+struct CatchPanic<F>(std::pin::Pin<Box<F>>);
+
+impl<F: Future> Future for CatchPanic<F> {
+    type Output = Result<F::Output, String>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let inner = self.0.as_mut();
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.poll(cx))) {
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Ok(std::task::Poll::Ready(v)) => std::task::Poll::Ready(Ok(v)),
+            Err(p) => std::task::Poll::Ready(Err(panic_message(&p))),
+        }
+    }
+}
+
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_owned()
+    }
+}

@@ -1,0 +1,2 @@
+//! Tools the checks use, each usable on its own: the history recorder and overlap checker, the
+//! fenced register, the TCP fault proxy, clock helpers and the model-based test.
