@@ -288,3 +288,7 @@ impl LockHandle for MemoryHandle {
 fn add(t: SystemTime, d: Duration) -> SystemTime {
     t.checked_add(d).unwrap_or(t)
 }
+
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
