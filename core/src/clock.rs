@@ -60,7 +60,8 @@ impl Default for TokioClock {
 
 impl Clock for TokioClock {
     fn now(&self) -> SystemTime {
-        self.base_wall + self.base.elapsed()
+        let elapsed = self.base.elapsed();
+        self.base_wall.checked_add(elapsed).unwrap_or(self.base_wall)
     }
 }
 

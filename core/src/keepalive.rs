@@ -86,9 +86,9 @@ async fn keep_alive(
     notifier: LostNotifier,
 ) {
     let at_most = original.lock_at_most_for();
-    let at_least_until = acquired_at + original.lock_at_least_for();
+    let at_least_until = add(acquired_at, original.lock_at_least_for());
     let period = (at_most / 2).max(Duration::from_millis(1));
-    let mut deadline = acquired_at + at_most;
+    let mut deadline = add(acquired_at, at_most);
     loop {
         tokio::time::sleep(period).await;
         let mut slot = shared.lock().await;
@@ -105,7 +105,7 @@ async fn keep_alive(
         let at_least = at_least_until.duration_since(now).unwrap_or(Duration::ZERO).min(at_most);
         match lock.extend(at_most, at_least).await {
             Ok(()) => {
-                deadline = now + at_most;
+                deadline = add(now, at_most);
                 tracing::trace!(lock = original.name(), "keep-alive extended the lock");
             }
             Err(error) => {
@@ -168,4 +168,9 @@ impl LockHandle for KeepAliveHandle {
     fn lost_signal(&self) -> Option<LostSignal> {
         Some(self.signal.clone())
     }
+}
+
+/// `t + d`, saturating at `t` for absurd durations instead of panicking.
+fn add(t: SystemTime, d: Duration) -> SystemTime {
+    t.checked_add(d).unwrap_or(t)
 }

@@ -196,13 +196,7 @@ struct Runner {
 impl Runner {
     /// Sleeps `d`, or returns false if shutdown was requested first.
     async fn wait(&mut self, d: Duration) -> bool {
-        if *self.shutdown.borrow() {
-            return false;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(d) => !*self.shutdown.borrow(),
-            _ = self.shutdown.changed() => false,
-        }
+        self.wait_until(later(tokio::time::Instant::now(), d)).await
     }
 
     /// Sleeps until `deadline`, or returns false if shutdown was requested first.
@@ -254,7 +248,7 @@ impl Runner {
             Schedule::FixedRate { period, initial_delay } => {
                 // Fire times are start + k * period. After a run, the next fire is the first one
                 // strictly in the future: fire times that passed during the run are skipped.
-                let start = tokio::time::Instant::now() + initial_delay;
+                let start = later(tokio::time::Instant::now(), initial_delay);
                 let mut next = start;
                 loop {
                     if !self.wait_until(next).await {
@@ -267,7 +261,7 @@ impl Runner {
                         .ok()
                         .and_then(|k| period.checked_mul(k))
                         .unwrap_or(Duration::from_secs(u64::from(u32::MAX)));
-                    next = start + offset;
+                    next = later(start, offset);
                 }
             }
             Schedule::FixedDelay { delay, initial_delay } => {
@@ -283,4 +277,10 @@ impl Runner {
             }
         }
     }
+}
+
+/// `t + d`, capped at about 30 years ahead instead of panicking on overflow.
+fn later(t: tokio::time::Instant, d: Duration) -> tokio::time::Instant {
+    const FAR: Duration = Duration::from_secs(86_400 * 365 * 30);
+    t.checked_add(d.min(FAR)).unwrap_or(t)
 }
