@@ -1,0 +1,508 @@
+//! Provider-level tests against a real PostgreSQL server.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::{
+    net::SocketAddr,
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
+
+use common::{CountingProxy, unique};
+use shedlock::{Error, LockConfig, LockProvider, SkewedClock, system_clock};
+use shedlock_postgres::{Columns, PostgresLockProvider, TimeMode, recommended_pool_options};
+use sqlx::{Connection, PgPool, postgres::PgConnectOptions};
+
+async fn pool() -> PgPool {
+    recommended_pool_options().connect(&common::url()).await.expect("connect to PostgreSQL")
+}
+
+async fn provider_on(pool: PgPool, table: &str) -> PostgresLockProvider {
+    let p = PostgresLockProvider::builder(pool).table(table).build().unwrap();
+    p.create_table().await.unwrap();
+    p
+}
+
+/// A fresh table and two independent providers (separate pools, like two nodes).
+async fn two_nodes() -> (PostgresLockProvider, PostgresLockProvider) {
+    let table = unique("t");
+    let a = provider_on(pool().await, &table).await;
+    let b = provider_on(pool().await, &table).await;
+    (a, b)
+}
+
+fn cfg(name: &str, at_most_ms: u64, at_least_ms: u64) -> LockConfig {
+    LockConfig::new(name, Duration::from_millis(at_most_ms), Duration::from_millis(at_least_ms))
+        .unwrap()
+}
+
+fn server_addr() -> SocketAddr {
+    let opts: PgConnectOptions = common::url().parse().unwrap();
+    let host = match opts.get_host() {
+        "localhost" => "127.0.0.1",
+        h => h,
+    };
+    format!("{host}:{}", opts.get_port()).parse().unwrap()
+}
+
+#[tokio::test]
+async fn acquire_unlock_extend_are_one_round_trip_each() {
+    let proxy = CountingProxy::start(server_addr()).await;
+    let opts: PgConnectOptions = common::url()
+        .parse::<PgConnectOptions>()
+        .unwrap()
+        .host("127.0.0.1")
+        .port(proxy.addr.port());
+    let pool = recommended_pool_options().max_connections(1).connect_with(opts).await.unwrap();
+    let p = provider_on(pool, &unique("rt")).await;
+    let other = provider_on(self::pool().await, p_table(&p)).await;
+
+    // Warm up: sqlx prepares each statement once per connection (one extra round trip).
+    let mut warm = p.try_lock(&cfg(&unique("warm"), 60_000, 0)).await.unwrap().unwrap();
+    warm.extend(Duration::from_secs(60), Duration::ZERO).await.unwrap();
+    warm.unlock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    let name = unique("n");
+    let measure = async |what: &str, f: std::pin::Pin<Box<dyn Future<Output = ()> + '_>>| {
+        // sqlx 0.9 pings every connection in the background when it returns to the pool: let
+        // that finish, then count only the round trips made while the call runs.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        proxy.reset();
+        f.await;
+        let n = proxy.round_trips();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let with_release = proxy.round_trips();
+        println!(
+            "{what}: {n} round trip(s) on the call path, {with_release} including sqlx's release ping"
+        );
+        n
+    };
+    // Row absent: insert path.
+    let mut lock = None;
+    let n = measure(
+        "acquire (no row)",
+        Box::pin(async {
+            lock = p.try_lock(&cfg(&name, 60_000, 0)).await.unwrap();
+        }),
+    )
+    .await;
+    assert_eq!(n, 1);
+    let mut lock = lock.expect("free");
+    // Row present and held: conflict path, refused.
+    let n = measure(
+        "acquire (held)",
+        Box::pin(async {
+            assert!(p.try_lock(&cfg(&name, 60_000, 0)).await.unwrap().is_none());
+        }),
+    )
+    .await;
+    assert_eq!(n, 1);
+    let n = measure(
+        "extend",
+        Box::pin(async {
+            lock.extend(Duration::from_secs(60), Duration::ZERO).await.unwrap();
+        }),
+    )
+    .await;
+    assert_eq!(n, 1);
+    let n = measure("unlock", Box::pin(async { lock.unlock().await.unwrap() })).await;
+    assert_eq!(n, 1);
+    // Row present and free: conflict path, taken over.
+    let n = measure(
+        "acquire (free row)",
+        Box::pin(async {
+            assert!(p.try_lock(&cfg(&name, 60_000, 0)).await.unwrap().is_some());
+        }),
+    )
+    .await;
+    assert_eq!(n, 1);
+    drop(other);
+}
+
+fn p_table(p: &PostgresLockProvider) -> &str {
+    // The DDL names the table: `CREATE TABLE IF NOT EXISTS "x" (`.
+    let ddl = p.ddl();
+    let start = ddl.find('"').unwrap() + 1;
+    let end = start + ddl[start..].find('"').unwrap();
+    &ddl[start..end]
+}
+
+#[tokio::test]
+async fn one_winner_and_release() {
+    let (a, b) = two_nodes().await;
+    let c = cfg("job", 60_000, 0);
+    let lock = a.try_lock(&c).await.unwrap().expect("free");
+    assert!(b.try_lock(&c).await.unwrap().is_none());
+    assert!(a.try_lock(&c).await.unwrap().is_none(), "not reentrant");
+    lock.unlock().await.unwrap();
+    let lock = b.try_lock(&c).await.unwrap().expect("free after unlock");
+    lock.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn stale_holder_cannot_unlock_or_extend() {
+    let (a, b) = two_nodes().await;
+    let name = "stale";
+    let mut stale = a.try_lock(&cfg(name, 200, 0)).await.unwrap().expect("free");
+    // Granularity is 1 ms and both sides use the server clock: 200 ms + 150 ms margin.
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let fresh = b.try_lock(&cfg(name, 60_000, 0)).await.unwrap().expect("expired, free");
+    assert!(fresh.fencing_token() > stale.fencing_token());
+    let before = a.record(name).await.unwrap().unwrap();
+
+    match stale.extend(Duration::from_secs(600), Duration::ZERO).await {
+        Err(Error::LockLost { name: n }) => assert_eq!(n, name),
+        other => panic!("stale extend must fail with LockLost, got {other:?}"),
+    }
+    stale.unlock().await.unwrap();
+    let after = a.record(name).await.unwrap().unwrap();
+    assert_eq!(before, after, "a stale unlock/extend must not change the row");
+    assert!(a.try_lock(&cfg(name, 60_000, 0)).await.unwrap().is_none(), "new holder keeps it");
+    fresh.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn extend_keeps_the_lock_and_expired_extend_fails() {
+    let (a, b) = two_nodes().await;
+    let mut lock = a.try_lock(&cfg("ext", 300, 0)).await.unwrap().unwrap();
+    lock.extend(Duration::from_secs(60), Duration::ZERO).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    assert!(b.try_lock(&cfg("ext", 60_000, 0)).await.unwrap().is_none(), "extended");
+    lock.extend(Duration::from_millis(100), Duration::ZERO).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert!(matches!(
+        lock.extend(Duration::from_secs(60), Duration::ZERO).await,
+        Err(Error::LockLost { .. })
+    ));
+    assert!(
+        b.try_lock(&cfg("ext", 60_000, 0)).await.unwrap().is_some(),
+        "expired extend did not revive it"
+    );
+}
+
+#[tokio::test]
+async fn at_least_is_kept_from_locked_at() {
+    let (a, b) = two_nodes().await;
+    let lock = a.try_lock(&cfg("least", 60_000, 700)).await.unwrap().unwrap();
+    lock.unlock().await.unwrap();
+    let rec = a.record("least").await.unwrap().unwrap();
+    // Computed in SQL from the stored locked_at: exact to the microsecond.
+    assert_eq!(rec.lock_until.duration_since(rec.locked_at).unwrap(), Duration::from_millis(700));
+    assert!(
+        b.try_lock(&cfg("least", 60_000, 0)).await.unwrap().is_none(),
+        "held for at least 700 ms"
+    );
+    tokio::time::sleep(Duration::from_millis(850)).await;
+    assert!(b.try_lock(&cfg("least", 60_000, 0)).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn lock_until_keeps_milliseconds() {
+    let (a, _) = two_nodes().await;
+    let _lock = a.try_lock(&cfg("ms", 1_234, 0)).await.unwrap().unwrap();
+    let rec = a.record("ms").await.unwrap().unwrap();
+    assert_eq!(rec.lock_until.duration_since(rec.locked_at).unwrap(), Duration::from_millis(1_234));
+}
+
+#[tokio::test]
+async fn missing_table_is_a_setup_error_quoting_the_ddl() {
+    let p = PostgresLockProvider::builder(pool().await).table(unique("missing")).build().unwrap();
+    match p.try_lock(&cfg("x", 1000, 0)).await {
+        Err(Error::Setup { message, .. }) => {
+            assert!(message.contains(p.ddl()), "{message}");
+            assert!(message.contains("CREATE TABLE"), "{message}");
+        }
+        other => panic!("expected Setup, got {other:?}"),
+    }
+    let p2 = PostgresLockProvider::builder(pool().await)
+        .table(format!("{}.shedlock", unique("noschema")))
+        .build()
+        .unwrap();
+    assert!(matches!(p2.try_lock(&cfg("x", 1000, 0)).await, Err(Error::Setup { .. })));
+}
+
+#[tokio::test]
+async fn identifiers_are_validated() {
+    let pool = pool().await;
+    let invalid = [
+        "",
+        "1t",
+        "t-x",
+        "t x",
+        "t;drop table x",
+        "t\"x",
+        "t'x",
+        "a.b.c",
+        "ünïcode",
+        "t\0",
+        "t--",
+        "t%",
+        &"a".repeat(64),
+    ];
+    for table in invalid {
+        match PostgresLockProvider::builder(pool.clone()).table(table).build() {
+            Err(Error::Setup { .. }) => {}
+            other => panic!("table {table:?} must be rejected, got {other:?}"),
+        }
+    }
+    for col in ["", "x y", "x\"", "x`"] {
+        let r = PostgresLockProvider::builder(pool.clone())
+            .columns(Columns::default().with_locked_by(col))
+            .build();
+        assert!(matches!(r, Err(Error::Setup { .. })), "column {col:?}");
+    }
+    let dup = PostgresLockProvider::builder(pool.clone())
+        .columns(Columns::default().with_locked_at("lock_until"))
+        .build();
+    assert!(matches!(dup, Err(Error::Setup { .. })));
+    assert!(matches!(
+        PostgresLockProvider::builder(pool.clone()).locked_by("x".repeat(256)).build(),
+        Err(Error::Setup { .. })
+    ));
+
+    // Valid ones work against the server, reserved words and mixed case included (quoted).
+    let schema = unique("s");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE SCHEMA \"{schema}\"")))
+        .execute(&pool)
+        .await
+        .unwrap();
+    let valid = [
+        format!("{schema}.locks"),
+        format!("{schema}.select"),
+        format!("{schema}.MixedCase"),
+        "_x".into(),
+    ];
+    for table in valid {
+        let p = PostgresLockProvider::builder(pool.clone())
+            .table(&table)
+            .columns(
+                Columns::default()
+                    .with_name("user")
+                    .with_lock_until("Until")
+                    .with_locked_at("order")
+                    .with_locked_by("by_")
+                    .with_acquisition_id("aid")
+                    .with_fencing_token("tok"),
+            )
+            .build()
+            .unwrap();
+        p.create_table().await.unwrap();
+        let name = unique("v");
+        let lock = p.try_lock(&cfg(&name, 60_000, 0)).await.unwrap().expect(&table);
+        lock.unlock().await.unwrap();
+        assert!(p.record(&name).await.unwrap().is_some());
+    }
+}
+
+#[tokio::test]
+async fn long_names_are_rejected_not_truncated() {
+    let (a, b) = two_nodes().await;
+    let max = "x".repeat(255);
+    let l = a.try_lock(&cfg(&max, 60_000, 0)).await.unwrap().expect("255 bytes accepted");
+    assert_eq!(a.record(&max).await.unwrap().unwrap().name, max);
+    for too_long in [format!("{max}a"), format!("{max}b"), "😀".repeat(64)] {
+        match b.try_lock(&cfg(&too_long, 60_000, 0)).await {
+            Err(Error::InvalidName { name, .. }) => assert_eq!(name, too_long),
+            other => panic!("expected InvalidName, got {other:?}"),
+        }
+    }
+    // 63 four-byte characters are 252 bytes: accepted and stored exactly.
+    let emoji = "😀".repeat(63);
+    assert!(b.try_lock(&cfg(&emoji, 60_000, 0)).await.unwrap().is_some());
+    assert_eq!(a.record(&emoji).await.unwrap().unwrap().name, emoji);
+    l.unlock().await.unwrap();
+
+    // A smaller configured maximum sizes the column and is enforced client-side.
+    let table = unique("short");
+    let p =
+        PostgresLockProvider::builder(pool().await).table(&table).max_name_len(10).build().unwrap();
+    p.create_table().await.unwrap();
+    assert!(p.ddl().contains("VARCHAR(10)"));
+    assert!(p.try_lock(&cfg("0123456789", 1000, 0)).await.unwrap().is_some());
+    assert!(matches!(
+        p.try_lock(&cfg("0123456789a", 1000, 0)).await,
+        Err(Error::InvalidName { .. })
+    ));
+    // A table whose column is shorter than configured: the server's refusal is InvalidName too.
+    let q = PostgresLockProvider::builder(pool().await).table(&table).build().unwrap();
+    assert!(matches!(
+        q.try_lock(&cfg("0123456789ab", 1000, 0)).await,
+        Err(Error::InvalidName { .. })
+    ));
+}
+
+#[tokio::test]
+async fn hostile_names_are_stored_and_matched_exactly() {
+    let (a, b) = two_nodes().await;
+    let names = [
+        "'",
+        "\"",
+        "%",
+        "_",
+        "a%",
+        "a_",
+        ";",
+        "--",
+        "x'; DROP TABLE shedlock; --",
+        "ünïcødé 😀",
+        " padded ",
+        "padded",
+        "new\nline",
+        "*",
+        "/",
+        "..",
+        "\\",
+        "tab\t",
+        "Case",
+        "case",
+    ];
+    let mut locks = Vec::new();
+    for n in names {
+        let lock = a.try_lock(&cfg(n, 60_000, 0)).await.unwrap();
+        locks.push(lock.unwrap_or_else(|| panic!("{n:?} must be free (no collision)")));
+        assert_eq!(a.record(n).await.unwrap().unwrap().name, n);
+        assert!(b.try_lock(&cfg(n, 60_000, 0)).await.unwrap().is_none(), "{n:?} held");
+    }
+    match a.try_lock(&cfg("nul\0byte", 60_000, 0)).await {
+        Err(Error::InvalidName { reason, .. }) => assert!(reason.contains("NUL"), "{reason}"),
+        other => panic!("NUL must be rejected, got {other:?}"),
+    }
+    for l in locks {
+        l.unlock().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn deleted_row_is_recreated_with_a_larger_token() {
+    let (a, b) = two_nodes().await;
+    let lock = a.try_lock(&cfg("del", 60_000, 0)).await.unwrap().unwrap();
+    let t1 = lock.fencing_token().unwrap();
+    assert!(a.delete_record("del").await.unwrap());
+    assert!(a.record("del").await.unwrap().is_none());
+    let lock2 = b.try_lock(&cfg("del", 60_000, 0)).await.unwrap().expect("deleted row is free");
+    let t2 = lock2.fencing_token().unwrap();
+    assert!(t2 > t1, "{t2} > {t1}");
+    // The stale holder's unlock does not free the new holder's lock.
+    lock.unlock().await.unwrap();
+    assert!(a.try_lock(&cfg("del", 60_000, 0)).await.unwrap().is_none());
+    // A planted expired record never blocks, and tokens keep rising past it.
+    a.write_record("planted", SystemTime::now() - Duration::from_secs(3600)).await.unwrap();
+    let l3 = b.try_lock(&cfg("planted", 60_000, 0)).await.unwrap().expect("expired record is free");
+    assert!(l3.fencing_token().unwrap() > t2);
+}
+
+#[tokio::test]
+async fn fencing_tokens_strictly_increase() {
+    let (a, b) = two_nodes().await;
+    let mut last = 0;
+    for i in 0..20 {
+        let p = if i % 2 == 0 { &a } else { &b };
+        let lock = p.try_lock(&cfg("fence", 60_000, 0)).await.unwrap().unwrap();
+        let t = lock.fencing_token().unwrap();
+        assert!(t > last, "{t} > {last}");
+        last = t;
+        lock.unlock().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn lock_statements_do_not_join_a_callers_transaction() {
+    let pool = pool().await;
+    let table = unique("tx");
+    let p = provider_on(pool.clone(), &table).await;
+    let observer = provider_on(self::pool().await, &table).await;
+
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1").execute(&mut *tx).await.unwrap();
+    let lock = p.try_lock(&cfg("tx", 60_000, 0)).await.unwrap().unwrap();
+    // Visible to another connection before the caller's transaction ends: autocommit.
+    assert!(observer.record("tx").await.unwrap().is_some());
+    tx.rollback().await.unwrap();
+    assert!(observer.record("tx").await.unwrap().is_some(), "caller's rollback did not undo it");
+    assert!(observer.try_lock(&cfg("tx", 60_000, 0)).await.unwrap().is_none());
+    lock.unlock().await.unwrap();
+
+    // The same with a single-connection transaction opened by hand on one connection.
+    let mut conn = sqlx::PgConnection::connect(&common::url()).await.unwrap();
+    let tx = conn.begin().await.unwrap();
+    let l2 = p.try_lock(&cfg("tx2", 60_000, 0)).await.unwrap().unwrap();
+    tx.rollback().await.unwrap();
+    assert!(observer.try_lock(&cfg("tx2", 60_000, 0)).await.unwrap().is_none());
+    l2.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn database_time_ignores_client_skew_client_time_does_not() {
+    let table = unique("skew");
+    let hour = Duration::from_secs(3600);
+    let behind = Arc::new(SkewedClock::behind(system_clock(), hour));
+    let ahead = Arc::new(SkewedClock::ahead(system_clock(), hour));
+
+    // Client time: a node whose clock is an hour behind writes a lock_until already in the past
+    // for everyone else, so a correct node takes the "held" lock: the failure ShedLock #231 is.
+    let slow = PostgresLockProvider::builder(pool().await)
+        .table(&table)
+        .time_mode(TimeMode::Client(behind.clone()))
+        .build()
+        .unwrap();
+    slow.create_table().await.unwrap();
+    let right = PostgresLockProvider::builder(pool().await)
+        .table(&table)
+        .time_mode(TimeMode::Client(system_clock()))
+        .build()
+        .unwrap();
+    assert!(!slow.capabilities().server_time);
+    let _held = slow.try_lock(&cfg("c", 60_000, 0)).await.unwrap().unwrap();
+    assert!(
+        right.try_lock(&cfg("c", 60_000, 0)).await.unwrap().is_some(),
+        "client time breaks under skew"
+    );
+
+    // Database time: the clocks are not consulted; exclusion holds.
+    let db_a = PostgresLockProvider::builder(pool().await).table(&table).build().unwrap();
+    let db_b = PostgresLockProvider::builder(pool().await).table(&table).build().unwrap();
+    assert!(db_a.capabilities().server_time);
+    let _l = db_a.try_lock(&cfg("d", 60_000, 0)).await.unwrap().unwrap();
+    assert!(db_b.try_lock(&cfg("d", 60_000, 0)).await.unwrap().is_none());
+    let _ = ahead;
+}
+
+#[tokio::test]
+async fn unreachable_server_is_unavailable() {
+    // A port nothing listens on.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    drop(l);
+    let opts: PgConnectOptions =
+        common::url().parse::<PgConnectOptions>().unwrap().host("127.0.0.1").port(port);
+    let pool =
+        recommended_pool_options().acquire_timeout(Duration::from_secs(1)).connect_lazy_with(opts);
+    let p = PostgresLockProvider::builder(pool).build().unwrap();
+    let started = std::time::Instant::now();
+    let err = p.try_lock(&cfg("x", 1000, 0)).await.unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+    assert!(matches!(err, Error::Unavailable { .. } | Error::Timeout { .. }), "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn dropped_acquire_leaves_no_bad_connection() {
+    let pool = recommended_pool_options().max_connections(1).connect(&common::url()).await.unwrap();
+    let table = unique("cancel");
+    let p = provider_on(pool, &table).await;
+    // Drop acquire futures at different points; the single connection must stay usable.
+    for i in 0..30u64 {
+        let name = format!("c{i}");
+        let c = cfg(&name, 400, 0);
+        let _ = tokio::time::timeout(Duration::from_micros(50 * i), p.try_lock(&c)).await;
+    }
+    let lock = p.try_lock(&cfg("after", 60_000, 0)).await.unwrap().expect("provider still works");
+    lock.unlock().await.unwrap();
+    // Whatever a dropped future took expires by lock_at_most_for.
+    tokio::time::sleep(Duration::from_millis(550)).await;
+    for i in 0..30u64 {
+        assert!(p.try_lock(&cfg(&format!("c{i}"), 60_000, 0)).await.unwrap().is_some(), "c{i}");
+    }
+}

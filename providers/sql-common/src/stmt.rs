@@ -1,0 +1,184 @@
+//! A statement builder that records which value goes into which placeholder.
+
+use std::sync::Arc;
+
+/// How a dialect writes placeholders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placeholder {
+    /// `$1`, `$2`, ... (PostgreSQL). A value used twice reuses its number.
+    Dollar,
+    /// `?` (MySQL, SQLite). A value used twice is bound twice.
+    Question,
+}
+
+/// A value a statement takes. The provider supplies the values in an [`ArgValues`] and binds
+/// them in the order of [`Stmt::args`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arg {
+    /// The lock name (text).
+    Name,
+    /// The configured `locked_by` (text).
+    LockedBy,
+    /// This acquisition's owner id (integer).
+    AcquisitionId,
+    /// This acquisition's fencing token (integer).
+    FencingToken,
+    /// The client's current time (integer, dialect units), client-time mode only.
+    Now,
+    /// `lock_at_most_for` (integer, dialect units).
+    AtMost,
+    /// `lock_at_least_for` (integer, dialect units).
+    AtLeast,
+    /// An absolute `lock_until` (integer, dialect units), for planting records.
+    Until,
+}
+
+/// The values for one execution. Integers are in the dialect's units (chosen by the provider).
+#[derive(Debug, Clone, Default)]
+pub struct ArgValues<'a> {
+    /// The lock name.
+    pub name: &'a str,
+    /// `locked_by`.
+    pub locked_by: &'a str,
+    /// The owner id.
+    pub acquisition_id: i64,
+    /// The fencing token.
+    pub fencing_token: i64,
+    /// The client's current time.
+    pub now: i64,
+    /// `lock_at_most_for`.
+    pub at_most: i64,
+    /// `lock_at_least_for`.
+    pub at_least: i64,
+    /// An absolute `lock_until`.
+    pub until: i64,
+}
+
+/// A bound value, as the provider should bind it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Value<'a> {
+    /// Text.
+    Text(&'a str),
+    /// A 64-bit integer.
+    Int(i64),
+}
+
+impl<'a> ArgValues<'a> {
+    /// The value of `arg`.
+    pub fn get(&self, arg: Arg) -> Value<'a> {
+        match arg {
+            Arg::Name => Value::Text(self.name),
+            Arg::LockedBy => Value::Text(self.locked_by),
+            Arg::AcquisitionId => Value::Int(self.acquisition_id),
+            Arg::FencingToken => Value::Int(self.fencing_token),
+            Arg::Now => Value::Int(self.now),
+            Arg::AtMost => Value::Int(self.at_most),
+            Arg::AtLeast => Value::Int(self.at_least),
+            Arg::Until => Value::Int(self.until),
+        }
+    }
+}
+
+/// A built statement: SQL text and the values it takes, in placeholder order.
+#[derive(Debug, Clone)]
+pub struct Stmt {
+    sql: Arc<str>,
+    args: Vec<Arg>,
+}
+
+impl Stmt {
+    /// The SQL text.
+    pub fn sql(&self) -> &Arc<str> {
+        &self.sql
+    }
+
+    /// The values to bind, in order.
+    pub fn args(&self) -> &[Arg] {
+        &self.args
+    }
+
+    /// The values to bind for `values`, in order.
+    pub fn values<'a>(&self, values: &ArgValues<'a>) -> Vec<Value<'a>> {
+        self.args.iter().map(|a| values.get(*a)).collect()
+    }
+}
+
+/// Builds a [`Stmt`].
+#[derive(Debug)]
+pub struct StmtBuilder {
+    style: Placeholder,
+    sql: String,
+    args: Vec<Arg>,
+}
+
+impl StmtBuilder {
+    /// An empty statement.
+    pub fn new(style: Placeholder) -> Self {
+        Self { style, sql: String::new(), args: Vec::new() }
+    }
+
+    /// Appends SQL text (which must not contain placeholders).
+    pub fn sql(&mut self, s: &str) -> &mut Self {
+        self.sql.push_str(s);
+        self
+    }
+
+    /// Appends a placeholder for `arg`.
+    pub fn arg(&mut self, arg: Arg) -> &mut Self {
+        match self.style {
+            Placeholder::Question => {
+                self.args.push(arg);
+                self.sql.push('?');
+            }
+            Placeholder::Dollar => {
+                let n = match self.args.iter().position(|a| *a == arg) {
+                    Some(i) => i + 1,
+                    None => {
+                        self.args.push(arg);
+                        self.args.len()
+                    }
+                };
+                self.sql.push('$');
+                self.sql.push_str(&n.to_string());
+            }
+        }
+        self
+    }
+
+    /// Finishes.
+    pub fn build(&mut self) -> Stmt {
+        Stmt { sql: Arc::from(std::mem::take(&mut self.sql)), args: std::mem::take(&mut self.args) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dollar_reuses_numbers() {
+        let s = StmtBuilder::new(Placeholder::Dollar)
+            .sql("a=")
+            .arg(Arg::Name)
+            .sql(" b=")
+            .arg(Arg::Now)
+            .sql(" c=")
+            .arg(Arg::Name)
+            .build();
+        assert_eq!(&**s.sql(), "a=$1 b=$2 c=$1");
+        assert_eq!(s.args(), &[Arg::Name, Arg::Now]);
+    }
+
+    #[test]
+    fn question_repeats() {
+        let s = StmtBuilder::new(Placeholder::Question)
+            .sql("a=")
+            .arg(Arg::Now)
+            .sql(" b=")
+            .arg(Arg::Now)
+            .build();
+        assert_eq!(&**s.sql(), "a=? b=?");
+        let v = ArgValues { now: 7, ..Default::default() };
+        assert_eq!(s.values(&v), vec![Value::Int(7), Value::Int(7)]);
+    }
+}
