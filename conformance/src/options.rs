@@ -68,7 +68,7 @@ impl Default for Options {
             fuzz_tasks: 6,
             fuzz_instances: 3,
             fuzz_iterations: 25,
-            history_ops: 40,
+            history_ops: 60,
             model_cases: None,
             model_max_steps: 14,
             skews: None,

@@ -2,10 +2,13 @@
 //! report as provider "memory". `harness = false`: this is the convention for every provider crate
 //! (`tests/conformance.rs` calling [`shedlock_conformance::harness`]).
 
-use std::sync::Arc;
+use std::{
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
 
 use shedlock::{BoxError, LockProvider};
-use shedlock_conformance::{Hooks, InstanceOptions, Options, ProviderFactory};
+use shedlock_conformance::{Hooks, InstanceOptions, Options, ProviderFactory, RecordHooks, RestartHook};
 use shedlock_memory::{MemoryLockProvider, MemoryServer};
 
 struct Memory {
@@ -27,7 +30,39 @@ impl ProviderFactory for Memory {
     }
 
     fn hooks(&self) -> Hooks {
-        Hooks::new()
+        Hooks::new().with_records(Records(self.server.clone())).with_restart(Restart(self.server.clone()))
+    }
+}
+
+/// Raw record access: the memory server exposes its records like a table.
+struct Records(MemoryServer);
+
+#[async_trait::async_trait]
+impl RecordHooks for Records {
+    async fn record_exists(&self, name: &str) -> Result<bool, BoxError> {
+        Ok(self.0.record(name).is_some())
+    }
+
+    async fn delete_record(&self, name: &str) -> Result<(), BoxError> {
+        self.0.delete_record(name);
+        Ok(())
+    }
+
+    async fn plant_expired_record(&self, name: &str) -> Result<(), BoxError> {
+        let an_hour_ago = SystemTime::now() - Duration::from_secs(3600);
+        self.0.insert_record(name, an_hour_ago);
+        Ok(())
+    }
+}
+
+/// A restart of the memory "backend" forgets every record (like a non-durable server).
+struct Restart(MemoryServer);
+
+#[async_trait::async_trait]
+impl RestartHook for Restart {
+    async fn restart(&self) -> Result<(), BoxError> {
+        self.0.restart();
+        Ok(())
     }
 }
 

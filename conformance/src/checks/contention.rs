@@ -1,21 +1,191 @@
-//! C15–C17: contention and history.
+//! C15–C17: contention, history and the model-based test.
 
-use crate::{report::Verdict, suite::Suite};
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
-/// C15
+use shedlock::{LockConfig, LockProvider};
+
+use super::{
+    basic::LONG,
+    util::{R, bounded, finish, instances, ms},
+};
+use crate::{report::Verdict, suite::Suite, tools::history::History};
+
+/// C15: rounds of N instances racing for one fresh name: exactly one winner per round.
 pub async fn c15_race_one_winner(suite: &Suite) -> Verdict {
-    let _ = suite;
-    Verdict::fail("not implemented yet")
+    finish(c15(suite).await)
 }
 
-/// C16
+async fn c15(suite: &Suite) -> R {
+    let o = suite.options();
+    let n = o.instances.max(2);
+    let p = instances(suite, n).await?;
+    let started = Instant::now();
+    let mut zero = 0;
+    for round in 0..o.race_rounds {
+        let cfg = suite.config(&suite.lock_name("c15"), LONG, Duration::ZERO)?;
+        let barrier = Arc::new(tokio::sync::Barrier::new(n));
+        let mut set = tokio::task::JoinSet::new();
+        for (i, inst) in p.iter().enumerate() {
+            let inst = inst.clone();
+            let cfg = cfg.clone();
+            let barrier = barrier.clone();
+            set.spawn(async move {
+                barrier.wait().await;
+                (i, inst.try_lock(&cfg).await)
+            });
+        }
+        let joined = bounded(suite, "a race round", async {
+            let mut v = Vec::new();
+            while let Some(r) = set.join_next().await {
+                v.push(r);
+            }
+            v
+        })
+        .await?;
+        let mut winners = Vec::new();
+        for r in joined {
+            match r {
+                Ok((i, Ok(Some(l)))) => winners.push((i, l)),
+                Ok((_, Ok(None))) => {}
+                Ok((i, Err(e))) => bail!("round {round}: try_lock on instance {i} failed: {e}"),
+                Err(e) => bail!("round {round}: a racing task panicked: {e}"),
+            }
+        }
+        let who: Vec<usize> = winners.iter().map(|(i, _)| *i).collect();
+        for (_, l) in winners {
+            let _ = bounded(suite, "unlock", l.unlock()).await?;
+        }
+        if who.is_empty() {
+            zero += 1;
+        }
+        ensure!(who.len() <= 1, "round {round}: {} winners (instances {who:?}) for one fresh name", who.len());
+    }
+    ensure!(zero == 0, "{zero} of {} rounds had no winner although the name was fresh", o.race_rounds);
+    Ok(format!(
+        "{} rounds of {n} instances: exactly one winner each ({} ms)",
+        o.race_rounds,
+        started.elapsed().as_millis()
+    ))
+}
+
+/// Parameters of the random history workload shared by C16 and C18.
+#[derive(Debug, Clone)]
+pub(crate) struct Workload {
+    pub names: Vec<String>,
+    pub ops_per_instance: usize,
+    pub at_most: Duration,
+    pub extend: bool,
+}
+
+/// Runs the random workload on `instances`, recording every acquisition in `history`.
+/// Returns the number of acquisitions, or a description of a call failure.
+pub(crate) async fn run_workload(
+    suite: &Suite,
+    instances: &[Arc<dyn LockProvider>],
+    w: &Workload,
+    history: &Arc<History>,
+) -> Result<usize, Verdict> {
+    let mut set = tokio::task::JoinSet::new();
+    for (i, inst) in instances.iter().enumerate() {
+        let inst = inst.clone();
+        let w = w.clone();
+        let history = history.clone();
+        let mut rng = suite.rng();
+        set.spawn(async move {
+            let mut acquired = 0usize;
+            for op in 0..w.ops_per_instance {
+                let name = &w.names[rng.usize(0..w.names.len())];
+                let at_most = if rng.bool() { w.at_most } else { w.at_most * 2 };
+                let at_least = if rng.u8(0..4) == 0 { at_most / 3 } else { Duration::ZERO };
+                let cfg = LockConfig::new(name.clone(), at_most, at_least).map_err(|e| e.to_string())?;
+                let s = Instant::now();
+                let r = inst.try_lock(&cfg).await.map_err(|e| format!("try_lock: {e}"))?;
+                let e = Instant::now();
+                if let Some(mut lock) = r {
+                    acquired += 1;
+                    let id = history.acquired(format!("instance {i} op {op}"), &cfg, s, e);
+                    let hold = Duration::from_micros(rng.u64(0..=(w.at_most.as_micros() as u64 / 3)));
+                    tokio::time::sleep(hold).await;
+                    if w.extend && rng.u8(0..4) == 0 {
+                        let s = Instant::now();
+                        if lock.extend(at_most, Duration::ZERO).await.is_ok() {
+                            if let Ok(c) = cfg.with_durations(at_most, Duration::ZERO) {
+                                history.extended(id, &c, s);
+                            }
+                        }
+                        tokio::time::sleep(hold / 2).await;
+                    }
+                    if rng.u8(0..6) == 0 {
+                        drop(lock); // left to expire
+                    } else {
+                        let s = Instant::now();
+                        history.released(id, s);
+                        let _ = lock.unlock().await;
+                    }
+                } else {
+                    tokio::time::sleep(Duration::from_micros(rng.u64(0..=(w.at_most.as_micros() as u64 / 20)))).await;
+                }
+            }
+            Ok::<usize, String>(acquired)
+        });
+    }
+    let bound = suite.options().fault_bound * 6;
+    let joined = tokio::time::timeout(bound, async {
+        let mut v = Vec::new();
+        while let Some(r) = set.join_next().await {
+            v.push(r);
+        }
+        v
+    })
+    .await
+    .map_err(|_| Verdict::fail(format!("the workload did not finish within {} ms", ms(bound))))?;
+    let mut total = 0;
+    for r in joined {
+        match r {
+            Ok(Ok(n)) => total += n,
+            Ok(Err(e)) => bail!("a call failed during the workload: {e}"),
+            Err(e) => bail!("a workload task panicked: {e}"),
+        }
+    }
+    Ok(total)
+}
+
+/// C16: history check: every acquire/extend/release is recorded against one monotonic clock;
+/// no two holders' certain intervals of one name overlap beyond the granularity.
 pub async fn c16_history_no_overlap(suite: &Suite) -> Verdict {
-    let _ = suite;
-    Verdict::fail("not implemented yet")
+    finish(c16(suite).await)
 }
 
-/// C17
+async fn c16(suite: &Suite) -> R {
+    let t = suite.timing();
+    let n = suite.options().instances.max(2);
+    let p = instances(suite, n).await?;
+    let w = Workload {
+        names: vec![suite.lock_name("c16a"), suite.lock_name("c16b")],
+        ops_per_instance: suite.options().history_ops,
+        at_most: t.at_most,
+        extend: suite.capabilities().extend,
+    };
+    let history = Arc::new(History::new());
+    let started = Instant::now();
+    let acquired = run_workload(suite, &p, &w, &history).await?;
+    let tol = t.early;
+    history.check(tol).map_err(|o| Verdict::fail(format!("two holders at once: {o}")))?;
+    ensure!(acquired > n, "only {acquired} acquisitions in the workload: too few to judge");
+    Ok(format!(
+        "{acquired} acquisitions by {n} instances on 2 names with expiries, at-least and extends: \
+         no overlap beyond {} ms ({} ms)",
+        ms(tol),
+        started.elapsed().as_millis()
+    ))
+}
+
+/// C17: model-based property test (proptest): random sequences of try_lock / unlock / extend /
+/// wait across instances and names, checked step by step against the reference model
+/// (`shedlock-memory`), shrinking to a minimal failing sequence.
 pub async fn c17_model_based(suite: &Suite) -> Verdict {
-    let _ = suite;
-    Verdict::fail("not implemented yet")
+    finish(crate::tools::model::run_model_check(suite).await)
 }

@@ -1,15 +1,151 @@
-//! C20–C21: fencing.
+//! C20–C21: fencing (capability `fencing`).
 
-use crate::{report::Verdict, suite::Suite};
+use std::{sync::Arc, time::Duration};
 
-/// C20
-pub async fn c20_fencing_monotonic(suite: &Suite) -> Verdict {
-    let _ = suite;
-    Verdict::fail("not implemented yet")
+use shedlock::{Lock, LockConfig, LockProvider};
+
+use super::{
+    basic::LONG,
+    util::{R, finish, instances, must_lock, poll_acquire, timed_try_lock, unlock},
+};
+use crate::{report::Verdict, suite::Suite, tools::fenced::FencedRegister};
+
+fn need_fencing(suite: &Suite) -> Result<(), Verdict> {
+    if suite.capabilities().fencing {
+        Ok(())
+    } else {
+        Err(Verdict::unsupported("capability `fencing` not declared"))
+    }
 }
 
-/// C21
+fn token(lock: &Lock, step: &str) -> Result<u64, Verdict> {
+    lock.fencing_token().ok_or_else(|| {
+        Verdict::fail(format!("{step}: the lock carries no fencing token although `fencing` is declared"))
+    })
+}
+
+/// C20: each successful acquisition carries a token strictly greater than every earlier token
+/// for that name, including after expiry and takeover.
+pub async fn c20_fencing_monotonic(suite: &Suite) -> Verdict {
+    finish(c20(suite).await)
+}
+
+async fn c20(suite: &Suite) -> R {
+    need_fencing(suite)?;
+    let t = suite.timing();
+    let p = instances(suite, 3).await?;
+    let name = suite.lock_name("c20");
+    let long = suite.config(&name, LONG, Duration::ZERO)?;
+    let short = suite.config(&name, t.at_most, Duration::ZERO)?;
+    let mut tokens: Vec<(String, u64)> = Vec::new();
+    let mut push = |step: &str, tok: u64| -> Result<(), Verdict> {
+        if let Some((prev_step, prev)) = tokens.last() {
+            if tok <= *prev {
+                return Err(Verdict::fail(format!(
+                    "token {tok} at '{step}' is not greater than token {prev} at '{prev_step}'"
+                )));
+            }
+        }
+        tokens.push((step.to_owned(), tok));
+        Ok(())
+    };
+    // Unlock and relock, on one and on different instances.
+    for (i, inst) in [0usize, 0, 1, 2, 1].iter().enumerate() {
+        let l = must_lock(suite, &p[*inst], &long, &format!("relock {i}")).await?;
+        push(&format!("relock {i} on instance {inst}"), token(&l, "relock")?)?;
+        unlock(suite, l).await?;
+    }
+    // Expiry and takeover.
+    let (l, a0, a1) = timed_try_lock(suite, &p[0], &short).await?;
+    let Some(l) = l else { return Err(Verdict::fail("try_lock found a free name held")) };
+    push("short lock on instance 0", token(&l, "short lock")?)?;
+    let deadline = t.at_most + a1.duration_since(a0) + t.slack;
+    let (l2, _) = poll_acquire(suite, &p[1], &long, a0, t.at_most, deadline, "takeover").await?;
+    push("takeover after expiry on instance 1", token(&l2, "takeover")?)?;
+    drop(l);
+    unlock(suite, l2).await?;
+    // Racing instances.
+    for round in 0..5 {
+        let winners = race(&p, &long).await?;
+        for l in winners {
+            push(&format!("race round {round}"), token(&l, "race")?)?;
+            unlock(suite, l).await?;
+        }
+    }
+    let list: Vec<String> = tokens.iter().map(|(_, t)| t.to_string()).collect();
+    Ok(format!("{} acquisitions, tokens strictly increasing: {}", tokens.len(), list.join(" < ")))
+}
+
+/// All instances try at once; returns the winners.
+async fn race(p: &[Arc<dyn LockProvider>], cfg: &LockConfig) -> Result<Vec<Lock>, Verdict> {
+    let barrier = Arc::new(tokio::sync::Barrier::new(p.len()));
+    let mut set = tokio::task::JoinSet::new();
+    for inst in p {
+        let inst = inst.clone();
+        let cfg = cfg.clone();
+        let barrier = barrier.clone();
+        set.spawn(async move {
+            barrier.wait().await;
+            inst.try_lock(&cfg).await
+        });
+    }
+    let mut winners = Vec::new();
+    while let Some(r) = set.join_next().await {
+        match r {
+            Ok(Ok(Some(l))) => winners.push(l),
+            Ok(Ok(None)) => {}
+            Ok(Err(e)) => return Err(Verdict::fail(format!("try_lock failed during a race: {e}"))),
+            Err(e) => return Err(Verdict::fail(format!("try_lock panicked during a race: {e}"))),
+        }
+    }
+    Ok(winners)
+}
+
+/// C21: a fenced resource that rejects tokens lower than the highest seen refuses every write
+/// from a stale holder in a pause-then-resume scenario (Kleppmann's GC-pause case).
 pub async fn c21_fenced_resource(suite: &Suite) -> Verdict {
-    let _ = suite;
-    Verdict::fail("not implemented yet")
+    finish(c21(suite).await)
+}
+
+async fn c21(suite: &Suite) -> R {
+    need_fencing(suite)?;
+    let t = suite.timing();
+    let p = instances(suite, 2).await?;
+    let name = suite.lock_name("c21");
+    let short = suite.config(&name, t.at_most, Duration::ZERO)?;
+    let long = suite.config(&name, LONG, Duration::ZERO)?;
+    let register = FencedRegister::new();
+    let (a, a0, a1) = timed_try_lock(suite, &p[0], &short).await?;
+    let Some(a) = a else { return Err(Verdict::fail("try_lock found a free name held")) };
+    let ta = token(&a, "holder A")?;
+    register
+        .write(ta, "A before the pause")
+        .map_err(|e| Verdict::fail(format!("the first holder's first write was refused: {e}")))?;
+    // A pauses (GC pause); its lease expires; B takes over and writes.
+    let deadline = t.at_most + a1.duration_since(a0) + t.slack;
+    let (b, _) = poll_acquire(suite, &p[1], &long, a0, t.at_most, deadline, "takeover during the pause").await?;
+    let tb = token(&b, "holder B")?;
+    register
+        .write(tb, "B")
+        .map_err(|e| Verdict::fail(format!("the new holder's write was refused: {e} (token {tb} <= stale {ta})")))?;
+    // A resumes, believing it still holds the lock, and writes twice.
+    let mut refused = 0;
+    for i in 0..2 {
+        match register.write(ta, format!("A after the pause {i}")) {
+            Err(_) => refused += 1,
+            Ok(()) => {
+                return Err(Verdict::fail(format!(
+                    "the stale holder's write with token {ta} was accepted after the new holder wrote with token {tb}"
+                )));
+            }
+        }
+    }
+    let b2 = register.write(tb, "B again");
+    drop(a);
+    unlock(suite, b).await?;
+    b2.map_err(|e| Verdict::fail(format!("the new holder's second write was refused: {e}")))?;
+    if register.value().as_deref() != Some("B again") {
+        return Err(Verdict::fail(format!("the register holds {:?}, expected B's write", register.value())));
+    }
+    Ok(format!("stale token {ta} refused {refused} times after new token {tb}; the resource holds B's writes"))
 }

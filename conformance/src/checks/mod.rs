@@ -17,7 +17,7 @@ use std::{future::Future, pin::Pin};
 use crate::{report::Verdict, suite::Suite};
 
 #[macro_use]
-mod util;
+pub(crate) mod util;
 mod basic;
 mod contention;
 mod executor;

@@ -1,2 +1,6 @@
 //! Tools the checks use, each usable on its own: the history recorder and overlap checker, the
 //! fenced register, the TCP fault proxy, clock helpers and the model-based test.
+
+pub mod fenced;
+pub mod history;
+pub mod model;
