@@ -1,0 +1,602 @@
+//! Provider-level tests against a real MariaDB server (MySQL dialect).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::{
+    net::SocketAddr,
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
+
+use common::{CountingProxy, unique};
+use shedlock::{Error, LockConfig, LockProvider, SkewedClock, system_clock};
+use shedlock_mysql::{Columns, Flavor, MySqlLockProvider, TimeMode, recommended_pool_options};
+use sqlx::{Executor, MySqlPool, mysql::MySqlConnectOptions};
+use tokio::sync::OnceCell;
+
+const DB: &str = "shedlock_test";
+
+async fn ensure_db() {
+    static DONE: OnceCell<()> = OnceCell::const_new();
+    DONE.get_or_init(|| async {
+        let pool =
+            recommended_pool_options().connect(&common::url()).await.expect("connect to MariaDB");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE IF NOT EXISTS {DB}")))
+            .execute(&pool)
+            .await
+            .unwrap();
+    })
+    .await;
+}
+
+async fn pool() -> MySqlPool {
+    ensure_db().await;
+    recommended_pool_options().connect(&common::url()).await.expect("connect to MariaDB")
+}
+
+fn table() -> String {
+    format!("{DB}.{}", unique("t"))
+}
+
+async fn provider_on(pool: MySqlPool, table: &str, flavor: Flavor) -> MySqlLockProvider {
+    let p = MySqlLockProvider::builder(pool).table(table).flavor(flavor).build().unwrap();
+    p.create_table().await.unwrap();
+    p
+}
+
+/// A fresh table and two independent providers (separate pools, like two nodes).
+async fn two_nodes_with(flavor: Flavor) -> (MySqlLockProvider, MySqlLockProvider) {
+    let table = table();
+    let a = provider_on(pool().await, &table, flavor).await;
+    let b = provider_on(pool().await, &table, flavor).await;
+    (a, b)
+}
+
+async fn two_nodes() -> (MySqlLockProvider, MySqlLockProvider) {
+    two_nodes_with(Flavor::Detect).await
+}
+
+fn cfg(name: &str, at_most_ms: u64, at_least_ms: u64) -> LockConfig {
+    LockConfig::new(name, Duration::from_millis(at_most_ms), Duration::from_millis(at_least_ms))
+        .unwrap()
+}
+
+fn server_addr() -> SocketAddr {
+    let opts: MySqlConnectOptions = common::url().parse().unwrap();
+    let host = match opts.get_host() {
+        "localhost" => "127.0.0.1",
+        h => h,
+    };
+    format!("{host}:{}", opts.get_port()).parse().unwrap()
+}
+
+async fn round_trips(flavor: Flavor) -> Vec<u64> {
+    ensure_db().await;
+    let proxy = CountingProxy::start(server_addr()).await;
+    let opts: MySqlConnectOptions = common::url()
+        .parse::<MySqlConnectOptions>()
+        .unwrap()
+        .host("127.0.0.1")
+        .port(proxy.addr.port());
+    let pool = recommended_pool_options().max_connections(1).connect_with(opts).await.unwrap();
+    let p = provider_on(pool, &table(), flavor).await;
+
+    // Warm up: sqlx prepares each statement once per connection (one extra round trip).
+    let mut warm = p.try_lock(&cfg(&unique("warm"), 60_000, 0)).await.unwrap().unwrap();
+    warm.extend(Duration::from_secs(60), Duration::ZERO).await.unwrap();
+    warm.unlock().await.unwrap();
+    assert!(p.try_lock(&cfg("held-warm", 60_000, 0)).await.unwrap().is_some());
+    assert!(p.try_lock(&cfg("held-warm", 60_000, 0)).await.unwrap().is_none());
+
+    let name = unique("n");
+    let measure = async |what: &str, f: std::pin::Pin<Box<dyn Future<Output = ()> + '_>>| {
+        // sqlx 0.9 pings every connection in the background when it returns to the pool: let
+        // that finish, then count only the round trips made while the call runs.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        proxy.reset();
+        f.await;
+        let n = proxy.round_trips();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let with_release = proxy.round_trips();
+        println!(
+            "{flavor:?} {what}: {n} round trip(s) on the call path, {with_release} including sqlx's release ping"
+        );
+        n
+    };
+    let mut counts = Vec::new();
+    let mut lock = None;
+    counts.push(
+        measure(
+            "acquire (no row)",
+            Box::pin(async {
+                lock = p.try_lock(&cfg(&name, 60_000, 0)).await.unwrap();
+            }),
+        )
+        .await,
+    );
+    let mut lock = lock.expect("free");
+    counts.push(
+        measure(
+            "acquire (held)",
+            Box::pin(async {
+                assert!(p.try_lock(&cfg(&name, 60_000, 0)).await.unwrap().is_none());
+            }),
+        )
+        .await,
+    );
+    counts.push(
+        measure(
+            "extend",
+            Box::pin(async {
+                lock.extend(Duration::from_secs(60), Duration::ZERO).await.unwrap();
+            }),
+        )
+        .await,
+    );
+    counts.push(measure("unlock", Box::pin(async { lock.unlock().await.unwrap() })).await);
+    counts.push(
+        measure(
+            "acquire (free row)",
+            Box::pin(async {
+                assert!(p.try_lock(&cfg(&name, 60_000, 0)).await.unwrap().is_some());
+            }),
+        )
+        .await,
+    );
+    counts
+}
+
+#[tokio::test]
+async fn mariadb_acquire_unlock_extend_are_one_round_trip_each() {
+    assert_eq!(round_trips(Flavor::MariaDb).await, vec![1, 1, 1, 1, 1]);
+}
+
+#[tokio::test]
+async fn mysql_flavor_acquire_is_two_round_trips() {
+    // The MySQL path (no RETURNING): upsert, then a primary-key SELECT.
+    assert_eq!(round_trips(Flavor::MySql).await, vec![2, 2, 1, 1, 2]);
+}
+
+#[tokio::test]
+async fn flavor_is_detected() {
+    let (a, _) = two_nodes().await;
+    assert_eq!(a.flavor(), None);
+    let _ = a.try_lock(&cfg("detect", 1000, 0)).await.unwrap();
+    assert_eq!(a.flavor(), Some(Flavor::MariaDb));
+}
+
+async fn one_winner_and_release(flavor: Flavor) {
+    let (a, b) = two_nodes_with(flavor).await;
+    let c = cfg("job", 60_000, 0);
+    let lock = a.try_lock(&c).await.unwrap().expect("free");
+    assert!(b.try_lock(&c).await.unwrap().is_none());
+    assert!(a.try_lock(&c).await.unwrap().is_none(), "not reentrant");
+    lock.unlock().await.unwrap();
+    let lock = b.try_lock(&c).await.unwrap().expect("free after unlock");
+    lock.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn one_winner_and_release_both_flavors() {
+    one_winner_and_release(Flavor::MariaDb).await;
+    one_winner_and_release(Flavor::MySql).await;
+}
+
+async fn stale_holder(flavor: Flavor) {
+    let (a, b) = two_nodes_with(flavor).await;
+    let name = "stale";
+    let mut stale = a.try_lock(&cfg(name, 200, 0)).await.unwrap().expect("free");
+    // Granularity is 1 ms and both sides use the server clock: 200 ms + 150 ms margin.
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let fresh = b.try_lock(&cfg(name, 60_000, 0)).await.unwrap().expect("expired, free");
+    assert!(fresh.fencing_token() > stale.fencing_token());
+    let before = a.record(name).await.unwrap().unwrap();
+    match stale.extend(Duration::from_secs(600), Duration::ZERO).await {
+        Err(Error::LockLost { name: n }) => assert_eq!(n, name),
+        other => panic!("stale extend must fail with LockLost, got {other:?}"),
+    }
+    stale.unlock().await.unwrap();
+    let after = a.record(name).await.unwrap().unwrap();
+    assert_eq!(before, after, "a stale unlock/extend must not change the row");
+    assert!(a.try_lock(&cfg(name, 60_000, 0)).await.unwrap().is_none(), "new holder keeps it");
+    fresh.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn stale_holder_cannot_unlock_or_extend() {
+    stale_holder(Flavor::MariaDb).await;
+    stale_holder(Flavor::MySql).await;
+}
+
+#[tokio::test]
+async fn extend_keeps_the_lock_and_expired_extend_fails() {
+    let (a, b) = two_nodes().await;
+    let mut lock = a.try_lock(&cfg("ext", 300, 0)).await.unwrap().unwrap();
+    lock.extend(Duration::from_secs(60), Duration::ZERO).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    assert!(b.try_lock(&cfg("ext", 60_000, 0)).await.unwrap().is_none(), "extended");
+    lock.extend(Duration::from_millis(100), Duration::ZERO).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert!(matches!(
+        lock.extend(Duration::from_secs(60), Duration::ZERO).await,
+        Err(Error::LockLost { .. })
+    ));
+    assert!(
+        b.try_lock(&cfg("ext", 60_000, 0)).await.unwrap().is_some(),
+        "expired extend did not revive it"
+    );
+}
+
+#[tokio::test]
+async fn at_least_is_kept_from_locked_at() {
+    let (a, b) = two_nodes().await;
+    let lock = a.try_lock(&cfg("least", 60_000, 700)).await.unwrap().unwrap();
+    lock.unlock().await.unwrap();
+    let rec = a.record("least").await.unwrap().unwrap();
+    assert_eq!(rec.lock_until.duration_since(rec.locked_at).unwrap(), Duration::from_millis(700));
+    assert!(
+        b.try_lock(&cfg("least", 60_000, 0)).await.unwrap().is_none(),
+        "held for at least 700 ms"
+    );
+    tokio::time::sleep(Duration::from_millis(850)).await;
+    assert!(b.try_lock(&cfg("least", 60_000, 0)).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn lock_until_keeps_milliseconds() {
+    let (a, _) = two_nodes().await;
+    let _lock = a.try_lock(&cfg("ms", 1_234, 0)).await.unwrap().unwrap();
+    let rec = a.record("ms").await.unwrap().unwrap();
+    assert_eq!(rec.lock_until.duration_since(rec.locked_at).unwrap(), Duration::from_millis(1_234));
+    // Sub-millisecond durations round up, never down.
+    let l = a
+        .try_lock(&LockConfig::new("sub", Duration::from_micros(1_500), Duration::ZERO).unwrap())
+        .await;
+    let rec = a.record("sub").await.unwrap().unwrap();
+    assert_eq!(rec.lock_until.duration_since(rec.locked_at).unwrap(), Duration::from_millis(2));
+    drop(l);
+}
+
+#[tokio::test]
+async fn session_time_zone_is_never_consulted() {
+    ensure_db().await;
+    let table = table();
+    let tz_pool = |tz: &'static str| {
+        recommended_pool_options().after_connect(move |conn, _| {
+            Box::pin(async move {
+                conn.execute(sqlx::AssertSqlSafe(format!("SET time_zone = '{tz}'"))).await?;
+                Ok(())
+            })
+        })
+    };
+    let east = tz_pool("+09:00").connect(&common::url()).await.unwrap();
+    let west = tz_pool("-07:00").connect(&common::url()).await.unwrap();
+    let a = provider_on(east, &table, Flavor::Detect).await;
+    let b = provider_on(west, &table, Flavor::Detect).await;
+    let lock = a.try_lock(&cfg("tz", 2_000, 0)).await.unwrap().unwrap();
+    assert!(b.try_lock(&cfg("tz", 60_000, 0)).await.unwrap().is_none());
+    let rec = b.record("tz").await.unwrap().unwrap();
+    // Stored in UTC: within seconds of the real time, not hours off.
+    let now = SystemTime::now();
+    let diff = rec.locked_at.duration_since(now).unwrap_or_else(|e| e.duration());
+    assert!(diff < Duration::from_secs(5), "locked_at off by {diff:?}");
+    lock.unlock().await.unwrap();
+    assert!(b.try_lock(&cfg("tz", 60_000, 0)).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn missing_table_is_a_setup_error_quoting_the_ddl() {
+    let p = MySqlLockProvider::builder(pool().await)
+        .table(format!("{DB}.{}", unique("missing")))
+        .build()
+        .unwrap();
+    match p.try_lock(&cfg("x", 1000, 0)).await {
+        Err(Error::Setup { message, .. }) => {
+            assert!(message.contains(p.ddl()), "{message}");
+            assert!(message.contains("CREATE TABLE"), "{message}");
+        }
+        other => panic!("expected Setup, got {other:?}"),
+    }
+    let p2 = MySqlLockProvider::builder(pool().await)
+        .table(format!("{}.shedlock", unique("nodb")))
+        .build()
+        .unwrap();
+    assert!(matches!(p2.try_lock(&cfg("x", 1000, 0)).await, Err(Error::Setup { .. })));
+}
+
+#[tokio::test]
+async fn identifiers_are_validated() {
+    let pool = pool().await;
+    let invalid = [
+        "",
+        "1t",
+        "t-x",
+        "t x",
+        "t;drop table x",
+        "t`x",
+        "t'x",
+        "a.b.c",
+        "ünïcode",
+        "t\0",
+        "t--",
+        "t%",
+        &"a".repeat(64),
+    ];
+    for table in invalid {
+        match MySqlLockProvider::builder(pool.clone()).table(table).build() {
+            Err(Error::Setup { .. }) => {}
+            other => panic!("table {table:?} must be rejected, got {other:?}"),
+        }
+    }
+    for col in ["", "x y", "x\"", "x`"] {
+        let r = MySqlLockProvider::builder(pool.clone())
+            .columns(Columns::default().with_name(col))
+            .build();
+        assert!(matches!(r, Err(Error::Setup { .. })), "column {col:?}");
+    }
+    for table in
+        [format!("{DB}.select"), format!("{DB}.MixedCase_{}", unique("m")), format!("{DB}._x")]
+    {
+        let p = MySqlLockProvider::builder(pool.clone())
+            .table(&table)
+            .columns(
+                Columns::default()
+                    .with_name("key")
+                    .with_lock_until("Until")
+                    .with_locked_at("order")
+                    .with_locked_by("by_")
+                    .with_acquisition_id("aid")
+                    .with_fencing_token("tok"),
+            )
+            .build()
+            .unwrap();
+        p.create_table().await.unwrap();
+        let name = unique("v");
+        let lock = p.try_lock(&cfg(&name, 60_000, 0)).await.unwrap().expect(&table);
+        lock.unlock().await.unwrap();
+        assert!(p.record(&name).await.unwrap().is_some());
+    }
+}
+
+#[tokio::test]
+async fn long_names_are_rejected_not_truncated() {
+    let (a, b) = two_nodes().await;
+    let max = "x".repeat(255);
+    let l = a.try_lock(&cfg(&max, 60_000, 0)).await.unwrap().expect("255 bytes accepted");
+    assert_eq!(a.record(&max).await.unwrap().unwrap().name, max);
+    for too_long in [format!("{max}a"), format!("{max}b"), "😀".repeat(64)] {
+        match b.try_lock(&cfg(&too_long, 60_000, 0)).await {
+            Err(Error::InvalidName { name, .. }) => assert_eq!(name, too_long),
+            other => panic!("expected InvalidName, got {other:?}"),
+        }
+    }
+    let emoji = "😀".repeat(63);
+    assert!(b.try_lock(&cfg(&emoji, 60_000, 0)).await.unwrap().is_some());
+    assert_eq!(a.record(&emoji).await.unwrap().unwrap().name, emoji);
+    l.unlock().await.unwrap();
+
+    // A table whose column is shorter than configured, with a NON-strict session sql_mode: the
+    // statement still runs strict, so the server refuses instead of truncating into a collision.
+    let table = table();
+    let short =
+        MySqlLockProvider::builder(pool().await).table(&table).max_name_len(10).build().unwrap();
+    short.create_table().await.unwrap();
+    assert!(short.ddl().contains("VARBINARY(10)"));
+    assert!(matches!(
+        short.try_lock(&cfg("0123456789a", 1000, 0)).await,
+        Err(Error::InvalidName { .. })
+    ));
+    for flavor in [Flavor::MariaDb, Flavor::MySql] {
+        let lax = recommended_pool_options()
+            .after_connect(|conn, _| {
+                Box::pin(async move {
+                    conn.execute("SET SESSION sql_mode = ''").await?;
+                    Ok(())
+                })
+            })
+            .connect(&common::url())
+            .await
+            .unwrap();
+        let q = MySqlLockProvider::builder(lax).table(&table).flavor(flavor).build().unwrap();
+        if flavor == Flavor::MariaDb {
+            assert!(q.try_lock(&cfg("0123456789", 60_000, 0)).await.unwrap().is_some());
+        }
+        let r = q.try_lock(&cfg("0123456789ab", 60_000, 0)).await;
+        if flavor == Flavor::MariaDb {
+            assert!(matches!(r, Err(Error::InvalidName { .. })), "{flavor:?}: {r:?}");
+        } else {
+            // MariaDB ignores MySQL's SET_VAR hint, so under a lax session mode the MySQL
+            // flavor's upsert truncates here; the owner check then sees that the row is not ours
+            // (the truncated name is held): refused, never a false "acquired". On MySQL 8 the
+            // hint makes it an InvalidName error.
+            assert!(matches!(r, Ok(None) | Err(Error::InvalidName { .. })), "{flavor:?}: {r:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn hostile_names_are_stored_and_matched_exactly() {
+    let (a, b) = two_nodes().await;
+    let names = [
+        "'",
+        "\"",
+        "`",
+        "%",
+        "_",
+        "a%",
+        "a_",
+        ";",
+        "--",
+        "x'; DROP TABLE shedlock; --",
+        "ünïcødé 😀",
+        " padded ",
+        "padded",
+        "padded ",
+        "new\nline",
+        "*",
+        "/",
+        "..",
+        "\\",
+        "tab\t",
+        "Case",
+        "case",
+        "nul\0byte",
+        "nul",
+    ];
+    let mut locks = Vec::new();
+    for n in names {
+        let lock = a.try_lock(&cfg(n, 60_000, 0)).await.unwrap();
+        locks.push(lock.unwrap_or_else(|| panic!("{n:?} must be free (no collision)")));
+        assert_eq!(a.record(n).await.unwrap().unwrap().name, n);
+        assert!(b.try_lock(&cfg(n, 60_000, 0)).await.unwrap().is_none(), "{n:?} held");
+    }
+    for l in locks {
+        l.unlock().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn deleted_row_is_recreated_with_a_larger_token() {
+    let (a, b) = two_nodes().await;
+    let lock = a.try_lock(&cfg("del", 60_000, 0)).await.unwrap().unwrap();
+    let t1 = lock.fencing_token().unwrap();
+    assert!(a.delete_record("del").await.unwrap());
+    assert!(a.record("del").await.unwrap().is_none());
+    let lock2 = b.try_lock(&cfg("del", 60_000, 0)).await.unwrap().expect("deleted row is free");
+    let t2 = lock2.fencing_token().unwrap();
+    assert!(t2 > t1, "{t2} > {t1}");
+    lock.unlock().await.unwrap();
+    assert!(a.try_lock(&cfg("del", 60_000, 0)).await.unwrap().is_none());
+    a.write_record("planted", SystemTime::now() - Duration::from_secs(3600)).await.unwrap();
+    let l3 = b.try_lock(&cfg("planted", 60_000, 0)).await.unwrap().expect("expired record is free");
+    assert!(l3.fencing_token().unwrap() > t2);
+}
+
+#[tokio::test]
+async fn fencing_tokens_strictly_increase() {
+    let (a, b) = two_nodes().await;
+    let mut last = 0;
+    for i in 0..20 {
+        let p = if i % 2 == 0 { &a } else { &b };
+        let lock = p.try_lock(&cfg("fence", 60_000, 0)).await.unwrap().unwrap();
+        let t = lock.fencing_token().unwrap();
+        assert!(t > last, "{t} > {last}");
+        last = t;
+        lock.unlock().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn racing_nodes_have_one_winner_per_round() {
+    let table = table();
+    let mut nodes = Vec::new();
+    for _ in 0..6 {
+        nodes.push(Arc::new(provider_on(pool().await, &table, Flavor::Detect).await));
+    }
+    for round in 0..30 {
+        let name = format!("race{round}");
+        let mut tasks = Vec::new();
+        for n in &nodes {
+            let n = n.clone();
+            let c = cfg(&name, 60_000, 0);
+            tasks.push(tokio::spawn(async move { n.try_lock(&c).await.map(|l| l.is_some()) }));
+        }
+        let mut winners = 0;
+        for t in tasks {
+            if t.await.unwrap().unwrap() {
+                winners += 1;
+            }
+        }
+        assert_eq!(winners, 1, "round {round}");
+    }
+}
+
+#[tokio::test]
+async fn lock_statements_do_not_join_a_callers_transaction() {
+    let pool = pool().await;
+    let table = table();
+    let p = provider_on(pool.clone(), &table, Flavor::Detect).await;
+    let observer = provider_on(self::pool().await, &table, Flavor::Detect).await;
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1").execute(&mut *tx).await.unwrap();
+    let lock = p.try_lock(&cfg("tx", 60_000, 0)).await.unwrap().unwrap();
+    assert!(observer.record("tx").await.unwrap().is_some(), "visible before the caller commits");
+    tx.rollback().await.unwrap();
+    assert!(
+        observer.try_lock(&cfg("tx", 60_000, 0)).await.unwrap().is_none(),
+        "rollback did not undo it"
+    );
+    lock.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn database_time_ignores_client_skew_client_time_does_not() {
+    let table = table();
+    let behind = Arc::new(SkewedClock::behind(system_clock(), Duration::from_secs(3600)));
+    let slow = MySqlLockProvider::builder(pool().await)
+        .table(&table)
+        .time_mode(TimeMode::Client(behind))
+        .build()
+        .unwrap();
+    slow.create_table().await.unwrap();
+    let right = MySqlLockProvider::builder(pool().await)
+        .table(&table)
+        .time_mode(TimeMode::Client(system_clock()))
+        .build()
+        .unwrap();
+    assert!(!slow.capabilities().server_time);
+    let _held = slow.try_lock(&cfg("c", 60_000, 0)).await.unwrap().unwrap();
+    assert!(
+        right.try_lock(&cfg("c", 60_000, 0)).await.unwrap().is_some(),
+        "client time breaks under skew"
+    );
+
+    let db_a = MySqlLockProvider::builder(pool().await).table(&table).build().unwrap();
+    let db_b = MySqlLockProvider::builder(pool().await).table(&table).build().unwrap();
+    assert!(db_a.capabilities().server_time);
+    let _l = db_a.try_lock(&cfg("d", 60_000, 0)).await.unwrap().unwrap();
+    assert!(db_b.try_lock(&cfg("d", 60_000, 0)).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn unreachable_server_is_unavailable() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    drop(l);
+    let opts: MySqlConnectOptions =
+        common::url().parse::<MySqlConnectOptions>().unwrap().host("127.0.0.1").port(port);
+    let pool =
+        recommended_pool_options().acquire_timeout(Duration::from_secs(1)).connect_lazy_with(opts);
+    let p = MySqlLockProvider::builder(pool).flavor(Flavor::MariaDb).build().unwrap();
+    let started = std::time::Instant::now();
+    let err = p.try_lock(&cfg("x", 1000, 0)).await.unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // Detection needs the server too: the same typed error.
+    let p2 = MySqlLockProvider::builder(p_pool(port)).build().unwrap();
+    assert!(p2.try_lock(&cfg("x", 1000, 0)).await.unwrap_err().is_retryable());
+}
+
+fn p_pool(port: u16) -> MySqlPool {
+    let opts: MySqlConnectOptions =
+        common::url().parse::<MySqlConnectOptions>().unwrap().host("127.0.0.1").port(port);
+    recommended_pool_options().acquire_timeout(Duration::from_secs(1)).connect_lazy_with(opts)
+}
+
+#[tokio::test]
+async fn dropped_acquire_leaves_no_bad_connection() {
+    ensure_db().await;
+    let pool = recommended_pool_options().max_connections(1).connect(&common::url()).await.unwrap();
+    let p = provider_on(pool, &table(), Flavor::Detect).await;
+    for i in 0..30u64 {
+        let c = cfg(&format!("c{i}"), 400, 0);
+        let _ = tokio::time::timeout(Duration::from_micros(50 * i), p.try_lock(&c)).await;
+    }
+    let lock = p.try_lock(&cfg("after", 60_000, 0)).await.unwrap().expect("provider still works");
+    lock.unlock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(550)).await;
+    for i in 0..30u64 {
+        assert!(p.try_lock(&cfg(&format!("c{i}"), 60_000, 0)).await.unwrap().is_some(), "c{i}");
+    }
+}
