@@ -1,1 +1,587 @@
-//! Work in progress.
+//! SQLite lock provider for [`shedlock`], on the caller's [`sqlx`] pool: the embedded choice,
+//! for processes on one host sharing a database file.
+//!
+//! - **One statement** per acquire, whether or not the row exists:
+//!   `INSERT … ON CONFLICT (name) DO UPDATE … WHERE lock_until <= now RETURNING fencing_token`
+//!   (SQLite ≥ 3.35; the bundled SQLite is used by default).
+//! - **Database time** by default: `lock_until` is computed in SQL from SQLite's `'now'`, the
+//!   host's clock, which every process using the file shares; the instance's injected
+//!   [`Clock`](shedlock::Clock) is not consulted. [`TimeMode::Client`] uses that clock instead.
+//!   Times are stored as INTEGER milliseconds since the Unix epoch (UTC): no time zones.
+//! - **Owner-checked** unlock and extend (random per-acquisition id plus fencing token),
+//!   **fencing tokens** (`max(old + 1, clock in µs)`), no "row exists" cache, statements on their
+//!   own pooled connection in autocommit.
+//!
+//! The database must be a file (or a shared-cache memory database) that every instance opens:
+//! each connection to a plain `:memory:` database is a separate database.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use shedlock::{LockConfig, LockProvider};
+//! use shedlock_sqlite::SqliteLockProvider;
+//!
+//! # let dir = std::env::temp_dir().join(format!("shedlock-doc-{}", std::process::id()));
+//! # std::fs::create_dir_all(&dir)?;
+//! # let path = dir.join("locks.db");
+//! let pool = shedlock_sqlite::recommended_pool_options()
+//!     .connect_with(shedlock_sqlite::recommended_connect_options(&path))
+//!     .await?;
+//! let provider = SqliteLockProvider::builder(pool).build()?;
+//! provider.create_table().await?;
+//!
+//! let cfg = LockConfig::new("nightly-report", Duration::from_secs(600), Duration::ZERO)?;
+//! let lock = provider.try_lock(&cfg).await?.expect("free");
+//! assert!(provider.try_lock(&cfg).await?.is_none()); // held
+//! lock.unlock().await?;
+//! assert!(provider.try_lock(&cfg).await?.is_some()); // free again
+//! # std::fs::remove_dir_all(&dir)?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Durability and pool settings
+//!
+//! The provider never changes your pool or pragmas. [`recommended_connect_options`] creates the
+//! file if missing and selects WAL with `synchronous = NORMAL` (a commit survives a process
+//! crash; the last commits may be lost on power loss, when every process on the host stops
+//! anyway) and a 5 s busy timeout; [`recommended_pool_options`] turns off the ping before each
+//! checkout.
+
+#[cfg(not(any(feature = "bundled", feature = "unbundled")))]
+compile_error!("shedlock-sqlite needs the `bundled` (default) or the `unbundled` feature");
+
+use std::{fmt, path::Path, sync::Arc, time::Duration, time::SystemTime};
+
+use async_trait::async_trait;
+use shedlock::{Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result};
+use shedlock_sql_common::{
+    Arg, ArgValues, DbErrorKind, ErrorContext, Placeholder, QuotedNames, Stmt, StmtBuilder,
+    TableName, Value, acquisition_id, check_lock_name, check_locked_by, check_max_name_len,
+    default_locked_by, duration_millis_ceil, map_sqlx_error, unix_micros, with_timeout,
+};
+use sqlx::{
+    AssertSqlSafe, Row,
+    error::DatabaseError,
+    query::Query,
+    sqlite::{
+        Sqlite, SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePool,
+        SqlitePoolOptions, SqliteSynchronous,
+    },
+};
+
+pub use shedlock_sql_common::{Columns, DEFAULT_MAX_NAME_LEN, LockRecord, TimeMode};
+
+const BACKEND: &str = "sqlite";
+/// The largest `max_name_len` accepted.
+pub const MAX_NAME_LEN_LIMIT: usize = 65_535;
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connect options for a lock database at `path`: create if missing, WAL journal,
+/// `synchronous = NORMAL`, 5 s busy timeout.
+pub fn recommended_connect_options(path: impl AsRef<Path>) -> SqliteConnectOptions {
+    SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .busy_timeout(Duration::from_secs(5))
+}
+
+/// Pool options suited to a pool used for locks: no ping before each checkout, 5 s acquire
+/// timeout, at most 4 connections.
+pub fn recommended_pool_options() -> SqlitePoolOptions {
+    SqlitePoolOptions::new()
+        .max_connections(4)
+        .test_before_acquire(false)
+        .acquire_timeout(Duration::from_secs(5))
+}
+
+/// Builds a [`SqliteLockProvider`].
+#[must_use]
+pub struct SqliteLockProviderBuilder {
+    pool: SqlitePool,
+    table: String,
+    columns: Columns,
+    locked_by: Option<String>,
+    max_name_len: usize,
+    time: TimeMode,
+    timeout: Option<Duration>,
+}
+
+impl SqliteLockProviderBuilder {
+    /// The lock table, `table` or `schema.table` (an attached database; default `shedlock`).
+    /// Each part must be a plain identifier (`[A-Za-z_][A-Za-z0-9_]*`, at most 63 bytes).
+    pub fn table(mut self, table: impl Into<String>) -> Self {
+        self.table = table.into();
+        self
+    }
+
+    /// The column names (validated like the table name).
+    pub fn columns(mut self, columns: Columns) -> Self {
+        self.columns = columns;
+        self
+    }
+
+    /// What to store in `locked_by` (informational; default `hostname/pid`). At most 255 bytes.
+    /// Ownership never depends on it: every acquisition has its own random id.
+    pub fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
+        self.locked_by = Some(locked_by.into());
+        self
+    }
+
+    /// The longest lock name in bytes (default 255, at most [`MAX_NAME_LEN_LIMIT`]). SQLite
+    /// text has no declared length, so this limit is enforced by the provider: longer names get
+    /// [`Error::InvalidName`], never truncated.
+    pub fn max_name_len(mut self, max: usize) -> Self {
+        self.max_name_len = max;
+        self
+    }
+
+    /// Whose clock judges expiry (default [`TimeMode::Database`]: SQLite's `'now'`).
+    pub fn time_mode(mut self, time: TimeMode) -> Self {
+        self.time = time;
+        self
+    }
+
+    /// The time limit of each lock operation, including waiting for a pooled connection and for
+    /// SQLite's write lock (default 10 s; `None`: no limit). On expiry the call returns
+    /// [`Error::Timeout`].
+    pub fn operation_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Validates the configuration and builds the provider. Invalid identifiers, `locked_by`
+    /// or `max_name_len` give [`Error::Setup`]. Does no I/O.
+    pub fn build(self) -> Result<SqliteLockProvider> {
+        let table = TableName::parse(BACKEND, &self.table)?;
+        let names = QuotedNames::new(BACKEND, &table, &self.columns, '"')?;
+        let locked_by = self.locked_by.unwrap_or_else(default_locked_by);
+        check_locked_by(BACKEND, &locked_by)?;
+        check_max_name_len(BACKEND, self.max_name_len, MAX_NAME_LEN_LIMIT)?;
+        Ok(SqliteLockProvider {
+            inner: Arc::new(Inner {
+                pool: self.pool,
+                table: names.table_display.clone(),
+                ddl: ddl(&names),
+                stmts: Statements::new(&names, self.time.is_database()),
+                locked_by,
+                max_name_len: self.max_name_len,
+                time: self.time,
+                timeout: self.timeout,
+            }),
+        })
+    }
+}
+
+/// A [`LockProvider`] on a SQLite table. Cheap to clone.
+#[derive(Clone)]
+pub struct SqliteLockProvider {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: SqlitePool,
+    table: String,
+    ddl: String,
+    locked_by: String,
+    max_name_len: usize,
+    time: TimeMode,
+    timeout: Option<Duration>,
+    stmts: Statements,
+}
+
+impl fmt::Debug for SqliteLockProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteLockProvider")
+            .field("table", &self.inner.table)
+            .field("locked_by", &self.inner.locked_by)
+            .field("max_name_len", &self.inner.max_name_len)
+            .field("time", &self.inner.time)
+            .field("timeout", &self.inner.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Statements {
+    acquire: Stmt,
+    unlock: Stmt,
+    extend: Stmt,
+    select: Stmt,
+    delete: Stmt,
+    write: Stmt,
+}
+
+/// SQLite's clock in whole milliseconds since the epoch, exactly (`'now'` is fixed for the whole
+/// statement, and SQLite keeps it in milliseconds).
+const SERVER_MILLIS: &str = "(CAST(strftime('%s', 'now') AS INTEGER) * 1000 + CAST(substr(strftime('%f', 'now'), 4, 3) AS INTEGER))";
+
+fn now(b: &mut StmtBuilder, database: bool) {
+    if database {
+        b.sql(SERVER_MILLIS);
+    } else {
+        b.arg(Arg::Now);
+    }
+}
+
+impl Statements {
+    fn new(n: &QuotedNames, database: bool) -> Self {
+        let (t, name, lu, la, lb, aid, ft) = (
+            &n.table,
+            &n.name,
+            &n.lock_until,
+            &n.locked_at,
+            &n.locked_by,
+            &n.acquisition_id,
+            &n.fencing_token,
+        );
+        let mut b = StmtBuilder::new(Placeholder::Question);
+
+        b.sql(&format!("INSERT INTO {t} AS cur ({name}, {lu}, {la}, {lb}, {aid}, {ft}) VALUES ("))
+            .arg(Arg::Name)
+            .sql(", ");
+        now(&mut b, database);
+        b.sql(" + ").arg(Arg::AtMost).sql(", ");
+        now(&mut b, database);
+        b.sql(", ").arg(Arg::LockedBy).sql(", ").arg(Arg::AcquisitionId);
+        b.sql(&format!(
+            ", {SERVER_MILLIS} * 1000) ON CONFLICT ({name}) DO UPDATE SET {lu} = excluded.{lu}, \
+             {la} = excluded.{la}, {lb} = excluded.{lb}, {aid} = excluded.{aid}, \
+             {ft} = max(cur.{ft} + 1, excluded.{ft}) \
+             WHERE cur.{lu} <= excluded.{la} RETURNING {ft}"
+        ));
+        let acquire = b.build();
+
+        b.sql(&format!("UPDATE {t} SET {lu} = min({lu}, max("));
+        now(&mut b, database);
+        b.sql(&format!(", {la} + ")).arg(Arg::AtLeast).sql("))");
+        b.sql(&format!(" WHERE {name} = ")).arg(Arg::Name);
+        b.sql(&format!(" AND {aid} = ")).arg(Arg::AcquisitionId);
+        b.sql(&format!(" AND {ft} = ")).arg(Arg::FencingToken);
+        let unlock = b.build();
+
+        b.sql(&format!("UPDATE {t} SET {lu} = "));
+        now(&mut b, database);
+        b.sql(" + ").arg(Arg::AtMost).sql(&format!(", {la} = "));
+        now(&mut b, database);
+        b.sql(&format!(" WHERE {name} = ")).arg(Arg::Name);
+        b.sql(&format!(" AND {aid} = ")).arg(Arg::AcquisitionId);
+        b.sql(&format!(" AND {ft} = ")).arg(Arg::FencingToken);
+        b.sql(&format!(" AND {lu} > "));
+        now(&mut b, database);
+        let extend = b.build();
+
+        b.sql(&format!(
+            "SELECT {name}, {lu} * 1000, {la} * 1000, {lb}, {aid}, {ft} FROM {t} WHERE {name} = "
+        ))
+        .arg(Arg::Name);
+        let select = b.build();
+
+        b.sql(&format!("DELETE FROM {t} WHERE {name} = ")).arg(Arg::Name);
+        let delete = b.build();
+
+        b.sql(&format!("INSERT INTO {t} AS cur ({name}, {lu}, {la}, {lb}, {aid}, {ft}) VALUES ("))
+            .arg(Arg::Name)
+            .sql(", ")
+            .arg(Arg::Until)
+            .sql(", ")
+            .arg(Arg::Until)
+            .sql(", ")
+            .arg(Arg::LockedBy)
+            .sql(", ")
+            .arg(Arg::AcquisitionId);
+        b.sql(&format!(
+            ", {SERVER_MILLIS} * 1000) ON CONFLICT ({name}) DO UPDATE SET {lu} = excluded.{lu}, \
+             {la} = excluded.{la}, {lb} = excluded.{lb}, {aid} = excluded.{aid}, \
+             {ft} = max(cur.{ft} + 1, excluded.{ft})"
+        ));
+        let write = b.build();
+
+        Self { acquire, unlock, extend, select, delete, write }
+    }
+}
+
+fn ddl(n: &QuotedNames) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {t} (\n    {name} TEXT NOT NULL PRIMARY KEY,\n    \
+         {lu} INTEGER NOT NULL, -- milliseconds since the Unix epoch (UTC)\n    \
+         {la} INTEGER NOT NULL, -- milliseconds since the Unix epoch (UTC)\n    \
+         {lb} TEXT NOT NULL,\n    {aid} INTEGER NOT NULL,\n    {ft} INTEGER NOT NULL\n) WITHOUT ROWID;",
+        t = n.table,
+        name = n.name,
+        lu = n.lock_until,
+        la = n.locked_at,
+        lb = n.locked_by,
+        aid = n.acquisition_id,
+        ft = n.fencing_token,
+    )
+}
+
+fn classify(e: &dyn DatabaseError) -> DbErrorKind {
+    let msg = e.message();
+    if msg.starts_with("no such table")
+        || msg.starts_with("unknown database")
+        || msg.starts_with("no such column")
+        || msg.contains("has no column named")
+    {
+        return DbErrorKind::MissingTable;
+    }
+    // Primary result code: the low byte of the extended code.
+    let code = e.code().and_then(|c| c.parse::<i32>().ok()).map(|c| c & 0xff);
+    match code {
+        // SQLITE_BUSY, SQLITE_LOCKED: another connection holds the write lock past the busy
+        // timeout.
+        Some(5 | 6) => DbErrorKind::Unavailable,
+        // SQLITE_IOERR, SQLITE_CANTOPEN, SQLITE_FULL, SQLITE_PROTOCOL
+        Some(10 | 14 | 13 | 15) => DbErrorKind::Unavailable,
+        // SQLITE_TOOBIG
+        Some(18) => DbErrorKind::NameRejected,
+        _ => DbErrorKind::Other,
+    }
+}
+
+fn bind<'q>(stmt: &Stmt, values: &ArgValues<'q>) -> Query<'q, Sqlite, SqliteArguments> {
+    let mut q = sqlx::query(AssertSqlSafe(stmt.sql().clone()));
+    for v in stmt.values(values) {
+        q = match v {
+            Value::Text(s) => q.bind(s),
+            Value::Int(i) => q.bind(i),
+        };
+    }
+    q
+}
+
+impl Inner {
+    fn ctx<'a>(&'a self, name: Option<&'a str>) -> ErrorContext<'a> {
+        ErrorContext { backend: BACKEND, table: &self.table, ddl: &self.ddl, name }
+    }
+
+    fn err(&self, name: Option<&str>, e: sqlx::Error) -> Error {
+        map_sqlx_error(&self.ctx(name), e, classify)
+    }
+
+    fn values<'a>(&'a self, name: &'a str) -> ArgValues<'a> {
+        ArgValues {
+            name,
+            locked_by: &self.locked_by,
+            now: self.time.client_now_micros().div_euclid(1000),
+            ..Default::default()
+        }
+    }
+
+    async fn execute(&self, stmt: &Stmt, values: &ArgValues<'_>) -> Result<u64, sqlx::Error> {
+        bind(stmt, values).execute(&self.pool).await.map(|r| r.rows_affected())
+    }
+}
+
+impl SqliteLockProvider {
+    /// Starts a builder on the caller's pool. Lock statements take their own connection from it.
+    pub fn builder(pool: SqlitePool) -> SqliteLockProviderBuilder {
+        SqliteLockProviderBuilder {
+            pool,
+            table: "shedlock".into(),
+            columns: Columns::default(),
+            locked_by: None,
+            max_name_len: DEFAULT_MAX_NAME_LEN,
+            time: TimeMode::Database,
+            timeout: Some(DEFAULT_TIMEOUT),
+        }
+    }
+
+    /// The `CREATE TABLE IF NOT EXISTS` statement for the configured table and columns.
+    pub fn ddl(&self) -> &str {
+        &self.inner.ddl
+    }
+
+    /// Creates the lock table if it does not exist (runs [`ddl`](Self::ddl)).
+    pub async fn create_table(&self) -> Result<()> {
+        let inner = &self.inner;
+        with_timeout("create_table", inner.timeout, async {
+            sqlx::raw_sql(AssertSqlSafe(inner.ddl.clone()))
+                .execute(&inner.pool)
+                .await
+                .map(|_| ())
+                .map_err(|e| match inner.err(None, e) {
+                    e @ Error::Unavailable { .. } => e,
+                    Error::Setup { message, .. } => Error::backend(BACKEND, message),
+                    e => e,
+                })
+        })
+        .await
+    }
+
+    /// The stored row of `name`, if any (for operators and tests).
+    pub async fn record(&self, name: &str) -> Result<Option<LockRecord>> {
+        let inner = &self.inner;
+        let values = inner.values(name);
+        with_timeout("record", inner.timeout, async {
+            let row = bind(&inner.stmts.select, &values)
+                .fetch_optional(&inner.pool)
+                .await
+                .map_err(|e| inner.err(Some(name), e))?;
+            row.map(|r| -> std::result::Result<LockRecord, sqlx::Error> {
+                Ok(LockRecord::from_raw(
+                    r.try_get(0)?,
+                    r.try_get(1)?,
+                    r.try_get(2)?,
+                    r.try_get(3)?,
+                    r.try_get(4)?,
+                    r.try_get(5)?,
+                ))
+            })
+            .transpose()
+            .map_err(|e| inner.err(Some(name), e))
+        })
+        .await
+    }
+
+    /// Deletes the row of `name`, as an operator might; returns whether there was one. The next
+    /// acquisition recreates the row with a larger fencing token.
+    pub async fn delete_record(&self, name: &str) -> Result<bool> {
+        let inner = &self.inner;
+        let values = inner.values(name);
+        with_timeout("delete_record", inner.timeout, async {
+            inner
+                .execute(&inner.stmts.delete, &values)
+                .await
+                .map(|n| n > 0)
+                .map_err(|e| inner.err(Some(name), e))
+        })
+        .await
+    }
+
+    /// Creates or overwrites the row of `name` with `lock_until` (and `locked_at`) set to the
+    /// given time (floored to the millisecond), a fresh owner nobody holds, and a larger fencing
+    /// token, as a process that crashed would have left it. For tests and manual repair.
+    pub async fn write_record(&self, name: &str, lock_until: SystemTime) -> Result<()> {
+        let inner = &self.inner;
+        check_lock_name(BACKEND, name, inner.max_name_len, false)?;
+        let values = ArgValues {
+            until: unix_micros(lock_until).div_euclid(1000),
+            acquisition_id: acquisition_id(),
+            ..inner.values(name)
+        };
+        with_timeout("write_record", inner.timeout, async {
+            inner
+                .execute(&inner.stmts.write, &values)
+                .await
+                .map(|_| ())
+                .map_err(|e| inner.err(Some(name), e))
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl LockProvider for SqliteLockProvider {
+    async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
+        let inner = &self.inner;
+        let name = config.name();
+        check_lock_name(BACKEND, name, inner.max_name_len, false)?;
+        let values = ArgValues {
+            acquisition_id: acquisition_id(),
+            at_most: duration_millis_ceil(config.lock_at_most_for()),
+            ..inner.values(name)
+        };
+        let token = with_timeout("try_lock", inner.timeout, async {
+            let row = bind(&inner.stmts.acquire, &values)
+                .fetch_optional(&inner.pool)
+                .await
+                .map_err(|e| inner.err(Some(name), e))?;
+            row.map(|r| r.try_get::<i64, _>(0)).transpose().map_err(|e| inner.err(Some(name), e))
+        })
+        .await?;
+        match token {
+            Some(token) => {
+                tracing::debug!(lock = name, token, "sqlite lock acquired");
+                let handle = SqliteHandle {
+                    inner: Arc::clone(inner),
+                    acquisition_id: values.acquisition_id,
+                    token,
+                };
+                Ok(Some(Lock::new(config.clone(), handle)))
+            }
+            None => {
+                tracing::trace!(lock = name, "sqlite lock held elsewhere");
+                Ok(None)
+            }
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new()
+            .with_extend(true)
+            .with_fencing(true)
+            .with_owner_checked(true)
+            .with_server_time(self.inner.time.is_database())
+            .with_granularity(Duration::from_millis(1))
+            .with_max_name_len(Some(self.inner.max_name_len))
+    }
+}
+
+struct SqliteHandle {
+    inner: Arc<Inner>,
+    acquisition_id: i64,
+    token: i64,
+}
+
+#[async_trait]
+impl LockHandle for SqliteHandle {
+    async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
+        let inner = &self.inner;
+        let name = config.name();
+        let values = ArgValues {
+            acquisition_id: self.acquisition_id,
+            fencing_token: self.token,
+            at_least: duration_millis_ceil(config.lock_at_least_for()),
+            ..inner.values(name)
+        };
+        let n = with_timeout("unlock", inner.timeout, async {
+            inner.execute(&inner.stmts.unlock, &values).await.map_err(|e| inner.err(Some(name), e))
+        })
+        .await?;
+        if n == 0 {
+            tracing::debug!(lock = name, "sqlite unlock by a stale holder changed nothing");
+        }
+        Ok(())
+    }
+
+    async fn extend(&mut self, config: &LockConfig) -> Result<()> {
+        let inner = &self.inner;
+        let name = config.name();
+        let values = ArgValues {
+            acquisition_id: self.acquisition_id,
+            fencing_token: self.token,
+            at_most: duration_millis_ceil(config.lock_at_most_for()),
+            ..inner.values(name)
+        };
+        let n = with_timeout("extend", inner.timeout, async {
+            inner.execute(&inner.stmts.extend, &values).await.map_err(|e| inner.err(Some(name), e))
+        })
+        .await?;
+        if n == 1 { Ok(()) } else { Err(Error::LockLost { name: name.to_owned() }) }
+    }
+
+    fn fencing_token(&self) -> Option<u64> {
+        Some(shedlock_sql_common::token_u64(self.token))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names() -> QuotedNames {
+        let table = TableName::parse(BACKEND, "shedlock").unwrap();
+        QuotedNames::new(BACKEND, &table, &Columns::default(), '"').unwrap()
+    }
+
+    #[test]
+    fn acquire_is_one_upsert() {
+        let s = Statements::new(&names(), true);
+        let sql = s.acquire.sql();
+        assert!(sql.contains("ON CONFLICT (\"name\") DO UPDATE"), "{sql}");
+        assert!(sql.ends_with("RETURNING \"fencing_token\""), "{sql}");
+        assert_eq!(s.acquire.args(), &[Arg::Name, Arg::AtMost, Arg::LockedBy, Arg::AcquisitionId]);
+    }
+}

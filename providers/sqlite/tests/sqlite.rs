@@ -1,0 +1,348 @@
+//! Provider-level tests against real SQLite database files.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::{
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, SystemTime},
+};
+
+use shedlock::{Error, LockConfig, LockProvider, SkewedClock, system_clock};
+use shedlock_sqlite::{
+    Columns, SqliteLockProvider, TimeMode, recommended_connect_options, recommended_pool_options,
+};
+use sqlx::SqlitePool;
+
+/// A fresh database file in a fresh directory under the system temp dir.
+fn db_file() -> PathBuf {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "shedlock-sqlite-test-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join("locks.db")
+}
+
+async fn pool(path: &PathBuf) -> SqlitePool {
+    recommended_pool_options().connect_with(recommended_connect_options(path)).await.unwrap()
+}
+
+/// Two independent providers (separate pools on one file, like two processes).
+async fn two_nodes() -> (SqliteLockProvider, SqliteLockProvider) {
+    let path = db_file();
+    let a = SqliteLockProvider::builder(pool(&path).await).build().unwrap();
+    a.create_table().await.unwrap();
+    let b = SqliteLockProvider::builder(pool(&path).await).build().unwrap();
+    (a, b)
+}
+
+fn cfg(name: &str, at_most_ms: u64, at_least_ms: u64) -> LockConfig {
+    LockConfig::new(name, Duration::from_millis(at_most_ms), Duration::from_millis(at_least_ms))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn one_winner_and_release() {
+    let (a, b) = two_nodes().await;
+    let c = cfg("job", 60_000, 0);
+    let lock = a.try_lock(&c).await.unwrap().expect("free");
+    assert!(b.try_lock(&c).await.unwrap().is_none());
+    assert!(a.try_lock(&c).await.unwrap().is_none(), "not reentrant");
+    lock.unlock().await.unwrap();
+    let lock = b.try_lock(&c).await.unwrap().expect("free after unlock");
+    lock.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn stale_holder_cannot_unlock_or_extend() {
+    let (a, b) = two_nodes().await;
+    let name = "stale";
+    let mut stale = a.try_lock(&cfg(name, 200, 0)).await.unwrap().expect("free");
+    // Granularity is 1 ms and both sides use SQLite's clock: 200 ms + 150 ms margin.
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let fresh = b.try_lock(&cfg(name, 60_000, 0)).await.unwrap().expect("expired, free");
+    assert!(fresh.fencing_token() > stale.fencing_token());
+    let before = a.record(name).await.unwrap().unwrap();
+    assert!(matches!(
+        stale.extend(Duration::from_secs(600), Duration::ZERO).await,
+        Err(Error::LockLost { .. })
+    ));
+    stale.unlock().await.unwrap();
+    assert_eq!(
+        a.record(name).await.unwrap().unwrap(),
+        before,
+        "stale unlock/extend changed nothing"
+    );
+    assert!(a.try_lock(&cfg(name, 60_000, 0)).await.unwrap().is_none(), "new holder keeps it");
+    fresh.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn extend_keeps_the_lock_and_expired_extend_fails() {
+    let (a, b) = two_nodes().await;
+    let mut lock = a.try_lock(&cfg("ext", 300, 0)).await.unwrap().unwrap();
+    lock.extend(Duration::from_secs(60), Duration::ZERO).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    assert!(b.try_lock(&cfg("ext", 60_000, 0)).await.unwrap().is_none(), "extended");
+    lock.extend(Duration::from_millis(100), Duration::ZERO).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert!(matches!(
+        lock.extend(Duration::from_secs(60), Duration::ZERO).await,
+        Err(Error::LockLost { .. })
+    ));
+    assert!(b.try_lock(&cfg("ext", 60_000, 0)).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn at_least_is_kept_from_locked_at() {
+    let (a, b) = two_nodes().await;
+    let lock = a.try_lock(&cfg("least", 60_000, 700)).await.unwrap().unwrap();
+    lock.unlock().await.unwrap();
+    let rec = a.record("least").await.unwrap().unwrap();
+    assert_eq!(rec.lock_until.duration_since(rec.locked_at).unwrap(), Duration::from_millis(700));
+    assert!(b.try_lock(&cfg("least", 60_000, 0)).await.unwrap().is_none());
+    tokio::time::sleep(Duration::from_millis(850)).await;
+    assert!(b.try_lock(&cfg("least", 60_000, 0)).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn lock_until_keeps_milliseconds_and_utc() {
+    let (a, _) = two_nodes().await;
+    let _lock = a.try_lock(&cfg("ms", 1_234, 0)).await.unwrap().unwrap();
+    let rec = a.record("ms").await.unwrap().unwrap();
+    assert_eq!(rec.lock_until.duration_since(rec.locked_at).unwrap(), Duration::from_millis(1_234));
+    let diff = rec.locked_at.duration_since(SystemTime::now()).unwrap_or_else(|e| e.duration());
+    assert!(diff < Duration::from_secs(2), "locked_at is the current UTC time, off by {diff:?}");
+}
+
+#[tokio::test]
+async fn missing_table_is_a_setup_error_quoting_the_ddl() {
+    let path = db_file();
+    let p = SqliteLockProvider::builder(pool(&path).await).table("missing").build().unwrap();
+    match p.try_lock(&cfg("x", 1000, 0)).await {
+        Err(Error::Setup { message, .. }) => assert!(message.contains(p.ddl()), "{message}"),
+        other => panic!("expected Setup, got {other:?}"),
+    }
+    let p2 = SqliteLockProvider::builder(pool(&path).await).table("nodb.shedlock").build().unwrap();
+    assert!(matches!(p2.try_lock(&cfg("x", 1000, 0)).await, Err(Error::Setup { .. })));
+}
+
+#[tokio::test]
+async fn identifiers_are_validated() {
+    let path = db_file();
+    let pool = pool(&path).await;
+    for table in ["", "1t", "t-x", "t x", "t;drop", "t\"x", "a.b.c", "ünï", "t\0", &"a".repeat(64)]
+    {
+        assert!(
+            matches!(
+                SqliteLockProvider::builder(pool.clone()).table(table).build(),
+                Err(Error::Setup { .. })
+            ),
+            "{table:?}"
+        );
+    }
+    for table in ["main.locks", "select", "MixedCase", "_x"] {
+        let p = SqliteLockProvider::builder(pool.clone())
+            .table(table)
+            .columns(Columns::default().with_name("key").with_locked_at("order"))
+            .build()
+            .unwrap();
+        p.create_table().await.unwrap();
+        let lock = p.try_lock(&cfg("v", 60_000, 0)).await.unwrap().expect(table);
+        lock.unlock().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn long_and_hostile_names() {
+    let (a, b) = two_nodes().await;
+    let max = "x".repeat(255);
+    assert!(a.try_lock(&cfg(&max, 60_000, 0)).await.unwrap().is_some());
+    for too_long in [format!("{max}a"), "😀".repeat(64)] {
+        match b.try_lock(&cfg(&too_long, 60_000, 0)).await {
+            Err(Error::InvalidName { name, .. }) => assert_eq!(name, too_long),
+            other => panic!("expected InvalidName, got {other:?}"),
+        }
+    }
+    let names = [
+        "'",
+        "\"",
+        "%",
+        "_",
+        "a%",
+        "a_",
+        ";",
+        "--",
+        "x'; DROP TABLE shedlock; --",
+        "ünïcødé 😀",
+        " padded ",
+        "padded",
+        "padded ",
+        "new\nline",
+        "*",
+        "/",
+        "..",
+        "\\",
+        "Case",
+        "case",
+        "nul\0byte",
+        "nul",
+        &"😀".repeat(63),
+    ];
+    let mut locks = Vec::new();
+    for n in names {
+        let lock = a.try_lock(&cfg(n, 60_000, 0)).await.unwrap();
+        locks.push(lock.unwrap_or_else(|| panic!("{n:?} must be free (no collision)")));
+        assert_eq!(a.record(n).await.unwrap().unwrap().name, n);
+        assert!(b.try_lock(&cfg(n, 60_000, 0)).await.unwrap().is_none(), "{n:?} held");
+    }
+    for l in locks {
+        l.unlock().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn deleted_row_is_recreated_with_a_larger_token() {
+    let (a, b) = two_nodes().await;
+    let lock = a.try_lock(&cfg("del", 60_000, 0)).await.unwrap().unwrap();
+    let t1 = lock.fencing_token().unwrap();
+    assert!(a.delete_record("del").await.unwrap());
+    let lock2 = b.try_lock(&cfg("del", 60_000, 0)).await.unwrap().expect("deleted row is free");
+    assert!(lock2.fencing_token().unwrap() > t1);
+    lock.unlock().await.unwrap();
+    assert!(a.try_lock(&cfg("del", 60_000, 0)).await.unwrap().is_none());
+    a.write_record("planted", SystemTime::now() - Duration::from_secs(3600)).await.unwrap();
+    assert!(b.try_lock(&cfg("planted", 60_000, 0)).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn fencing_tokens_strictly_increase() {
+    let (a, b) = two_nodes().await;
+    let mut last = 0;
+    for i in 0..50 {
+        let p = if i % 2 == 0 { &a } else { &b };
+        let lock = p.try_lock(&cfg("fence", 60_000, 0)).await.unwrap().unwrap();
+        let t = lock.fencing_token().unwrap();
+        assert!(t > last, "{t} > {last}");
+        last = t;
+        lock.unlock().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_nodes_have_one_winner_per_round() {
+    let path = db_file();
+    let mut nodes = Vec::new();
+    for _ in 0..5 {
+        let p = SqliteLockProvider::builder(pool(&path).await).build().unwrap();
+        p.create_table().await.unwrap();
+        nodes.push(Arc::new(p));
+    }
+    for round in 0..30 {
+        let name = format!("race{round}");
+        let mut tasks = Vec::new();
+        for n in &nodes {
+            let n = n.clone();
+            let c = cfg(&name, 60_000, 0);
+            tasks.push(tokio::spawn(async move { n.try_lock(&c).await.map(|l| l.is_some()) }));
+        }
+        let mut winners = 0;
+        for t in tasks {
+            if t.await.unwrap().unwrap() {
+                winners += 1;
+            }
+        }
+        assert_eq!(winners, 1, "round {round}");
+    }
+}
+
+#[tokio::test]
+async fn lock_statements_do_not_join_a_callers_transaction() {
+    let path = db_file();
+    let pool = pool(&path).await;
+    let p = SqliteLockProvider::builder(pool.clone()).build().unwrap();
+    p.create_table().await.unwrap();
+    let observer = SqliteLockProvider::builder(self::pool(&path).await).build().unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1").execute(&mut *tx).await.unwrap();
+    let lock = p.try_lock(&cfg("tx", 60_000, 0)).await.unwrap().unwrap();
+    assert!(observer.record("tx").await.unwrap().is_some(), "visible before the caller's commit");
+    tx.rollback().await.unwrap();
+    assert!(observer.try_lock(&cfg("tx", 60_000, 0)).await.unwrap().is_none());
+    lock.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn database_time_ignores_client_skew_client_time_does_not() {
+    let path = db_file();
+    let behind = Arc::new(SkewedClock::behind(system_clock(), Duration::from_secs(3600)));
+    let slow = SqliteLockProvider::builder(pool(&path).await)
+        .time_mode(TimeMode::Client(behind))
+        .build()
+        .unwrap();
+    slow.create_table().await.unwrap();
+    let right = SqliteLockProvider::builder(pool(&path).await)
+        .time_mode(TimeMode::Client(system_clock()))
+        .build()
+        .unwrap();
+    let _held = slow.try_lock(&cfg("c", 60_000, 0)).await.unwrap().unwrap();
+    assert!(
+        right.try_lock(&cfg("c", 60_000, 0)).await.unwrap().is_some(),
+        "client time breaks under skew"
+    );
+    let db_a = SqliteLockProvider::builder(pool(&path).await).build().unwrap();
+    let db_b = SqliteLockProvider::builder(pool(&path).await).build().unwrap();
+    let _l = db_a.try_lock(&cfg("d", 60_000, 0)).await.unwrap().unwrap();
+    assert!(db_b.try_lock(&cfg("d", 60_000, 0)).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn dropped_acquire_leaves_no_bad_connection() {
+    let path = db_file();
+    let pool = recommended_pool_options()
+        .max_connections(1)
+        .connect_with(recommended_connect_options(&path))
+        .await
+        .unwrap();
+    let p = SqliteLockProvider::builder(pool).build().unwrap();
+    p.create_table().await.unwrap();
+    for i in 0..30u64 {
+        let c = cfg(&format!("c{i}"), 400, 0);
+        let _ = tokio::time::timeout(Duration::from_micros(20 * i), p.try_lock(&c)).await;
+    }
+    let lock = p.try_lock(&cfg("after", 60_000, 0)).await.unwrap().expect("provider still works");
+    lock.unlock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(550)).await;
+    for i in 0..30u64 {
+        assert!(p.try_lock(&cfg(&format!("c{i}"), 60_000, 0)).await.unwrap().is_some(), "c{i}");
+    }
+}
+
+#[tokio::test]
+async fn a_locked_database_is_a_retryable_error() {
+    let path = db_file();
+    let pool_a = pool(&path).await;
+    let p = SqliteLockProvider::builder(
+        recommended_pool_options()
+            .connect_with(
+                recommended_connect_options(&path).busy_timeout(Duration::from_millis(100)),
+            )
+            .await
+            .unwrap(),
+    )
+    .build()
+    .unwrap();
+    p.create_table().await.unwrap();
+    // Another connection holds the write lock (an exclusive transaction).
+    let mut conn = pool_a.acquire().await.unwrap();
+    sqlx::query("BEGIN EXCLUSIVE").execute(&mut *conn).await.unwrap();
+    let err = p.try_lock(&cfg("busy", 60_000, 0)).await.unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+    sqlx::query("ROLLBACK").execute(&mut *conn).await.unwrap();
+    assert!(p.try_lock(&cfg("busy", 60_000, 0)).await.unwrap().is_some());
+}
