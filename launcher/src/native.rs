@@ -1,0 +1,417 @@
+//! How to run each backend natively: one-time preparation of its data directory, and the
+//! processes (with their readiness probes) for a given set of ports.
+
+use std::{
+    ffi::OsString,
+    net::{Ipv4Addr, SocketAddr, SocketAddrV4},
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use nix::sys::signal::Signal;
+
+use crate::{
+    Backend, LaunchError,
+    locate::{Programs, system_user},
+    probe::Probe,
+    process::{NodeSpec, shell_quote},
+};
+
+fn local(port: u16) -> SocketAddr {
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port))
+}
+
+pub(crate) fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// How many loopback ports a native launch needs.
+pub(crate) fn ports_needed(backend: Backend) -> usize {
+    match backend {
+        Backend::Sqlite => 0,
+        Backend::Nats | Backend::Etcd => 2,
+        Backend::EtcdCluster => 6,
+        Backend::ZooKeeperEnsemble => 9,
+        _ => 1,
+    }
+}
+
+fn io(backend: Backend, step: String) -> impl FnOnce(std::io::Error) -> LaunchError {
+    move |e| LaunchError::io(backend.name(), step, e)
+}
+
+fn mkdir(backend: Backend, dir: &Path) -> Result<(), LaunchError> {
+    std::fs::create_dir_all(dir).map_err(io(backend, format!("creating {}", dir.display())))
+}
+
+/// A fresh, empty directory.
+fn fresh_dir(backend: Backend, dir: &Path) -> Result<(), LaunchError> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).map_err(io(backend, format!("removing {}", dir.display())))?;
+    }
+    mkdir(backend, dir)
+}
+
+fn write(backend: Backend, path: &Path, text: &str) -> Result<(), LaunchError> {
+    std::fs::write(path, text).map_err(io(backend, format!("writing {}", path.display())))
+}
+
+/// uid/gid of the system user a server must run as when we are root.
+fn service_user(
+    backend: Backend,
+    user: &str,
+    package: &str,
+) -> Result<Option<(u32, u32)>, LaunchError> {
+    if !is_root() {
+        return Ok(None);
+    }
+    system_user(user).map(Some).ok_or_else(|| LaunchError::NotInstalled {
+        backend: backend.name(),
+        looked_for: format!("system user {user:?} (a root launch runs the server as that user)"),
+        hint: format!(
+            "run `cargo xtask provision` or `apt-get install {package}`, which creates it"
+        ),
+    })
+}
+
+fn chown_tree(backend: Backend, dir: &Path, owner: Option<(u32, u32)>) -> Result<(), LaunchError> {
+    if let Some((uid, gid)) = owner {
+        std::os::unix::fs::chown(dir, Some(uid), Some(gid))
+            .map_err(io(backend, format!("chown {}", dir.display())))?;
+    }
+    Ok(())
+}
+
+/// `program args...`, run as `owner` (via setpriv, which execs, so the pid stays the server's)
+/// when we are root.
+fn as_user(program: &Path, owner: Option<(u32, u32)>, log: PathBuf, probe: Probe) -> NodeSpec {
+    match owner {
+        Some((uid, gid)) => NodeSpec::new(Path::new("/usr/bin/setpriv"), log, probe)
+            .arg(format!("--reuid={uid}"))
+            .arg(format!("--regid={gid}"))
+            .arg("--clear-groups")
+            .arg("--")
+            .arg(program.as_os_str()),
+        None => NodeSpec::new(program, log, probe),
+    }
+}
+
+/// Runs a preparation command to completion; its output goes to `log`.
+fn run(backend: Backend, cmd: &mut Command, log: &Path) -> Result<(), LaunchError> {
+    let line = std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|a| shell_quote(&a.to_string_lossy()))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let out = cmd
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(io(backend, format!("running `{line}`")))?;
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    let _ = std::fs::write(log, &text);
+    if out.status.success() {
+        Ok(())
+    } else {
+        let lines: Vec<&str> = text.lines().collect();
+        Err(LaunchError::CommandFailed {
+            backend: backend.name(),
+            command: line,
+            status: out.status.to_string(),
+            output: lines[lines.len().saturating_sub(30)..].join("\n"),
+        })
+    }
+}
+
+/// One-time preparation (initdb, mariadb-install-db) in the service directory `dir`.
+pub(crate) fn prepare(
+    backend: Backend,
+    programs: &Programs,
+    dir: &Path,
+) -> Result<(), LaunchError> {
+    match programs {
+        Programs::Postgres { initdb, .. } => {
+            let owner = service_user(backend, "postgres", "postgresql")?;
+            let pg = dir.join("pg");
+            mkdir(backend, &pg)?;
+            chown_tree(backend, &pg, owner)?;
+            let mut cmd = match owner {
+                Some((uid, gid)) => {
+                    let mut c = Command::new("/usr/bin/setpriv");
+                    c.arg(format!("--reuid={uid}"))
+                        .arg(format!("--regid={gid}"))
+                        .arg("--clear-groups")
+                        .arg("--")
+                        .arg(initdb);
+                    c
+                }
+                None => Command::new(initdb),
+            };
+            cmd.current_dir(&pg).arg("-D").arg(pg.join("data")).args([
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--no-sync",
+                "-E",
+                "UTF8",
+                "--locale=C",
+            ]);
+            run(backend, &mut cmd, &pg.join("initdb.log"))
+        }
+        Programs::MariaDb { install_db, .. } => {
+            let owner = service_user(backend, "mysql", "mariadb-server")?;
+            let m = dir.join("maria");
+            mkdir(backend, &m)?;
+            chown_tree(backend, &m, owner)?;
+            let mut cmd = Command::new(install_db);
+            cmd.current_dir(&m)
+                .arg("--no-defaults")
+                .arg(format!("--datadir={}", m.join("data").display()))
+                .args(["--auth-root-authentication-method=normal", "--skip-test-db"]);
+            if owner.is_some() {
+                cmd.arg("--user=mysql");
+            }
+            run(backend, &mut cmd, &m.join("install-db.log"))?;
+            write(backend, &m.join("init.sql"), "CREATE DATABASE IF NOT EXISTS shedlock;\n")
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The server processes for `ports` (as many as [`ports_needed`]); the first `node_count` probes'
+/// addresses are the client ports.
+pub(crate) fn nodes(
+    backend: Backend,
+    programs: &Programs,
+    dir: &Path,
+    ports: &[u16],
+) -> Result<Vec<NodeSpec>, LaunchError> {
+    let port = |i: usize| ports.get(i).copied().unwrap_or(0);
+    let spec = match programs {
+        Programs::Sqlite => return Ok(Vec::new()),
+        Programs::Postgres { postgres, .. } => {
+            let owner = service_user(backend, "postgres", "postgresql")?;
+            let pg = dir.join("pg");
+            as_user(postgres, owner, pg.join("server.log"), Probe::Postgres(local(port(0))))
+                .arg("-D")
+                .arg(pg.join("data").as_os_str())
+                .arg("-p")
+                .arg(port(0).to_string())
+                .arg("-k")
+                .arg(pg.as_os_str())
+                .args([
+                    "-c",
+                    "listen_addresses=127.0.0.1",
+                    "-c",
+                    "fsync=off",
+                    "-c",
+                    "synchronous_commit=off",
+                    "-c",
+                    "full_page_writes=off",
+                    "-c",
+                    "max_connections=300",
+                ])
+                .cwd(&pg)
+                // SIGINT is PostgreSQL's "fast" shutdown; SIGTERM would wait for clients to leave.
+                .stop_with(Signal::SIGINT)
+        }
+        Programs::MariaDb { server, .. } => {
+            let m = dir.join("maria");
+            let mut s = NodeSpec::new(server, m.join("server.log"), Probe::MySql(local(port(0))))
+                .arg("--no-defaults")
+                .arg(format!("--datadir={}", m.join("data").display()))
+                .arg(format!("--port={}", port(0)))
+                .arg("--bind-address=127.0.0.1")
+                .arg(format!("--socket={}", m.join("sock").display()))
+                .arg(format!("--pid-file={}", m.join("pid").display()))
+                .arg(format!("--init-file={}", m.join("init.sql").display()))
+                .args([
+                    "--skip-log-bin",
+                    "--skip-name-resolve",
+                    "--innodb-flush-log-at-trx-commit=0",
+                    "--innodb-buffer-pool-size=64M",
+                    "--max-connections=500",
+                ])
+                .cwd(&m);
+            if is_root() {
+                s = s.arg("--user=mysql");
+            }
+            s
+        }
+        Programs::Redis { server } => {
+            let d = dir.join("redis");
+            fresh_dir(backend, &d)?;
+            NodeSpec::new(server, d.join("server.log"), Probe::Redis(local(port(0))))
+                .arg("--port")
+                .arg(port(0).to_string())
+                .args(["--bind", "127.0.0.1", "--dir"])
+                .arg(d.as_os_str())
+                // An append-only file (not fsynced) keeps the data across restart().
+                .args(["--save", "", "--appendonly", "yes", "--appendfsync", "no"])
+                .cwd(&d)
+        }
+        Programs::Memcached { server } => {
+            let d = dir.join("memcached");
+            fresh_dir(backend, &d)?;
+            let mut s =
+                NodeSpec::new(server, d.join("server.log"), Probe::Memcached(local(port(0))))
+                    .args(["-l", "127.0.0.1", "-p"])
+                    .arg(port(0).to_string())
+                    .args(["-U", "0", "-m", "64"])
+                    .cwd(&d);
+            if is_root() {
+                let user = if system_user("memcache").is_some() { "memcache" } else { "nobody" };
+                s = s.args(["-u", user]);
+            }
+            s
+        }
+        Programs::Nats { server } => {
+            let d = dir.join("nats");
+            fresh_dir(backend, &d)?;
+            NodeSpec::new(
+                server,
+                d.join("server.log"),
+                Probe::Nats { client: local(port(0)), monitor: local(port(1)) },
+            )
+            .args(["-a", "127.0.0.1", "-p"])
+            .arg(port(0).to_string())
+            .arg("-m")
+            .arg(port(1).to_string())
+            .args(["-js", "-sd"])
+            .arg(d.join("js").as_os_str())
+            .cwd(&d)
+        }
+        Programs::MongoDb { server } => {
+            let d = dir.join("mongo");
+            fresh_dir(backend, &d)?;
+            NodeSpec::new(server, d.join("server.log"), Probe::MongoDb(local(port(0))))
+                .args(["--host", "127.0.0.1", "--port"])
+                .arg(port(0).to_string())
+                .arg("--storage-path")
+                .arg(d.join("data").as_os_str())
+                .args(["--log-level", "WARNING", "--standalone"])
+                .cwd(&d)
+        }
+        Programs::DynamoDb { script, node } => {
+            let d = dir.join("dynamo");
+            fresh_dir(backend, &d)?;
+            NodeSpec::new(node, d.join("server.log"), Probe::DynamoDb(local(port(0))))
+                .arg(script.as_os_str())
+                .args(["--host", "127.0.0.1", "--port"])
+                .arg(port(0).to_string())
+                .args([
+                    "--createTableMs",
+                    "0",
+                    "--deleteTableMs",
+                    "0",
+                    "--updateTableMs",
+                    "0",
+                    "--path",
+                ])
+                .arg(d.join("data").as_os_str())
+                .cwd(&d)
+        }
+        Programs::S3 { server } => {
+            let d = dir.join("s3");
+            fresh_dir(backend, &d)?;
+            NodeSpec::new(server, d.join("server.log"), Probe::S3(local(port(0))))
+                .args(["-H", "127.0.0.1", "-p"])
+                .arg(port(0).to_string())
+                .cwd(&d)
+        }
+        Programs::Etcd { server } => return etcd_nodes(backend, server, dir, ports),
+        Programs::ZooKeeper { java, jar } => {
+            return zookeeper_nodes(backend, java, jar, dir, ports);
+        }
+    };
+    Ok(vec![spec])
+}
+
+fn etcd_nodes(
+    backend: Backend,
+    server: &Path,
+    dir: &Path,
+    ports: &[u16],
+) -> Result<Vec<NodeSpec>, LaunchError> {
+    let n = backend.node_count();
+    // ports: client_0, peer_0, client_1, peer_1, ...
+    let client = |i: usize| ports.get(2 * i).copied().unwrap_or(0);
+    let peer = |i: usize| ports.get(2 * i + 1).copied().unwrap_or(0);
+    let cluster =
+        (0..n).map(|i| format!("n{i}=http://127.0.0.1:{}", peer(i))).collect::<Vec<_>>().join(",");
+    let token = format!("shedlock-{}-{}", std::process::id(), client(0));
+    (0..n)
+        .map(|i| {
+            let d = dir.join(format!("etcd{i}"));
+            fresh_dir(backend, &d)?;
+            let c = format!("http://127.0.0.1:{}", client(i));
+            let p = format!("http://127.0.0.1:{}", peer(i));
+            Ok(NodeSpec::new(server, d.join("server.log"), Probe::Etcd(local(client(i))))
+                .arg("--name")
+                .arg(format!("n{i}"))
+                .arg("--data-dir")
+                .arg(d.join("data").as_os_str())
+                .args(["--listen-client-urls", &c, "--advertise-client-urls", &c])
+                .args(["--listen-peer-urls", &p, "--initial-advertise-peer-urls", &p])
+                .args(["--initial-cluster", &cluster, "--initial-cluster-state", "new"])
+                .args(["--initial-cluster-token", &token])
+                .args(["--logger", "zap", "--log-level", "warn"])
+                // Elections in well under a second on loopback.
+                .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+                .cwd(&d))
+        })
+        .collect()
+}
+
+fn zookeeper_nodes(
+    backend: Backend,
+    java: &Path,
+    jar: &Path,
+    dir: &Path,
+    ports: &[u16],
+) -> Result<Vec<NodeSpec>, LaunchError> {
+    let n = backend.node_count();
+    // ports: client_0..client_{n-1}, then quorum/election pairs for an ensemble.
+    let client = |i: usize| ports.get(i).copied().unwrap_or(0);
+    let quorum = |i: usize| ports.get(n + 2 * i).copied().unwrap_or(0);
+    let election = |i: usize| ports.get(n + 2 * i + 1).copied().unwrap_or(0);
+    (0..n)
+        .map(|i| {
+            let d = dir.join(format!("zk{i}"));
+            fresh_dir(backend, &d)?;
+            let data = d.join("data");
+            mkdir(backend, &data)?;
+            let mut cfg = format!(
+                "tickTime=500\ninitLimit=20\nsyncLimit=10\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\n\
+                 admin.enableServer=false\n4lw.commands.whitelist=ruok,srvr,stat,mntr\nmaxClientCnxns=0\n",
+                data.display(),
+                client(i)
+            );
+            if n > 1 {
+                for k in 0..n {
+                    cfg.push_str(&format!("server.{}=127.0.0.1:{}:{}\n", k + 1, quorum(k), election(k)));
+                }
+                write(backend, &data.join("myid"), &format!("{}\n", i + 1))?;
+            }
+            let cfg_path = d.join("zoo.cfg");
+            write(backend, &cfg_path, &cfg)?;
+            let mut classpath = OsString::from(jar.as_os_str());
+            classpath.push(":");
+            classpath.push(d.as_os_str());
+            Ok(NodeSpec::new(java, d.join("server.log"), Probe::ZooKeeper(local(client(i))))
+                .args([
+                    "-Xmx256m",
+                    "-XX:+UseSerialGC",
+                    "-XX:TieredStopAtLevel=1",
+                    "-Xshare:auto",
+                    "-Dzookeeper.jmx.log4j.disable=true",
+                ])
+                .arg(format!("-Dzookeeper.log.dir={}", d.display()))
+                .arg("-cp")
+                .arg(classpath)
+                .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+                .arg(cfg_path.as_os_str())
+                .cwd(&d))
+        })
+        .collect()
+}

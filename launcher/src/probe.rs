@@ -1,0 +1,475 @@
+//! Readiness probes that speak each server's own protocol: a server is ready when it answers a
+//! real request (PostgreSQL: a trusted login reaching ReadyForQuery; MariaDB: a login and
+//! COM_PING; Redis: PING; memcached: version; NATS: INFO plus the JetStream health endpoint;
+//! MongoDB: `hello`; DynamoDB: ListTables; S3: ListBuckets; etcd: `/health`; ZooKeeper: `srvr`
+//! reporting a Mode), not merely when its port accepts connections.
+
+use std::{
+    io::{Read, Write},
+    net::{SocketAddr, TcpStream},
+    time::Duration,
+};
+
+/// One readiness probe.
+#[derive(Debug, Clone)]
+pub(crate) enum Probe {
+    Postgres(SocketAddr),
+    MySql(SocketAddr),
+    Redis(SocketAddr),
+    Memcached(SocketAddr),
+    Nats {
+        client: SocketAddr,
+        monitor: SocketAddr,
+    },
+    MongoDb(SocketAddr),
+    DynamoDb(SocketAddr),
+    S3(SocketAddr),
+    Etcd(SocketAddr),
+    ZooKeeper(SocketAddr),
+    /// Any server whose `GET path` answers 200 (MinIO's readiness endpoint).
+    HttpOk {
+        addr: SocketAddr,
+        path: &'static str,
+    },
+}
+
+const IO_TIMEOUT: Duration = Duration::from_secs(3);
+
+fn connect(addr: SocketAddr) -> Result<TcpStream, String> {
+    let s = TcpStream::connect_timeout(&addr, Duration::from_secs(1))
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    let _ = s.set_read_timeout(Some(IO_TIMEOUT));
+    let _ = s.set_write_timeout(Some(IO_TIMEOUT));
+    let _ = s.set_nodelay(true);
+    Ok(s)
+}
+
+fn io(what: &str) -> impl Fn(std::io::Error) -> String + '_ {
+    move |e| format!("{what}: {e}")
+}
+
+impl Probe {
+    /// The client address the probe talks to.
+    pub(crate) fn addr(&self) -> SocketAddr {
+        match self {
+            Probe::Postgres(a)
+            | Probe::MySql(a)
+            | Probe::Redis(a)
+            | Probe::Memcached(a)
+            | Probe::MongoDb(a)
+            | Probe::DynamoDb(a)
+            | Probe::S3(a)
+            | Probe::Etcd(a)
+            | Probe::ZooKeeper(a) => *a,
+            Probe::Nats { client, .. } => *client,
+            Probe::HttpOk { addr, .. } => *addr,
+        }
+    }
+
+    /// `Ok(())` when the server answered a real request; `Err` says what it answered instead.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        match self {
+            Probe::Postgres(a) => postgres(*a),
+            Probe::MySql(a) => mysql(*a),
+            Probe::Redis(a) => {
+                let reply = line_exchange(*a, b"*1\r\n$4\r\nPING\r\n")?;
+                expect_prefix(&reply, "+PONG")
+            }
+            Probe::Memcached(a) => {
+                let reply = line_exchange(*a, b"version\r\n")?;
+                expect_prefix(&reply, "VERSION ")
+            }
+            Probe::Nats { client, monitor } => {
+                let mut s = connect(*client)?;
+                let info = read_line(&mut s)?;
+                expect_prefix(&info, "INFO {")?;
+                let (status, body) =
+                    http(*monitor, "GET", "/healthz?js-enabled-only=true", &[], "")?;
+                if status == 200 && body.contains("ok") {
+                    Ok(())
+                } else {
+                    Err(format!("JetStream health: HTTP {status}: {}", snippet(&body)))
+                }
+            }
+            Probe::MongoDb(a) => mongo_hello(*a),
+            Probe::DynamoDb(a) => {
+                let headers = [
+                    ("Content-Type", "application/x-amz-json-1.0"),
+                    ("X-Amz-Target", "DynamoDB_20120810.ListTables"),
+                    ("X-Amz-Date", "20250101T000000Z"),
+                    (
+                        "Authorization",
+                        "AWS4-HMAC-SHA256 Credential=shedlock/20250101/us-east-1/dynamodb/aws4_request, \
+                         SignedHeaders=host;x-amz-date;x-amz-target, Signature=0000",
+                    ),
+                ];
+                let (status, body) = http(*a, "POST", "/", &headers, "{}")?;
+                if status == 200 && body.contains("TableNames") {
+                    Ok(())
+                } else {
+                    Err(format!("ListTables: HTTP {status}: {}", snippet(&body)))
+                }
+            }
+            Probe::S3(a) => {
+                let headers = [
+                    ("X-Amz-Date", "20250101T000000Z"),
+                    (
+                        "Authorization",
+                        "AWS4-HMAC-SHA256 Credential=shedlock/20250101/us-east-1/s3/aws4_request, \
+                         SignedHeaders=host;x-amz-date, Signature=0000",
+                    ),
+                ];
+                let (status, body) = http(*a, "GET", "/", &headers, "")?;
+                if status == 200 && body.contains("ListAllMyBucketsResult") {
+                    Ok(())
+                } else {
+                    Err(format!("ListBuckets: HTTP {status}: {}", snippet(&body)))
+                }
+            }
+            Probe::Etcd(a) => {
+                let (status, body) = http(*a, "GET", "/health", &[], "")?;
+                if status == 200 && body.replace(' ', "").contains("\"health\":\"true\"") {
+                    Ok(())
+                } else {
+                    Err(format!("/health: HTTP {status}: {}", snippet(&body)))
+                }
+            }
+            Probe::HttpOk { addr, path } => match http(*addr, "GET", path, &[], "")? {
+                (200, _) => Ok(()),
+                (status, body) => Err(format!("GET {path}: HTTP {status}: {}", snippet(&body))),
+            },
+            Probe::ZooKeeper(a) => {
+                let mut s = connect(*a)?;
+                s.write_all(b"srvr").map_err(io("send srvr"))?;
+                let mut out = String::new();
+                let _ = s.read_to_string(&mut out);
+                let mode = out.lines().find_map(|l| l.strip_prefix("Mode:")).map(str::trim);
+                match mode {
+                    Some("standalone" | "leader" | "follower") => Ok(()),
+                    Some(other) => Err(format!("srvr: Mode: {other}")),
+                    None => Err(format!("srvr: no Mode line yet: {}", snippet(&out))),
+                }
+            }
+        }
+    }
+}
+
+fn snippet(s: &str) -> String {
+    let s = s.trim();
+    let cut: String = s.chars().take(200).collect();
+    if cut.len() < s.len() { format!("{cut}...") } else { cut }
+}
+
+fn expect_prefix(reply: &str, prefix: &str) -> Result<(), String> {
+    if reply.starts_with(prefix) {
+        Ok(())
+    } else {
+        Err(format!("expected {prefix:?}, got {:?}", snippet(reply)))
+    }
+}
+
+fn read_line(s: &mut TcpStream) -> Result<String, String> {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while buf.len() < 64 * 1024 {
+        match s.read(&mut byte) {
+            Ok(0) => break,
+            Ok(_) => {
+                buf.push(byte[0]);
+                if byte[0] == b'\n' {
+                    break;
+                }
+            }
+            Err(e) => return Err(format!("read: {e}")),
+        }
+    }
+    if buf.is_empty() {
+        return Err("connection closed without a reply".to_owned());
+    }
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+fn line_exchange(addr: SocketAddr, request: &[u8]) -> Result<String, String> {
+    let mut s = connect(addr)?;
+    s.write_all(request).map_err(io("send"))?;
+    read_line(&mut s)
+}
+
+/// A minimal HTTP/1.1 request with `Connection: close`; returns the status and body.
+pub(crate) fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Result<(u16, String), String> {
+    let mut s = connect(addr)?;
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).map_err(io("send HTTP request"))?;
+    let mut resp = Vec::new();
+    if let Err(e) = s.read_to_end(&mut resp) {
+        if resp.is_empty() {
+            return Err(format!("read HTTP response: {e}"));
+        }
+    }
+    let text = String::from_utf8_lossy(&resp);
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse::<u16>().ok())
+        .ok_or_else(|| format!("not an HTTP response: {:?}", snippet(&text)))?;
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    Ok((status, body))
+}
+
+// ---------- PostgreSQL ----------
+
+fn postgres(addr: SocketAddr) -> Result<(), String> {
+    let mut s = connect(addr)?;
+    let params = b"user\0postgres\0database\0postgres\0\0";
+    let len = u32::try_from(8 + params.len()).unwrap_or(0);
+    let mut msg = Vec::new();
+    msg.extend_from_slice(&len.to_be_bytes());
+    msg.extend_from_slice(&196_608u32.to_be_bytes());
+    msg.extend_from_slice(params);
+    s.write_all(&msg).map_err(io("send startup"))?;
+    loop {
+        let mut head = [0u8; 5];
+        s.read_exact(&mut head).map_err(io("read"))?;
+        let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+        let mut body = vec![0u8; len.saturating_sub(4).min(1 << 20)];
+        s.read_exact(&mut body).map_err(io("read"))?;
+        match head[0] {
+            b'R' => {
+                let code = body.get(..4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+                if code != Some(0) {
+                    return Err(format!("server asks for authentication (code {code:?})"));
+                }
+            }
+            b'E' => {
+                let fields: Vec<String> = body
+                    .split(|b| *b == 0)
+                    .filter(|f| f.first() == Some(&b'M'))
+                    .map(|f| String::from_utf8_lossy(&f[1..]).into_owned())
+                    .collect();
+                return Err(format!("error: {}", fields.join("; ")));
+            }
+            b'Z' => {
+                let _ = s.write_all(&[b'X', 0, 0, 0, 4]);
+                return Ok(());
+            }
+            _ => {}
+        }
+    }
+}
+
+// ---------- MySQL / MariaDB ----------
+
+fn mysql_read(s: &mut TcpStream) -> Result<(u8, Vec<u8>), String> {
+    let mut head = [0u8; 4];
+    s.read_exact(&mut head).map_err(io("read"))?;
+    let len = usize::from(head[0]) | usize::from(head[1]) << 8 | usize::from(head[2]) << 16;
+    let mut payload = vec![0u8; len];
+    s.read_exact(&mut payload).map_err(io("read"))?;
+    Ok((head[3], payload))
+}
+
+fn mysql_write(s: &mut TcpStream, seq: u8, payload: &[u8]) -> Result<(), String> {
+    let len = payload.len();
+    let mut p =
+        vec![(len & 0xff) as u8, ((len >> 8) & 0xff) as u8, ((len >> 16) & 0xff) as u8, seq];
+    p.extend_from_slice(payload);
+    s.write_all(&p).map_err(io("send"))
+}
+
+fn mysql_err(payload: &[u8]) -> String {
+    // 0xFF, code (2), '#', sqlstate (5), message
+    let code = payload.get(1..3).map(|c| u16::from_le_bytes([c[0], c[1]])).unwrap_or(0);
+    let msg_start = if payload.get(3) == Some(&b'#') { 9 } else { 3 };
+    let msg = payload.get(msg_start..).map(String::from_utf8_lossy).unwrap_or_default();
+    format!("error {code}: {msg}")
+}
+
+fn mysql(addr: SocketAddr) -> Result<(), String> {
+    let mut s = connect(addr)?;
+    let (seq, hello) = mysql_read(&mut s)?;
+    match hello.first() {
+        Some(10) => {}
+        Some(0xff) => return Err(mysql_err(&hello)),
+        other => return Err(format!("unexpected handshake (protocol {other:?})")),
+    }
+    // HandshakeResponse41 for user root with an empty password.
+    const CLIENT_LONG_PASSWORD: u32 = 1;
+    const CLIENT_PROTOCOL_41: u32 = 0x200;
+    const CLIENT_SECURE_CONNECTION: u32 = 0x8000;
+    const CLIENT_PLUGIN_AUTH: u32 = 0x80000;
+    let caps =
+        CLIENT_LONG_PASSWORD | CLIENT_PROTOCOL_41 | CLIENT_SECURE_CONNECTION | CLIENT_PLUGIN_AUTH;
+    let mut resp = Vec::new();
+    resp.extend_from_slice(&caps.to_le_bytes());
+    resp.extend_from_slice(&(16u32 << 20).to_le_bytes());
+    resp.push(33);
+    resp.extend_from_slice(&[0u8; 23]);
+    resp.extend_from_slice(b"root\0");
+    resp.push(0);
+    resp.extend_from_slice(b"mysql_native_password\0");
+    let mut seq = seq.wrapping_add(1);
+    mysql_write(&mut s, seq, &resp)?;
+    loop {
+        let (got, reply) = mysql_read(&mut s)?;
+        match reply.first() {
+            Some(0) => break,
+            Some(0xfe) => {
+                // Auth switch: an empty password answers every plugin with an empty response.
+                seq = got.wrapping_add(1);
+                mysql_write(&mut s, seq, &[])?;
+            }
+            Some(0xff) => return Err(mysql_err(&reply)),
+            other => return Err(format!("unexpected login reply {other:?}")),
+        }
+    }
+    mysql_write(&mut s, 0, &[0x0e])?; // COM_PING
+    let (_, pong) = mysql_read(&mut s)?;
+    match pong.first() {
+        Some(0) => {
+            let _ = mysql_write(&mut s, 0, &[0x01]); // COM_QUIT
+            Ok(())
+        }
+        Some(0xff) => Err(mysql_err(&pong)),
+        other => Err(format!("unexpected COM_PING reply {other:?}")),
+    }
+}
+
+// ---------- MongoDB ----------
+
+fn bson_hello() -> Vec<u8> {
+    let mut doc = Vec::new();
+    doc.extend_from_slice(&[0, 0, 0, 0]);
+    doc.push(0x10);
+    doc.extend_from_slice(b"hello\0");
+    doc.extend_from_slice(&1i32.to_le_bytes());
+    doc.push(0x02);
+    doc.extend_from_slice(b"$db\0");
+    doc.extend_from_slice(&6i32.to_le_bytes());
+    doc.extend_from_slice(b"admin\0");
+    doc.push(0);
+    let len = i32::try_from(doc.len()).unwrap_or(0).to_le_bytes();
+    doc[..4].copy_from_slice(&len);
+    doc
+}
+
+/// Finds the top-level `ok` field of a BSON document as a number.
+fn bson_ok(doc: &[u8]) -> Option<f64> {
+    let mut i = 4;
+    while i < doc.len() {
+        let ty = *doc.get(i)?;
+        if ty == 0 {
+            return None;
+        }
+        let name_end = i + 1 + doc.get(i + 1..)?.iter().position(|b| *b == 0)?;
+        let name = doc.get(i + 1..name_end)?;
+        let v = name_end + 1;
+        let le4 = |at: usize| -> Option<usize> {
+            let b = doc.get(at..at + 4)?;
+            usize::try_from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])).ok()
+        };
+        let size = match ty {
+            0x01 | 0x09 | 0x11 | 0x12 => 8,
+            0x02 | 0x0D | 0x0E => 4 + le4(v)?,
+            0x03 | 0x04 => le4(v)?,
+            0x05 => 5 + le4(v)?,
+            0x07 => 12,
+            0x08 => 1,
+            0x0A | 0x06 | 0x7F | 0xFF => 0,
+            0x10 => 4,
+            0x13 => 16,
+            _ => return None,
+        };
+        if name == b"ok" {
+            let b = doc.get(v..v + size)?;
+            return match ty {
+                0x01 => Some(f64::from_le_bytes(b.try_into().ok()?)),
+                0x10 => Some(f64::from(i32::from_le_bytes(b.try_into().ok()?))),
+                0x12 => Some(i64::from_le_bytes(b.try_into().ok()?) as f64),
+                0x08 => Some(f64::from(b[0])),
+                _ => None,
+            };
+        }
+        i = v + size;
+    }
+    None
+}
+
+fn mongo_hello(addr: SocketAddr) -> Result<(), String> {
+    let mut s = connect(addr)?;
+    let doc = bson_hello();
+    let total = 16 + 4 + 1 + doc.len();
+    let mut msg = Vec::with_capacity(total);
+    msg.extend_from_slice(&i32::try_from(total).unwrap_or(0).to_le_bytes());
+    msg.extend_from_slice(&1i32.to_le_bytes()); // requestID
+    msg.extend_from_slice(&0i32.to_le_bytes()); // responseTo
+    msg.extend_from_slice(&2013i32.to_le_bytes()); // OP_MSG
+    msg.extend_from_slice(&0u32.to_le_bytes()); // flagBits
+    msg.push(0); // section kind 0: body
+    msg.extend_from_slice(&doc);
+    s.write_all(&msg).map_err(io("send hello"))?;
+    let mut head = [0u8; 16];
+    s.read_exact(&mut head).map_err(io("read"))?;
+    let len =
+        usize::try_from(i32::from_le_bytes([head[0], head[1], head[2], head[3]])).unwrap_or(0);
+    let opcode = i32::from_le_bytes([head[12], head[13], head[14], head[15]]);
+    let mut rest = vec![0u8; len.saturating_sub(16).min(16 << 20)];
+    s.read_exact(&mut rest).map_err(io("read"))?;
+    if opcode != 2013 || rest.len() < 5 || rest[4] != 0 {
+        return Err(format!("unexpected reply (opcode {opcode})"));
+    }
+    match bson_ok(&rest[5..]) {
+        Some(1.0) => Ok(()),
+        other => Err(format!("hello answered ok={other:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bson_ok_is_found_after_other_fields() {
+        let mut doc = bson_hello();
+        // {hello: 1, $db: "admin", ok: 1.0}
+        doc.pop();
+        doc.push(0x01);
+        doc.extend_from_slice(b"ok\0");
+        doc.extend_from_slice(&1.0f64.to_le_bytes());
+        doc.push(0);
+        let len = i32::try_from(doc.len()).unwrap().to_le_bytes();
+        doc[..4].copy_from_slice(&len);
+        assert_eq!(bson_ok(&doc), Some(1.0));
+        assert_eq!(bson_ok(&bson_hello()), None);
+    }
+
+    #[test]
+    fn probes_fail_fast_on_a_closed_port() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        drop(l);
+        let err = Probe::Redis(addr).check().unwrap_err();
+        assert!(err.contains("connect"), "{err}");
+    }
+
+    #[test]
+    fn shell_quoting() {
+        use crate::process::shell_quote;
+        assert_eq!(shell_quote("a-b/c"), "a-b/c");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote(""), "''");
+    }
+}

@@ -1,0 +1,2 @@
+//! Project automation for shedlock-rs.
+fn main() {}
