@@ -21,7 +21,8 @@ pub struct Options {
     pub fuzz_instances: usize,
     /// Increments per fuzz task (C08); the fast task does a fifth of them.
     pub fuzz_iterations: usize,
-    /// Operations per instance in the random history workload (C16).
+    /// Size of the random history workload (C16): each instance makes a quarter of this many
+    /// acquisitions (at most four times this many attempts).
     pub history_ops: usize,
     /// Cases of the model-based property test (C17). `None`: scaled from the granularity.
     pub model_cases: Option<u32>,

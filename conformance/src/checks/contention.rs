@@ -78,6 +78,7 @@ pub(crate) struct Workload {
     pub ops_per_instance: usize,
     pub at_most: Duration,
     pub extend: bool,
+    pub owner_checked: bool,
 }
 
 /// Runs the random workload on `instances`, recording every acquisition in `history`.
@@ -96,7 +97,11 @@ pub(crate) async fn run_workload(
         let mut rng = suite.rng();
         set.spawn(async move {
             let mut acquired = 0usize;
-            for op in 0..w.ops_per_instance {
+            let want = (w.ops_per_instance / 4).max(2);
+            for op in 0..w.ops_per_instance * 4 {
+                if acquired >= want {
+                    break;
+                }
                 let name = &w.names[rng.usize(0..w.names.len())];
                 let at_most = if rng.bool() { w.at_most } else { w.at_most * 2 };
                 let at_least = if rng.u8(0..4) == 0 { at_most / 3 } else { Duration::ZERO };
@@ -107,7 +112,15 @@ pub(crate) async fn run_workload(
                 if let Some(mut lock) = r {
                     acquired += 1;
                     let id = history.acquired(format!("instance {i} op {op}"), &cfg, s, e);
-                    let hold = Duration::from_micros(rng.u64(0..=(w.at_most.as_micros() as u64 / 3)));
+                    let most_us = w.at_most.as_micros() as u64;
+                    let hold = match rng.u8(0..10) {
+                        0..=6 => Duration::from_micros(rng.u64(0..=most_us / 20)),
+                        7 | 8 => Duration::from_micros(rng.u64(0..=most_us / 3)),
+                        // Outlive lock_at_most_for (then a stale unlock), only where unlock is
+                        // owner-checked: elsewhere a stale unlock is documented as unsafe.
+                        _ if w.owner_checked => Duration::from_micros(rng.u64(most_us..=most_us * 13 / 10)),
+                        _ => Duration::from_micros(rng.u64(0..=most_us / 3)),
+                    };
                     tokio::time::sleep(hold).await;
                     if w.extend && rng.u8(0..4) == 0 {
                         let s = Instant::now();
@@ -126,7 +139,7 @@ pub(crate) async fn run_workload(
                         let _ = lock.unlock().await;
                     }
                 } else {
-                    tokio::time::sleep(Duration::from_micros(rng.u64(0..=(w.at_most.as_micros() as u64 / 20)))).await;
+                    tokio::time::sleep(Duration::from_micros(rng.u64(0..=(w.at_most.as_micros() as u64 / 30)))).await;
                 }
             }
             Ok::<usize, String>(acquired)
@@ -168,6 +181,7 @@ async fn c16(suite: &Suite) -> R {
         ops_per_instance: suite.options().history_ops,
         at_most: t.at_most,
         extend: suite.capabilities().extend,
+        owner_checked: suite.capabilities().owner_checked,
     };
     let history = Arc::new(History::new());
     let started = Instant::now();

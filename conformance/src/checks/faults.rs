@@ -1,27 +1,498 @@
 //! C24–C27: faults and bad input.
 
-use crate::{report::Verdict, suite::Suite};
+use std::{
+    future::Future,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
-/// C24
+use shedlock::{Error, Lock, LockConfig, LockProvider};
+
+use super::{
+    basic::LONG,
+    util::{R, at, bounded, finish, instances, ms, must_lock, must_not_lock, poll_acquire, unlock},
+};
+use crate::{factory::InstanceOptions, report::Verdict, suite::Suite, tools::proxy::FaultProxy};
+
+/// Runs `fut` on its own task so a panic is caught, bounded by the fault bound. Returns the
+/// output and how long it took.
+async fn guarded<T: Send + 'static>(
+    suite: &Suite,
+    what: &str,
+    fut: impl Future<Output = T> + Send + 'static,
+) -> Result<(T, Duration), Verdict> {
+    let started = Instant::now();
+    let bound = suite.options().fault_bound;
+    let h = tokio::spawn(fut);
+    match tokio::time::timeout(bound, h).await {
+        Err(_) => Err(Verdict::fail(format!("{what} hung: no answer within {} ms", ms(bound)))),
+        Ok(Err(e)) if e.is_panic() => Err(Verdict::fail(format!("{what} panicked"))),
+        Ok(Err(e)) => Err(Verdict::fail(format!("{what} was cancelled: {e}"))),
+        Ok(Ok(v)) => Ok((v, started.elapsed())),
+    }
+}
+
+/// C24: backend unreachable (connections cut by the kit's fault proxy, new ones refused, or a
+/// call cut mid-operation): every call returns a typed error within a bounded time; no panic,
+/// no hang, no lock reported held that is not; the provider recovers when the backend is
+/// reachable again. Needs [`Hooks::with_backend_address`](crate::Hooks::with_backend_address).
 pub async fn c24_backend_unreachable(suite: &Suite) -> Verdict {
-    let _ = suite;
-    Verdict::fail("not implemented yet")
+    finish(c24(suite).await)
 }
 
-/// C25
+async fn c24(suite: &Suite) -> R {
+    let Some(upstream) = suite.hooks().backend_address() else {
+        return Err(Verdict::not_applicable(
+            "the factory offers no backend address (Hooks::with_backend_address) for the fault proxy",
+        ));
+    };
+    let t = suite.timing();
+    let proxy = FaultProxy::start(upstream)
+        .await
+        .map_err(|e| Verdict::fail(format!("could not start the fault proxy: {e}")))?;
+    let via_proxy = InstanceOptions::new(0).with_address(proxy.addr());
+    let x = bounded(suite, "the factory", suite.instance_with(via_proxy.clone()))
+        .await?
+        .map_err(|e| Verdict::fail(format!("the factory could not build an instance via the proxy: {e}")))?;
+    let direct = instances(suite, 1).await?.remove(0);
+
+    // Warm up through the proxy, and make sure the instance really uses it.
+    let warm = suite.config(&suite.lock_name("c24w"), LONG, Duration::ZERO)?;
+    let l = must_lock(suite, &x, &warm, "through the proxy").await?;
+    must_not_lock(suite, &direct, &warm, "direct instance while held through the proxy").await?;
+    unlock(suite, l).await?;
+    if proxy.connections() == 0 {
+        bail!("the instance built with InstanceOptions::address did not connect through the proxy");
+    }
+
+    let mut worst = Duration::ZERO;
+    let mut notes = Vec::new();
+
+    // 1. A held lock, then every connection cut and new ones refused.
+    let n1 = suite.lock_name("c24a");
+    let short = suite.config(&n1, t.at_most, Duration::ZERO)?;
+    let held = must_lock(suite, &x, &short, "lock before the outage").await?;
+    let held_at = Instant::now();
+    proxy.set_refusing(true).await.map_err(|e| Verdict::fail(format!("proxy: {e}")))?;
+    proxy.cut_all();
+    let fresh = suite.config(&suite.lock_name("c24b"), LONG, Duration::ZERO)?;
+    {
+        let (x2, cfg) = (x.clone(), fresh.clone());
+        let (r, took) = guarded(suite, "try_lock during the outage", async move { x2.try_lock(&cfg).await }).await?;
+        worst = worst.max(took);
+        match r {
+            Err(e) => notes.push(format!("try_lock: {} ({} ms)", kind(&e), took.as_millis())),
+            Ok(Some(_)) => bail!("try_lock reported a lock acquired while the backend was unreachable"),
+            Ok(None) => bail!("try_lock reported a free name as held while the backend was unreachable"),
+        }
+    }
+    let mut held = held;
+    if suite.capabilities().extend {
+        let (r, took, back) = {
+            let started = Instant::now();
+            let fut = async move {
+                let r = held.extend(LONG, Duration::ZERO).await;
+                (r, held)
+            };
+            let ((r, back), _) = guarded(suite, "extend during the outage", fut).await?;
+            (r, started.elapsed(), back)
+        };
+        held = back;
+        worst = worst.max(took);
+        match r {
+            Err(e) => notes.push(format!("extend: {} ({} ms)", kind(&e), took.as_millis())),
+            Ok(()) => bail!("extend reported success while the backend was unreachable"),
+        }
+    }
+    {
+        let (r, took) = guarded(suite, "unlock during the outage", held.unlock()).await?;
+        worst = worst.max(took);
+        match r {
+            Err(e) => notes.push(format!("unlock: {} ({} ms)", kind(&e), took.as_millis())),
+            Ok(()) => bail!("unlock reported success while the backend was unreachable"),
+        }
+    }
+    // A new instance while refused: building may fail; if it builds, its calls must fail.
+    {
+        let opts = via_proxy.clone();
+        let f = suite.factory().clone();
+        let (built, took) = guarded(suite, "building an instance during the outage", async move { f.create(opts).await }).await?;
+        worst = worst.max(took);
+        if let Ok(y) = built {
+            let cfg = fresh.clone();
+            let (r, took) = guarded(suite, "a new instance's try_lock during the outage", async move { y.try_lock(&cfg).await }).await?;
+            worst = worst.max(took);
+            if !matches!(r, Err(_)) {
+                bail!("a new instance's try_lock during the outage returned {:?}", r.map(|o| o.is_some()));
+            }
+        }
+    }
+    // The lock whose unlock failed frees by itself within lock_at_most_for.
+    let (l, _) = poll_acquire(suite, &direct, &short, held_at, Duration::ZERO, t.at_most + t.slack + worst, "the lock whose unlock failed").await?;
+    unlock(suite, l).await?;
+
+    // 2. Cut mid-operation: requests delayed in the proxy, connections cut while in flight.
+    proxy.set_refusing(false).await.map_err(|e| Verdict::fail(format!("proxy: {e}")))?;
+    let recovered = recover(suite, &x).await?;
+    notes.push(format!("recovered after {} ms", recovered.as_millis()));
+    let n3 = suite.config(&suite.lock_name("c24c"), t.at_most, Duration::ZERO)?;
+    proxy.set_delay(Duration::from_millis(300));
+    let (x3, cfg3) = (x.clone(), n3.clone());
+    let call = tokio::spawn(async move { x3.try_lock(&cfg3).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.cut_all();
+    let started = Instant::now();
+    let bound = suite.options().fault_bound;
+    let r = match tokio::time::timeout(bound, call).await {
+        Err(_) => bail!("try_lock cut mid-operation hung for {} ms", ms(bound)),
+        Ok(Err(e)) if e.is_panic() => bail!("try_lock cut mid-operation panicked"),
+        Ok(Err(e)) => bail!("try_lock cut mid-operation was cancelled: {e}"),
+        Ok(Ok(r)) => r,
+    };
+    worst = worst.max(started.elapsed());
+    proxy.set_delay(Duration::ZERO);
+    let cut_at = Instant::now();
+    match r {
+        Err(e) => notes.push(format!("cut mid-try_lock: {}", kind(&e))),
+        Ok(reported) => {
+            // A retried call may legitimately answer; it must tell the truth.
+            let truth = bounded(suite, "try_lock", direct.try_lock(&n3)).await?;
+            let truly_held = match truth {
+                Ok(Some(l)) => {
+                    let _ = bounded(suite, "unlock", l.unlock()).await?;
+                    false
+                }
+                Ok(None) => true,
+                Err(e) => bail!("the direct instance failed: {e}"),
+            };
+            if !truly_held {
+                bail!(
+                    "try_lock cut mid-operation answered {} but the name is free",
+                    if reported.is_some() { "acquired" } else { "held elsewhere" }
+                );
+            }
+            notes.push("cut mid-try_lock: answered after a retry, consistent with the backend".into());
+            drop(reported);
+        }
+    }
+    // Whatever happened on the backend, the name frees within lock_at_most_for.
+    let (l, _) = poll_acquire(suite, &direct, &n3, cut_at, Duration::ZERO, t.at_most + t.slack + worst, "after the cut").await?;
+    unlock(suite, l).await?;
+
+    // 3. Later calls on the same instance work again.
+    let recovered = recover(suite, &x).await?;
+    Ok(format!(
+        "{}; slowest failing call {} ms (bound {} ms); recovered again after {} ms",
+        notes.join("; "),
+        worst.as_millis(),
+        ms(bound),
+        recovered.as_millis()
+    ))
+}
+
+fn kind(e: &Error) -> String {
+    let k = match e {
+        Error::Unavailable { .. } => "Unavailable",
+        Error::Backend { .. } => "Backend",
+        Error::Timeout { .. } => "Timeout",
+        Error::LockLost { .. } => "LockLost",
+        _ => "other",
+    };
+    format!("typed error {k}")
+}
+
+/// Retries `try_lock` + `unlock` of fresh names on `p` until both succeed, within the recovery
+/// bound; each attempt bounded. Returns how long it took.
+async fn recover(suite: &Suite, p: &Arc<dyn LockProvider>) -> Result<Duration, Verdict> {
+    let started = Instant::now();
+    let bound = suite.options().recovery_bound;
+    let mut last = String::new();
+    while started.elapsed() < bound {
+        let cfg = suite.config(&suite.lock_name("recover"), LONG, Duration::ZERO)?;
+        match bounded(suite, "try_lock while recovering", p.try_lock(&cfg)).await? {
+            Ok(Some(l)) => match bounded(suite, "unlock while recovering", l.unlock()).await? {
+                Ok(()) => return Ok(started.elapsed()),
+                Err(e) => last = format!("unlock: {e}"),
+            },
+            Ok(None) => bail!("a fresh name was reported held while recovering"),
+            Err(e) => last = format!("try_lock: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bail!("the instance did not recover within {} ms (last error: {last})", ms(bound))
+}
+
+/// C25: backend restarted while the process runs: the provider recovers without a process
+/// restart, and a lock held across the restart frees within `lock_at_most_for`. Needs
+/// [`Hooks::with_restart`](crate::Hooks::with_restart).
 pub async fn c25_backend_restart(suite: &Suite) -> Verdict {
-    let _ = suite;
-    Verdict::fail("not implemented yet")
+    finish(c25(suite).await)
 }
 
-/// C26
+async fn c25(suite: &Suite) -> R {
+    let Some(hook) = suite.hooks().restart().cloned() else {
+        return Err(Verdict::not_applicable("the factory offers no restart hook (Hooks::with_restart)"));
+    };
+    let t = suite.timing();
+    let p = instances(suite, 2).await?;
+    let cfg = suite.config(&suite.lock_name("c25"), t.at_most, Duration::ZERO)?;
+    let held = must_lock(suite, &p[0], &cfg, "lock before the restart").await?;
+    let restart_started = Instant::now();
+    tokio::time::timeout(suite.options().recovery_bound, hook.restart())
+        .await
+        .map_err(|_| Verdict::fail("the restart hook did not finish within the recovery bound"))?
+        .map_err(|e| Verdict::fail(format!("the restart hook failed: {e}")))?;
+    let restarted = Instant::now();
+    let r0 = recover(suite, &p[0]).await?;
+    let r1 = recover(suite, &p[1]).await?;
+    // The pre-restart lock: its unlock returns (whatever it says) and the name frees in time.
+    let _ = bounded(suite, "unlock of a lock taken before the restart", held.unlock()).await?;
+    let (l, _) = poll_acquire(
+        suite,
+        &p[1],
+        &cfg,
+        restarted,
+        Duration::ZERO,
+        t.at_most + t.slack + r0.max(r1),
+        "the lock held across the restart",
+    )
+    .await?;
+    unlock(suite, l).await?;
+    Ok(format!(
+        "restart took {} ms; instances recovered after {} and {} ms",
+        at(restart_started, restarted),
+        r0.as_millis(),
+        r1.as_millis()
+    ))
+}
+
+/// C26: cancellation: dropping try_lock / unlock / extend futures at random await points never
+/// leaves a name locked past `lock_at_most_for` and never poisons the provider for later calls.
 pub async fn c26_cancellation(suite: &Suite) -> Verdict {
-    let _ = suite;
-    Verdict::fail("not implemented yet")
+    finish(c26(suite).await)
 }
 
-/// C27
+/// Polls `fut` until it completes or until `polls` yields of the canceller (or `micros` of time)
+/// have passed, then drops it. Returns the output if it completed.
+async fn cancel_at<T>(fut: impl Future<Output = T>, polls: u32, micros: u64, by_time: bool) -> Option<T> {
+    if by_time {
+        return tokio::time::timeout(Duration::from_micros(micros), fut).await.ok();
+    }
+    tokio::select! {
+        biased;
+        _ = async { for _ in 0..polls { tokio::task::yield_now().await; } } => None,
+        r = fut => Some(r),
+    }
+}
+
+async fn c26(suite: &Suite) -> R {
+    let t = suite.timing();
+    let p = instances(suite, 2).await?;
+    let names: Vec<String> = (0..3).map(|i| suite.lock_name(&format!("c26-{i}"))).collect();
+    let mut rng = suite.rng();
+    let mut held: Vec<Lock> = Vec::new();
+    let (mut completed, mut dropped) = (0u32, 0u32);
+    let started = Instant::now();
+    for _ in 0..suite.options().cancel_rounds {
+        let polls = rng.u32(0..12);
+        let micros = rng.u64(0..3000);
+        let by_time = rng.bool();
+        match rng.u8(0..3) {
+            0 => {
+                let cfg = LockConfig::new(names[rng.usize(0..names.len())].clone(), t.at_most, Duration::ZERO)
+                    .map_err(|e| Verdict::fail(format!("kit config: {e}")))?;
+                let inst = &p[rng.usize(0..p.len())];
+                match cancel_at(inst.try_lock(&cfg), polls, micros, by_time).await {
+                    Some(Ok(Some(l))) => {
+                        completed += 1;
+                        held.push(l);
+                    }
+                    Some(Ok(None)) => completed += 1,
+                    Some(Err(e)) => bail!("try_lock failed after earlier cancellations: {e}"),
+                    None => dropped += 1,
+                }
+            }
+            1 if !held.is_empty() => {
+                let l = held.swap_remove(rng.usize(0..held.len()));
+                match cancel_at(l.unlock(), polls, micros, by_time).await {
+                    Some(Ok(())) => completed += 1,
+                    Some(Err(e)) => bail!("unlock failed after earlier cancellations: {e}"),
+                    None => dropped += 1,
+                }
+            }
+            _ if !held.is_empty() && suite.capabilities().extend => {
+                let i = rng.usize(0..held.len());
+                let at_most = t.at_most;
+                let r = cancel_at(held[i].extend(at_most, Duration::ZERO), polls, micros, by_time).await;
+                match r {
+                    Some(Ok(())) | Some(Err(Error::LockLost { .. })) => completed += 1,
+                    Some(Err(e)) => bail!("extend failed after earlier cancellations: {e}"),
+                    None => dropped += 1,
+                }
+            }
+            _ => {
+                if let Some(l) = held.pop() {
+                    drop(l); // left to expire
+                }
+            }
+        }
+    }
+    drop(held);
+    let last_op = Instant::now();
+    // Every name frees within lock_at_most_for of the last operation.
+    for n in &names {
+        let cfg = suite.config(n, LONG, Duration::ZERO)?;
+        let (l, _) =
+            poll_acquire(suite, &p[0], &cfg, last_op, Duration::ZERO, t.at_most + t.slack, "after cancellations").await?;
+        unlock(suite, l).await?;
+    }
+    // Later calls work on both instances.
+    for (i, inst) in p.iter().enumerate() {
+        let cfg = suite.config(&suite.lock_name("c26-after"), LONG, Duration::ZERO)?;
+        let l = must_lock(suite, inst, &cfg, &format!("instance {i} after cancellations")).await?;
+        unlock(suite, l).await?;
+        let l = must_lock(suite, inst, &cfg, &format!("instance {i} relock after cancellations")).await?;
+        unlock(suite, l).await?;
+    }
+    Ok(format!(
+        "{} operations ({completed} completed, {dropped} dropped mid-flight) in {} ms: every name freed within \
+         lock_at_most_for; both instances work afterwards",
+        suite.options().cancel_rounds,
+        started.elapsed().as_millis()
+    ))
+}
+
+/// C27: hostile and edge names: unicode, quotes, `;`, `--`, `%`, `_`, `*`, `/`, `..`, spaces,
+/// newlines, NUL; the longest name the backend allows (accepted) and one past it (a typed
+/// [`Error::InvalidName`], never truncation into a collision). Every accepted name must lock
+/// independently of every other.
 pub async fn c27_hostile_names(suite: &Suite) -> Verdict {
-    let _ = suite;
-    Verdict::fail("not implemented yet")
+    finish(c27(suite).await)
+}
+
+async fn c27(suite: &Suite) -> R {
+    let p = instances(suite, 2).await?;
+    let base = suite.lock_name("c27");
+    let suffixes = [
+        "plain",
+        "zürich-任务-🔒",
+        "it's",
+        "say \"hi\"",
+        "a;b",
+        "a; DROP TABLE shedlock; --",
+        "--",
+        "100%",
+        "a",
+        "a%",
+        "a_",
+        "a*",
+        "a?",
+        "a/b",
+        "../..",
+        "with space",
+        "a ",
+        "line\nbreak",
+        "tab\there",
+        "nul\0byte",
+        "nul",
+        "back\\slash",
+        "{curly}[square]",
+        "$dollar",
+        "#hash",
+        ":colon",
+        "A%",
+        "PLAIN",
+    ];
+    let mut names: Vec<String> = suffixes.iter().map(|s| format!("{base}-{s}")).collect();
+    names.push(format!("{base}-"));
+    let mut rejected = Vec::new();
+    let mut held: Vec<(String, Lock)> = Vec::new();
+    // Take every name at once: they must all be independent.
+    for n in &names {
+        let cfg = match LockConfig::new(n.clone(), LONG, Duration::ZERO) {
+            Ok(c) => c,
+            Err(e) => bail!("kit config for {n:?}: {e}"),
+        };
+        match bounded(suite, "try_lock", p[0].try_lock(&cfg)).await? {
+            Ok(Some(l)) => held.push((n.clone(), l)),
+            Ok(None) => {
+                let others: Vec<&String> = held.iter().map(|(h, _)| h).collect();
+                bail!("{n:?} was reported held while only these other names were: {others:?} (a collision)");
+            }
+            Err(Error::InvalidName { .. }) => rejected.push(n.clone()),
+            Err(e) => bail!("{n:?} gave an untyped error {e} (expected success or InvalidName)"),
+        }
+    }
+    // Each held name excludes the other instance.
+    for (n, _) in &held {
+        let cfg = suite.config(n, LONG, Duration::ZERO)?;
+        must_not_lock(suite, &p[1], &cfg, &format!("{n:?} from another instance")).await?;
+    }
+    let accepted = held.len();
+    for (_, l) in held {
+        unlock(suite, l).await?;
+    }
+    // Length limits.
+    let max_detail = match suite.capabilities().max_name_len {
+        Some(max) => {
+            let exact = pad(&suite.lock_name("c27-max"), max);
+            if exact.len() != max {
+                bail!("the run's name prefix is longer than max_name_len {max}");
+            }
+            let cfg = suite.config(&exact, LONG, Duration::ZERO)?;
+            let l = match bounded(suite, "try_lock", p[0].try_lock(&cfg)).await? {
+                Ok(Some(l)) => l,
+                Ok(None) => bail!("a fresh name of exactly max_name_len = {max} bytes was reported held"),
+                Err(e) => bail!("a name of exactly max_name_len = {max} bytes was refused: {e}"),
+            };
+            must_not_lock(suite, &p[1], &cfg, "max-length name from another instance").await?;
+            unlock(suite, l).await?;
+            let over = format!("{exact}x");
+            let cfg = suite.config(&over, LONG, Duration::ZERO)?;
+            match bounded(suite, "try_lock", p[0].try_lock(&cfg)).await? {
+                Err(Error::InvalidName { .. }) => {}
+                Ok(Some(l)) => {
+                    let _ = bounded(suite, "unlock", l.unlock()).await?;
+                    bail!("a name of max_name_len + 1 = {} bytes was accepted (expected InvalidName)", max + 1);
+                }
+                Ok(None) => bail!("a fresh name of max_name_len + 1 bytes was reported held (truncated into a collision?)"),
+                Err(e) => bail!("a name of max_name_len + 1 bytes gave {e} (expected InvalidName)"),
+            }
+            format!("{max}-byte name accepted, {}-byte name refused with InvalidName", max + 1)
+        }
+        None => {
+            // "Unlimited": two long names differing only in their last byte must not collide.
+            let long = pad(&suite.lock_name("c27-long"), 2048);
+            let a = suite.config(&format!("{long}a"), LONG, Duration::ZERO)?;
+            let b = suite.config(&format!("{long}b"), LONG, Duration::ZERO)?;
+            let la = match bounded(suite, "try_lock", p[0].try_lock(&a)).await? {
+                Ok(Some(l)) => l,
+                Ok(None) => bail!("a fresh 2049-byte name was reported held"),
+                Err(e) => bail!("a 2049-byte name failed although max_name_len is unlimited: {e}"),
+            };
+            let lb = match bounded(suite, "try_lock", p[1].try_lock(&b)).await? {
+                Ok(Some(l)) => l,
+                Ok(None) => bail!("two 2049-byte names differing in the last byte collided (truncation)"),
+                Err(e) => bail!("a 2049-byte name failed although max_name_len is unlimited: {e}"),
+            };
+            unlock(suite, la).await?;
+            unlock(suite, lb).await?;
+            "2049-byte names accepted and distinct (no truncation)".to_owned()
+        }
+    };
+    let rej = if rejected.is_empty() {
+        String::new()
+    } else {
+        format!("; rejected with InvalidName: {rejected:?}")
+    };
+    Ok(format!("{accepted} of {} hostile names locked independently; {max_detail}{rej}", names.len()))
+}
+
+/// `prefix` padded with `x` to `len` bytes (or `prefix` if longer).
+fn pad(prefix: &str, len: usize) -> String {
+    let mut s = prefix.to_owned();
+    while s.len() < len {
+        s.push('x');
+    }
+    s
 }

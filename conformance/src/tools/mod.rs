@@ -4,3 +4,5 @@
 pub mod fenced;
 pub mod history;
 pub mod model;
+pub mod clocks;
+pub mod proxy;

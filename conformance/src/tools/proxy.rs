@@ -1,0 +1,293 @@
+//! A TCP fault proxy on 127.0.0.1 (C24 and the round-trip figures).
+//!
+//! It forwards bytes between clients and one upstream address, and on command:
+//! - delays every forwarded chunk ([`FaultProxy::set_delay`]);
+//! - cuts every existing connection ([`FaultProxy::cut_all`]);
+//! - refuses new connections ([`FaultProxy::set_refusing`]): the listener is closed, so clients
+//!   get "connection refused"; it re-binds the same port when refusing is turned off.
+//!
+//! **Round trips** are counted as client→server turnarounds: on each connection the proxy
+//! remembers which direction last carried data; a chunk from the client counts one round trip
+//! when the previous chunk on that connection went server→client (or when it is the first
+//! chunk). Pipelined requests sent before the answer arrives therefore count once, and a request
+//! split into several writes counts once. Data the server sends first (greetings) does not count
+//! by itself. Counts are summed over all connections ([`FaultProxy::round_trips`]); measure an
+//! operation by the difference before and after it, with nothing else running on the client.
+
+use std::{
+    io,
+    net::SocketAddr,
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{TcpListener, TcpSocket, TcpStream},
+    sync::watch,
+    task::JoinHandle,
+};
+
+#[derive(Debug)]
+struct State {
+    upstream: SocketAddr,
+    delay_us: AtomicU64,
+    round_trips: AtomicU64,
+    connections: AtomicU64,
+    refusing: AtomicBool,
+    cut: watch::Sender<u64>,
+    stop: watch::Sender<bool>,
+}
+
+/// A running fault proxy. Stopped when dropped.
+#[derive(Debug)]
+pub struct FaultProxy {
+    addr: SocketAddr,
+    state: Arc<State>,
+    acceptor: Mutex<Option<JoinHandle<()>>>,
+}
+
+fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = TcpSocket::new_v4()?;
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(128)
+}
+
+impl FaultProxy {
+    /// Starts a proxy on an ephemeral port of 127.0.0.1 forwarding to `upstream`. Must be called
+    /// within a tokio runtime.
+    pub async fn start(upstream: SocketAddr) -> io::Result<Self> {
+        let listener = bind(SocketAddr::from(([127, 0, 0, 1], 0)))?;
+        let addr = listener.local_addr()?;
+        let (cut, _) = watch::channel(0);
+        let (stop, _) = watch::channel(false);
+        let state = Arc::new(State {
+            upstream,
+            delay_us: AtomicU64::new(0),
+            round_trips: AtomicU64::new(0),
+            connections: AtomicU64::new(0),
+            refusing: AtomicBool::new(false),
+            cut,
+            stop,
+        });
+        let acceptor = tokio::spawn(accept_loop(listener, state.clone()));
+        Ok(Self { addr, state, acceptor: Mutex::new(Some(acceptor)) })
+    }
+
+    /// The address clients should connect to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The upstream address.
+    pub fn upstream(&self) -> SocketAddr {
+        self.state.upstream
+    }
+
+    /// Delays every forwarded chunk, in both directions, by `delay` (zero: none).
+    pub fn set_delay(&self, delay: Duration) {
+        self.state.delay_us.store(u64::try_from(delay.as_micros()).unwrap_or(u64::MAX), Ordering::SeqCst);
+    }
+
+    /// Closes every existing connection (both sides).
+    pub fn cut_all(&self) {
+        self.state.cut.send_modify(|e| *e += 1);
+    }
+
+    /// Refuses new connections (closes the listening socket), or accepts them again (re-binds the
+    /// same port).
+    pub async fn set_refusing(&self, refuse: bool) -> io::Result<()> {
+        let was = self.state.refusing.swap(refuse, Ordering::SeqCst);
+        if refuse && !was {
+            let handle = self.acceptor.lock().unwrap_or_else(PoisonError::into_inner).take();
+            if let Some(h) = handle {
+                h.abort();
+                let _ = h.await;
+            }
+        } else if !refuse && was {
+            let mut tries = 0;
+            let listener = loop {
+                match bind(self.addr) {
+                    Ok(l) => break l,
+                    Err(e) if tries < 50 => {
+                        tries += 1;
+                        tracing::debug!(%e, "re-binding the proxy port");
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    Err(e) => return Err(e),
+                }
+            };
+            let h = tokio::spawn(accept_loop(listener, self.state.clone()));
+            *self.acceptor.lock().unwrap_or_else(PoisonError::into_inner) = Some(h);
+        }
+        Ok(())
+    }
+
+    /// Client→server turnarounds so far (see the module docs).
+    pub fn round_trips(&self) -> u64 {
+        self.state.round_trips.load(Ordering::SeqCst)
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> u64 {
+        self.state.connections.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.state.stop.send_replace(true);
+        self.state.cut.send_modify(|e| *e += 1);
+        if let Some(h) = self.acceptor.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            h.abort();
+        }
+    }
+}
+
+async fn accept_loop(listener: TcpListener, state: Arc<State>) {
+    let mut stop = state.stop.subscribe();
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = stop.changed() => return,
+        };
+        let Ok((client, _)) = accepted else {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            continue;
+        };
+        state.connections.fetch_add(1, Ordering::SeqCst);
+        tokio::spawn(serve(client, state.clone()));
+    }
+}
+
+const TO_SERVER: u8 = 1;
+const TO_CLIENT: u8 = 2;
+
+async fn serve(client: TcpStream, state: Arc<State>) {
+    let mut cut = state.cut.subscribe();
+    let server = tokio::select! {
+        r = TcpStream::connect(state.upstream) => r,
+        _ = cut.changed() => return,
+    };
+    let Ok(server) = server else { return };
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let last = Arc::new(std::sync::atomic::AtomicU8::new(TO_CLIENT));
+    let (cr, cw) = client.into_split();
+    let (sr, sw) = server.into_split();
+    let up = pump(cr, sw, state.clone(), last.clone(), TO_SERVER);
+    let down = pump(sr, cw, state.clone(), last, TO_CLIENT);
+    tokio::select! {
+        _ = async { tokio::join!(up, down) } => {}
+        _ = cut.changed() => {}
+    }
+}
+
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    state: Arc<State>,
+    last: Arc<std::sync::atomic::AtomicU8>,
+    dir: u8,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let prev = last.swap(dir, Ordering::SeqCst);
+        if dir == TO_SERVER && prev != TO_SERVER {
+            state.round_trips.fetch_add(1, Ordering::SeqCst);
+        }
+        let delay = state.delay_us.load(Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_micros(delay)).await;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+
+    /// An echo server that answers each line with the same line.
+    async fn echo_server() -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut s, _)) = l.accept().await else { return };
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 1024];
+                    loop {
+                        match s.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => {
+                                if s.write_all(&buf[..n]).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    async fn ask(s: &mut TcpStream, msg: &[u8]) -> io::Result<Vec<u8>> {
+        s.write_all(msg).await?;
+        let mut got = vec![0u8; msg.len()];
+        s.read_exact(&mut got).await?;
+        Ok(got)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn passes_counts_delays_cuts_and_refuses() {
+        let proxy = FaultProxy::start(echo_server().await).await.unwrap();
+        let mut c = TcpStream::connect(proxy.addr()).await.unwrap();
+
+        // Pass, and count one round trip per request/response turnaround.
+        assert_eq!(ask(&mut c, b"ping").await.unwrap(), b"ping");
+        assert_eq!(ask(&mut c, b"pong").await.unwrap(), b"pong");
+        assert_eq!(proxy.round_trips(), 2);
+        // Two writes before reading the answer: one turnaround.
+        c.write_all(b"ab").await.unwrap();
+        c.write_all(b"cd").await.unwrap();
+        let mut got = [0u8; 4];
+        c.read_exact(&mut got).await.unwrap();
+        assert!(proxy.round_trips() == 3 || proxy.round_trips() == 4, "{}", proxy.round_trips());
+        assert_eq!(proxy.connections(), 1);
+
+        // Delay.
+        proxy.set_delay(Duration::from_millis(100));
+        let t = Instant::now();
+        ask(&mut c, b"slow").await.unwrap();
+        assert!(t.elapsed() >= Duration::from_millis(200), "{:?}", t.elapsed());
+        proxy.set_delay(Duration::ZERO);
+
+        // Cut existing connections: the client sees EOF or an error.
+        proxy.cut_all();
+        let r = tokio::time::timeout(Duration::from_secs(2), ask(&mut c, b"x")).await.unwrap();
+        assert!(r.is_err(), "a cut connection still answered");
+
+        // Refuse new connections, then accept again on the same port.
+        proxy.set_refusing(true).await.unwrap();
+        let e = TcpStream::connect(proxy.addr()).await;
+        assert!(e.is_err(), "connection accepted while refusing");
+        proxy.set_refusing(false).await.unwrap();
+        let mut c2 = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(ask(&mut c2, b"back").await.unwrap(), b"back");
+    }
+}
