@@ -1,0 +1,122 @@
+//! The shedlock conformance suite (C01–C27) against a real MariaDB server, provider name
+//! `mariadb` (database time, one-statement `RETURNING` acquire).
+//!
+//! - `SHEDLOCK_SQL_TIME=client` runs the client-time mode instead (`mariadb-client-time`), to
+//!   show what the skew checks detect.
+//! - `SHEDLOCK_MYSQL_FLAVOR=mysql` runs the MySQL code path (upsert, then a primary-key
+//!   `SELECT`; no `RETURNING`) against MariaDB (`mariadb-mysql-flavor`).
+//!
+//! Each instance has its own pool (like a separate node). The hooks give the kit raw row access
+//! (C14), the server address for its fault proxy (C24) and a restart of the server (C25).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::{
+    net::{SocketAddr, ToSocketAddrs},
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
+
+use shedlock::{BoxError, LockProvider};
+use shedlock_conformance::{Hooks, InstanceOptions, Options, ProviderFactory, RecordHooks};
+use shedlock_mysql::{Flavor, MySqlLockProvider, TimeMode, recommended_pool_options};
+use sqlx::mysql::MySqlConnectOptions;
+
+struct Maria {
+    name: &'static str,
+    base: MySqlConnectOptions,
+    addr: SocketAddr,
+    table: String,
+    client_time: bool,
+    flavor: Flavor,
+    admin: MySqlLockProvider,
+}
+
+fn server_url() -> Result<String, BoxError> {
+    match std::env::var("SHEDLOCK_MARIADB_URL") {
+        Ok(u) if !u.is_empty() => Ok(u),
+        _ => Err(
+            "SHEDLOCK_MARIADB_URL is not set: start MariaDB 10.11 (see /work/shared/BACKENDS.md)"
+                .into(),
+        ),
+    }
+}
+
+impl Maria {
+    async fn new() -> Result<Self, BoxError> {
+        let url = server_url()?;
+        let base: MySqlConnectOptions = url.parse()?;
+        let addr = (base.get_host(), base.get_port())
+            .to_socket_addrs()?
+            .next()
+            .ok_or("the server host does not resolve")?;
+        let client_time = std::env::var("SHEDLOCK_SQL_TIME").is_ok_and(|v| v == "client");
+        let mysql_path = std::env::var("SHEDLOCK_MYSQL_FLAVOR").is_ok_and(|v| v == "mysql");
+        let pool = recommended_pool_options().connect_with(base.clone()).await?;
+        sqlx::raw_sql("CREATE DATABASE IF NOT EXISTS shedlock_conformance").execute(&pool).await?;
+        let table = format!("shedlock_conformance.t_{}", std::process::id());
+        let flavor = if mysql_path { Flavor::MySql } else { Flavor::Detect };
+        let admin = MySqlLockProvider::builder(pool).table(&table).flavor(flavor).build()?;
+        admin.create_table().await?;
+        let name = match (client_time, mysql_path) {
+            (false, false) => "mariadb",
+            (true, false) => "mariadb-client-time",
+            (false, true) => "mariadb-mysql-flavor",
+            (true, true) => "mariadb-mysql-flavor-client-time",
+        };
+        Ok(Self { name, base, addr, table, client_time, flavor, admin })
+    }
+}
+
+#[async_trait::async_trait]
+impl ProviderFactory for Maria {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    async fn create(&self, options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError> {
+        let mut opts = self.base.clone();
+        if let Some(a) = options.address {
+            opts = opts.host(&a.ip().to_string()).port(a.port());
+        }
+        // Short limits so that a cut connection fails fast instead of hanging (C24).
+        let pool = recommended_pool_options()
+            .max_connections(2)
+            .acquire_timeout(Duration::from_secs(2))
+            .connect_lazy_with(opts);
+        let mut b = MySqlLockProvider::builder(pool)
+            .table(&self.table)
+            .flavor(self.flavor)
+            .operation_timeout(Some(Duration::from_secs(3)));
+        if self.client_time {
+            b = b.time_mode(TimeMode::Client(options.clock_or_system()));
+        }
+        Ok(Arc::new(b.build()?))
+    }
+
+    fn hooks(&self) -> Hooks {
+        Hooks::new().with_records(Records(self.admin.clone())).with_backend_address(self.addr)
+    }
+}
+
+struct Records(MySqlLockProvider);
+
+#[async_trait::async_trait]
+impl RecordHooks for Records {
+    async fn record_exists(&self, name: &str) -> Result<bool, BoxError> {
+        Ok(self.0.record(name).await?.is_some())
+    }
+
+    async fn delete_record(&self, name: &str) -> Result<(), BoxError> {
+        self.0.delete_record(name).await?;
+        Ok(())
+    }
+
+    async fn plant_expired_record(&self, name: &str) -> Result<(), BoxError> {
+        self.0.write_record(name, SystemTime::now() - Duration::from_secs(3600)).await?;
+        Ok(())
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    shedlock_conformance::harness(Options::from_env(), || async { Maria::new().await })
+}

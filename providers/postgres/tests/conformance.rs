@@ -1,0 +1,117 @@
+//! The shedlock conformance suite (C01–C27) against a real PostgreSQL server, provider name
+//! `postgres` (database time, the default). `SHEDLOCK_SQL_TIME=client` runs the client-time mode
+//! instead, reported as `postgres-client-time`, to show what the skew checks detect.
+//!
+//! Each instance has its own pool (like a separate node). The hooks give the kit raw row access
+//! (C14), the server address for its fault proxy (C24) and a restart of the server (C25).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::{
+    net::{SocketAddr, ToSocketAddrs},
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
+
+use shedlock::{BoxError, LockProvider};
+use shedlock_conformance::{Hooks, InstanceOptions, Options, ProviderFactory, RecordHooks};
+use shedlock_postgres::{PostgresLockProvider, TimeMode, recommended_pool_options};
+use sqlx::postgres::PgConnectOptions;
+
+struct Pg {
+    name: &'static str,
+    base: PgConnectOptions,
+    addr: SocketAddr,
+    table: String,
+    client_time: bool,
+    admin: PostgresLockProvider,
+}
+
+fn server_url() -> Result<String, BoxError> {
+    match std::env::var("SHEDLOCK_POSTGRES_URL") {
+        Ok(u) if !u.is_empty() => Ok(u),
+        _ => Err(
+            "SHEDLOCK_POSTGRES_URL is not set: start PostgreSQL 15 (see /work/shared/BACKENDS.md)"
+                .into(),
+        ),
+    }
+}
+
+impl Pg {
+    async fn new() -> Result<Self, BoxError> {
+        let url = server_url()?;
+        let base: PgConnectOptions = url.parse()?;
+        let addr = (base.get_host(), base.get_port())
+            .to_socket_addrs()?
+            .next()
+            .ok_or("the server host does not resolve")?;
+        let client_time = std::env::var("SHEDLOCK_SQL_TIME").is_ok_and(|v| v == "client");
+        let table = format!("shedlock_conformance_{}", std::process::id());
+        let admin = PostgresLockProvider::builder(
+            recommended_pool_options().connect_with(base.clone()).await?,
+        )
+        .table(&table)
+        .build()?;
+        admin.create_table().await?;
+        Ok(Self {
+            name: if client_time { "postgres-client-time" } else { "postgres" },
+            base,
+            addr,
+            table,
+            client_time,
+            admin,
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl ProviderFactory for Pg {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    async fn create(&self, options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError> {
+        let mut opts = self.base.clone();
+        if let Some(a) = options.address {
+            opts = opts.host(&a.ip().to_string()).port(a.port());
+        }
+        // Short limits so that a cut connection fails fast instead of hanging (C24).
+        let pool = recommended_pool_options()
+            .max_connections(2)
+            .acquire_timeout(Duration::from_secs(2))
+            .connect_lazy_with(opts);
+        let mut b = PostgresLockProvider::builder(pool)
+            .table(&self.table)
+            .operation_timeout(Some(Duration::from_secs(3)));
+        if self.client_time {
+            b = b.time_mode(TimeMode::Client(options.clock_or_system()));
+        }
+        Ok(Arc::new(b.build()?))
+    }
+
+    fn hooks(&self) -> Hooks {
+        Hooks::new().with_records(Records(self.admin.clone())).with_backend_address(self.addr)
+    }
+}
+
+struct Records(PostgresLockProvider);
+
+#[async_trait::async_trait]
+impl RecordHooks for Records {
+    async fn record_exists(&self, name: &str) -> Result<bool, BoxError> {
+        Ok(self.0.record(name).await?.is_some())
+    }
+
+    async fn delete_record(&self, name: &str) -> Result<(), BoxError> {
+        self.0.delete_record(name).await?;
+        Ok(())
+    }
+
+    async fn plant_expired_record(&self, name: &str) -> Result<(), BoxError> {
+        self.0.write_record(name, SystemTime::now() - Duration::from_secs(3600)).await?;
+        Ok(())
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    shedlock_conformance::harness(Options::from_env(), || async { Pg::new().await })
+}

@@ -1,0 +1,93 @@
+//! The shedlock conformance suite (C01–C27) against SQLite, provider name `sqlite`: one database
+//! file in a fresh temp dir, each instance its own pool on it (like separate processes on one
+//! host). `SHEDLOCK_SQL_TIME=client` runs the client-time mode instead (`sqlite-client-time`).
+//!
+//! SQLite is embedded: there is no server address for the kit's fault proxy (C24) and no server
+//! to restart (C25), so those report "not applicable".
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::{
+    path::PathBuf,
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
+
+use shedlock::{BoxError, LockProvider};
+use shedlock_conformance::{Hooks, InstanceOptions, Options, ProviderFactory, RecordHooks};
+use shedlock_sqlite::{
+    SqliteLockProvider, TimeMode, recommended_connect_options, recommended_pool_options,
+};
+
+struct Sqlite {
+    name: &'static str,
+    dir: PathBuf,
+    path: PathBuf,
+    client_time: bool,
+    admin: SqliteLockProvider,
+}
+
+impl Sqlite {
+    async fn new() -> Result<Self, BoxError> {
+        let dir = std::env::temp_dir()
+            .join(format!("shedlock-sqlite-conformance-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let path = dir.join("locks.db");
+        let client_time = std::env::var("SHEDLOCK_SQL_TIME").is_ok_and(|v| v == "client");
+        let pool =
+            recommended_pool_options().connect_with(recommended_connect_options(&path)).await?;
+        let admin = SqliteLockProvider::builder(pool).build()?;
+        admin.create_table().await?;
+        let name = if client_time { "sqlite-client-time" } else { "sqlite" };
+        Ok(Self { name, dir, path, client_time, admin })
+    }
+}
+
+#[async_trait::async_trait]
+impl ProviderFactory for Sqlite {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    async fn create(&self, options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError> {
+        let pool = recommended_pool_options()
+            .max_connections(2)
+            .connect_lazy_with(recommended_connect_options(&self.path));
+        let mut b =
+            SqliteLockProvider::builder(pool).operation_timeout(Some(Duration::from_secs(3)));
+        if self.client_time {
+            b = b.time_mode(TimeMode::Client(options.clock_or_system()));
+        }
+        Ok(Arc::new(b.build()?))
+    }
+
+    fn hooks(&self) -> Hooks {
+        Hooks::new().with_records(Records(self.admin.clone()))
+    }
+
+    async fn teardown(&self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+struct Records(SqliteLockProvider);
+
+#[async_trait::async_trait]
+impl RecordHooks for Records {
+    async fn record_exists(&self, name: &str) -> Result<bool, BoxError> {
+        Ok(self.0.record(name).await?.is_some())
+    }
+
+    async fn delete_record(&self, name: &str) -> Result<(), BoxError> {
+        self.0.delete_record(name).await?;
+        Ok(())
+    }
+
+    async fn plant_expired_record(&self, name: &str) -> Result<(), BoxError> {
+        self.0.write_record(name, SystemTime::now() - Duration::from_secs(3600)).await?;
+        Ok(())
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    shedlock_conformance::harness(Options::from_env(), || async { Sqlite::new().await })
+}
