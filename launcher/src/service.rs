@@ -103,8 +103,15 @@ impl DetachedService {
         DetachedService { backend, url, process_groups, dir, compose }
     }
 
-    /// True while any of its processes is alive (always false for docker mode).
+    /// True while any of its processes is alive; for SQLite (no process), while its dir exists;
+    /// for docker mode, always (compose keeps the services).
     pub fn is_running(&self) -> bool {
+        if self.compose.is_some() {
+            return true;
+        }
+        if self.process_groups.is_empty() {
+            return self.dir.as_ref().is_some_and(|d| d.exists());
+        }
         self.process_groups.iter().any(|(g, _)| process::group_alive(*g))
     }
 

