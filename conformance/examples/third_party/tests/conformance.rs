@@ -1,0 +1,74 @@
+// The conformance suite for the toy provider: `cargo test --test conformance`.
+//
+// The factory starts a toy server once, builds one provider (one connection) per instance,
+// connects through the kit's fault proxy when asked (`InstanceOptions::address`), and offers
+// the record, restart and backend-address hooks, so every check applies.
+
+use std::{
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
+
+use shedlock::{BoxError, LockProvider};
+use shedlock_conformance::{Hooks, InstanceOptions, Options, ProviderFactory, RecordHooks, RestartHook};
+use shedlock_toy::{ToyLockProvider, ToyServer};
+
+struct ToyFactory {
+    server: Arc<ToyServer>,
+}
+
+#[async_trait::async_trait]
+impl ProviderFactory for ToyFactory {
+    fn name(&self) -> &str {
+        "toy"
+    }
+
+    async fn create(&self, options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError> {
+        // The toy judges time on the server, so the instance clock is not needed; a client-time
+        // provider must use `options.clock_or_system()` for every time it reads.
+        let addr = options.address.unwrap_or(self.server.addr());
+        Ok(Arc::new(ToyLockProvider::new(addr).with_timeout(Duration::from_secs(2))))
+    }
+
+    fn hooks(&self) -> Hooks {
+        Hooks::new()
+            .with_backend_address(self.server.addr())
+            .with_records(Records(self.server.clone()))
+            .with_restart(Restart(self.server.clone()))
+    }
+}
+
+struct Records(Arc<ToyServer>);
+
+#[async_trait::async_trait]
+impl RecordHooks for Records {
+    async fn record_exists(&self, name: &str) -> Result<bool, BoxError> {
+        Ok(self.0.memory().record(name).is_some())
+    }
+
+    async fn delete_record(&self, name: &str) -> Result<(), BoxError> {
+        self.0.memory().delete_record(name);
+        Ok(())
+    }
+
+    async fn plant_expired_record(&self, name: &str) -> Result<(), BoxError> {
+        self.0.memory().insert_record(name, SystemTime::now() - Duration::from_secs(3600));
+        Ok(())
+    }
+}
+
+struct Restart(Arc<ToyServer>);
+
+#[async_trait::async_trait]
+impl RestartHook for Restart {
+    async fn restart(&self) -> Result<(), BoxError> {
+        Ok(self.0.restart().await?)
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    shedlock_conformance::harness(Options::from_env(), || async {
+        let server = ToyServer::start().await?;
+        Ok(ToyFactory { server: Arc::new(server) })
+    })
+}
