@@ -165,7 +165,7 @@ pub(crate) fn programs(backend: Backend, local: &Path) -> Result<Programs, Launc
                 Err(not_installed(
                     backend,
                     server.display().to_string(),
-                    format!("{LOCAL_HINT} (PyPI moto[server] in a venv)"),
+                    format!("{LOCAL_HINT} (PyPI moto[s3] with flask in a venv)"),
                 ))
             }
         }
