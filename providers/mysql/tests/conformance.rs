@@ -17,11 +17,15 @@ use std::{
 };
 
 use shedlock::{BoxError, LockProvider};
-use shedlock_conformance::{Hooks, InstanceOptions, Options, ProviderFactory, RecordHooks};
+use shedlock_conformance::{
+    Hooks, InstanceOptions, Options, ProviderFactory, RecordHooks, RestartHook,
+};
+use shedlock_launcher::{Backend, Mode, Service};
 use shedlock_mysql::{Flavor, MySqlLockProvider, TimeMode, recommended_pool_options};
 use sqlx::mysql::MySqlConnectOptions;
 
 struct Maria {
+    service: &'static Service,
     name: &'static str,
     base: MySqlConnectOptions,
     addr: SocketAddr,
@@ -31,19 +35,29 @@ struct Maria {
     admin: MySqlLockProvider,
 }
 
-fn server_url() -> Result<String, BoxError> {
-    match std::env::var("SHEDLOCK_MARIADB_URL") {
-        Ok(u) if !u.is_empty() => Ok(u),
-        _ => Err(
-            "SHEDLOCK_MARIADB_URL is not set: start MariaDB 10.11 (see /work/shared/BACKENDS.md)"
-                .into(),
-        ),
+/// The server: `$SHEDLOCK_MARIADB_URL` if set, else one the launcher starts (native, free port). A
+/// missing server fails the run with the launcher's message.
+async fn service() -> Result<&'static Service, BoxError> {
+    let r = tokio::task::spawn_blocking(|| shedlock_launcher::shared(Backend::MariaDb)).await?;
+    r.map_err(|e| format!("MariaDB is not available: {e}").into())
+}
+
+/// Restarts the server the launcher started (C25).
+struct Restart(&'static Service);
+
+#[async_trait::async_trait]
+impl RestartHook for Restart {
+    async fn restart(&self) -> Result<(), BoxError> {
+        let service = self.0;
+        tokio::task::spawn_blocking(move || service.restart()).await??;
+        Ok(())
     }
 }
 
 impl Maria {
     async fn new() -> Result<Self, BoxError> {
-        let url = server_url()?;
+        let service = service().await?;
+        let url = service.url().to_owned();
         let base: MySqlConnectOptions = url.parse()?;
         let addr = (base.get_host(), base.get_port())
             .to_socket_addrs()?
@@ -63,7 +77,7 @@ impl Maria {
             (false, true) => "mariadb-mysql-flavor",
             (true, true) => "mariadb-mysql-flavor-client-time",
         };
-        Ok(Self { name, base, addr, table, client_time, flavor, admin })
+        Ok(Self { service, name, base, addr, table, client_time, flavor, admin })
     }
 }
 
@@ -94,7 +108,14 @@ impl ProviderFactory for Maria {
     }
 
     fn hooks(&self) -> Hooks {
-        Hooks::new().with_records(Records(self.admin.clone())).with_backend_address(self.addr)
+        let hooks =
+            Hooks::new().with_records(Records(self.admin.clone())).with_backend_address(self.addr);
+        // A server given by URL is not ours to restart: C25 is then "not applicable".
+        if self.service.mode() == Mode::External {
+            hooks
+        } else {
+            hooks.with_restart(Restart(self.service))
+        }
     }
 }
 

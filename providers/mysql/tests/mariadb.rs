@@ -20,8 +20,10 @@ const DB: &str = "shedlock_test";
 async fn ensure_db() {
     static DONE: OnceCell<()> = OnceCell::const_new();
     DONE.get_or_init(|| async {
-        let pool =
-            recommended_pool_options().connect(&common::url()).await.expect("connect to MariaDB");
+        let pool = recommended_pool_options()
+            .connect(&common::url().await)
+            .await
+            .expect("connect to MariaDB");
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE IF NOT EXISTS {DB}")))
             .execute(&pool)
             .await
@@ -32,7 +34,7 @@ async fn ensure_db() {
 
 async fn pool() -> MySqlPool {
     ensure_db().await;
-    recommended_pool_options().connect(&common::url()).await.expect("connect to MariaDB")
+    recommended_pool_options().connect(&common::url().await).await.expect("connect to MariaDB")
 }
 
 fn table() -> String {
@@ -62,8 +64,8 @@ fn cfg(name: &str, at_most_ms: u64, at_least_ms: u64) -> LockConfig {
         .unwrap()
 }
 
-fn server_addr() -> SocketAddr {
-    let opts: MySqlConnectOptions = common::url().parse().unwrap();
+async fn server_addr() -> SocketAddr {
+    let opts: MySqlConnectOptions = common::url().await.parse().unwrap();
     let host = match opts.get_host() {
         "localhost" => "127.0.0.1",
         h => h,
@@ -73,8 +75,9 @@ fn server_addr() -> SocketAddr {
 
 async fn round_trips(flavor: Flavor) -> Vec<u64> {
     ensure_db().await;
-    let proxy = CountingProxy::start(server_addr()).await;
+    let proxy = CountingProxy::start(server_addr().await).await;
     let opts: MySqlConnectOptions = common::url()
+        .await
         .parse::<MySqlConnectOptions>()
         .unwrap()
         .host("127.0.0.1")
@@ -270,8 +273,8 @@ async fn session_time_zone_is_never_consulted() {
             })
         })
     };
-    let east = tz_pool("+09:00").connect(&common::url()).await.unwrap();
-    let west = tz_pool("-07:00").connect(&common::url()).await.unwrap();
+    let east = tz_pool("+09:00").connect(&common::url().await).await.unwrap();
+    let west = tz_pool("-07:00").connect(&common::url().await).await.unwrap();
     let a = provider_on(east, &table, Flavor::Detect).await;
     let b = provider_on(west, &table, Flavor::Detect).await;
     let lock = a.try_lock(&cfg("tz", 2_000, 0)).await.unwrap().unwrap();
@@ -395,7 +398,7 @@ async fn long_names_are_rejected_not_truncated() {
                     Ok(())
                 })
             })
-            .connect(&common::url())
+            .connect(&common::url().await)
             .await
             .unwrap();
         let q = MySqlLockProvider::builder(lax).table(&table).flavor(flavor).build().unwrap();
@@ -565,7 +568,7 @@ async fn unreachable_server_is_unavailable() {
     let port = l.local_addr().unwrap().port();
     drop(l);
     let opts: MySqlConnectOptions =
-        common::url().parse::<MySqlConnectOptions>().unwrap().host("127.0.0.1").port(port);
+        common::url().await.parse::<MySqlConnectOptions>().unwrap().host("127.0.0.1").port(port);
     let pool =
         recommended_pool_options().acquire_timeout(Duration::from_secs(1)).connect_lazy_with(opts);
     let p = MySqlLockProvider::builder(pool).flavor(Flavor::MariaDb).build().unwrap();
@@ -574,20 +577,21 @@ async fn unreachable_server_is_unavailable() {
     assert!(err.is_retryable(), "{err:?}");
     assert!(started.elapsed() < Duration::from_secs(5));
     // Detection needs the server too: the same typed error.
-    let p2 = MySqlLockProvider::builder(p_pool(port)).build().unwrap();
+    let p2 = MySqlLockProvider::builder(p_pool(port).await).build().unwrap();
     assert!(p2.try_lock(&cfg("x", 1000, 0)).await.unwrap_err().is_retryable());
 }
 
-fn p_pool(port: u16) -> MySqlPool {
+async fn p_pool(port: u16) -> MySqlPool {
     let opts: MySqlConnectOptions =
-        common::url().parse::<MySqlConnectOptions>().unwrap().host("127.0.0.1").port(port);
+        common::url().await.parse::<MySqlConnectOptions>().unwrap().host("127.0.0.1").port(port);
     recommended_pool_options().acquire_timeout(Duration::from_secs(1)).connect_lazy_with(opts)
 }
 
 #[tokio::test]
 async fn dropped_acquire_leaves_no_bad_connection() {
     ensure_db().await;
-    let pool = recommended_pool_options().max_connections(1).connect(&common::url()).await.unwrap();
+    let pool =
+        recommended_pool_options().max_connections(1).connect(&common::url().await).await.unwrap();
     let p = provider_on(pool, &table(), Flavor::Detect).await;
     for i in 0..30u64 {
         let c = cfg(&format!("c{i}"), 400, 0);

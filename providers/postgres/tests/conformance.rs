@@ -13,11 +13,15 @@ use std::{
 };
 
 use shedlock::{BoxError, LockProvider};
-use shedlock_conformance::{Hooks, InstanceOptions, Options, ProviderFactory, RecordHooks};
+use shedlock_conformance::{
+    Hooks, InstanceOptions, Options, ProviderFactory, RecordHooks, RestartHook,
+};
+use shedlock_launcher::{Backend, Mode, Service};
 use shedlock_postgres::{PostgresLockProvider, TimeMode, recommended_pool_options};
 use sqlx::postgres::PgConnectOptions;
 
 struct Pg {
+    service: &'static Service,
     name: &'static str,
     base: PgConnectOptions,
     addr: SocketAddr,
@@ -26,19 +30,29 @@ struct Pg {
     admin: PostgresLockProvider,
 }
 
-fn server_url() -> Result<String, BoxError> {
-    match std::env::var("SHEDLOCK_POSTGRES_URL") {
-        Ok(u) if !u.is_empty() => Ok(u),
-        _ => Err(
-            "SHEDLOCK_POSTGRES_URL is not set: start PostgreSQL 15 (see /work/shared/BACKENDS.md)"
-                .into(),
-        ),
+/// The server: `$SHEDLOCK_POSTGRES_URL` if set, else one the launcher starts (native, free port). A
+/// missing server fails the run with the launcher's message.
+async fn service() -> Result<&'static Service, BoxError> {
+    let r = tokio::task::spawn_blocking(|| shedlock_launcher::shared(Backend::Postgres)).await?;
+    r.map_err(|e| format!("PostgreSQL is not available: {e}").into())
+}
+
+/// Restarts the server the launcher started (C25).
+struct Restart(&'static Service);
+
+#[async_trait::async_trait]
+impl RestartHook for Restart {
+    async fn restart(&self) -> Result<(), BoxError> {
+        let service = self.0;
+        tokio::task::spawn_blocking(move || service.restart()).await??;
+        Ok(())
     }
 }
 
 impl Pg {
     async fn new() -> Result<Self, BoxError> {
-        let url = server_url()?;
+        let service = service().await?;
+        let url = service.url().to_owned();
         let base: PgConnectOptions = url.parse()?;
         let addr = (base.get_host(), base.get_port())
             .to_socket_addrs()?
@@ -53,6 +67,7 @@ impl Pg {
         .build()?;
         admin.create_table().await?;
         Ok(Self {
+            service,
             name: if client_time { "postgres-client-time" } else { "postgres" },
             base,
             addr,
@@ -89,7 +104,14 @@ impl ProviderFactory for Pg {
     }
 
     fn hooks(&self) -> Hooks {
-        Hooks::new().with_records(Records(self.admin.clone())).with_backend_address(self.addr)
+        let hooks =
+            Hooks::new().with_records(Records(self.admin.clone())).with_backend_address(self.addr);
+        // A server given by URL is not ours to restart: C25 is then "not applicable".
+        if self.service.mode() == Mode::External {
+            hooks
+        } else {
+            hooks.with_restart(Restart(self.service))
+        }
     }
 }
 

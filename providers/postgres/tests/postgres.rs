@@ -15,7 +15,7 @@ use shedlock_postgres::{Columns, PostgresLockProvider, TimeMode, recommended_poo
 use sqlx::{Connection, PgPool, postgres::PgConnectOptions};
 
 async fn pool() -> PgPool {
-    recommended_pool_options().connect(&common::url()).await.expect("connect to PostgreSQL")
+    recommended_pool_options().connect(&common::url().await).await.expect("connect to PostgreSQL")
 }
 
 async fn provider_on(pool: PgPool, table: &str) -> PostgresLockProvider {
@@ -37,8 +37,8 @@ fn cfg(name: &str, at_most_ms: u64, at_least_ms: u64) -> LockConfig {
         .unwrap()
 }
 
-fn server_addr() -> SocketAddr {
-    let opts: PgConnectOptions = common::url().parse().unwrap();
+async fn server_addr() -> SocketAddr {
+    let opts: PgConnectOptions = common::url().await.parse().unwrap();
     let host = match opts.get_host() {
         "localhost" => "127.0.0.1",
         h => h,
@@ -48,8 +48,9 @@ fn server_addr() -> SocketAddr {
 
 #[tokio::test]
 async fn acquire_unlock_extend_are_one_round_trip_each() {
-    let proxy = CountingProxy::start(server_addr()).await;
+    let proxy = CountingProxy::start(server_addr().await).await;
     let opts: PgConnectOptions = common::url()
+        .await
         .parse::<PgConnectOptions>()
         .unwrap()
         .host("127.0.0.1")
@@ -425,7 +426,7 @@ async fn lock_statements_do_not_join_a_callers_transaction() {
     lock.unlock().await.unwrap();
 
     // The same with a single-connection transaction opened by hand on one connection.
-    let mut conn = sqlx::PgConnection::connect(&common::url()).await.unwrap();
+    let mut conn = sqlx::PgConnection::connect(&common::url().await).await.unwrap();
     let tx = conn.begin().await.unwrap();
     let l2 = p.try_lock(&cfg("tx2", 60_000, 0)).await.unwrap().unwrap();
     tx.rollback().await.unwrap();
@@ -476,7 +477,7 @@ async fn unreachable_server_is_unavailable() {
     let port = l.local_addr().unwrap().port();
     drop(l);
     let opts: PgConnectOptions =
-        common::url().parse::<PgConnectOptions>().unwrap().host("127.0.0.1").port(port);
+        common::url().await.parse::<PgConnectOptions>().unwrap().host("127.0.0.1").port(port);
     let pool =
         recommended_pool_options().acquire_timeout(Duration::from_secs(1)).connect_lazy_with(opts);
     let p = PostgresLockProvider::builder(pool).build().unwrap();
@@ -489,7 +490,8 @@ async fn unreachable_server_is_unavailable() {
 
 #[tokio::test]
 async fn dropped_acquire_leaves_no_bad_connection() {
-    let pool = recommended_pool_options().max_connections(1).connect(&common::url()).await.unwrap();
+    let pool =
+        recommended_pool_options().max_connections(1).connect(&common::url().await).await.unwrap();
     let table = unique("cancel");
     let p = provider_on(pool, &table).await;
     // Drop acquire futures at different points; the single connection must stay usable.

@@ -15,14 +15,18 @@ use tokio::{
     net::{TcpListener, TcpStream},
 };
 
-/// The MariaDB URL: `SHEDLOCK_MARIADB_URL`. A missing server fails the test, never skips it.
-pub fn url() -> String {
-    match std::env::var("SHEDLOCK_MARIADB_URL") {
-        Ok(u) if !u.is_empty() => u,
-        _ => panic!(
-            "SHEDLOCK_MARIADB_URL is not set: start MariaDB 10.11 (see /work/shared/BACKENDS.md) \
-             and export SHEDLOCK_MARIADB_URL=mysql://root@127.0.0.1:PORT/mysql"
-        ),
+/// The MariaDB server's URL: `$SHEDLOCK_MARIADB_URL` if set, else a server the launcher starts once per
+/// test process (native, on a free port). A missing server fails the test with the launcher's
+/// message, never skips it.
+pub async fn url() -> String {
+    let r = tokio::task::spawn_blocking(|| {
+        shedlock_launcher::shared(shedlock_launcher::Backend::MariaDb).map(|s| s.url().to_owned())
+    })
+    .await
+    .expect("launcher task");
+    match r {
+        Ok(url) => url,
+        Err(e) => panic!("MariaDB is not available: {e}"),
     }
 }
 

@@ -15,14 +15,18 @@ use tokio::{
     net::{TcpListener, TcpStream},
 };
 
-/// The PostgreSQL URL: `SHEDLOCK_POSTGRES_URL`. A missing server fails the test, never skips it.
-pub fn url() -> String {
-    match std::env::var("SHEDLOCK_POSTGRES_URL") {
-        Ok(u) if !u.is_empty() => u,
-        _ => panic!(
-            "SHEDLOCK_POSTGRES_URL is not set: start PostgreSQL 15 (see /work/shared/BACKENDS.md) \
-             and export SHEDLOCK_POSTGRES_URL=postgres://postgres@127.0.0.1:PORT/postgres"
-        ),
+/// The PostgreSQL server's URL: `$SHEDLOCK_POSTGRES_URL` if set, else a server the launcher starts once per
+/// test process (native, on a free port). A missing server fails the test with the launcher's
+/// message, never skips it.
+pub async fn url() -> String {
+    let r = tokio::task::spawn_blocking(|| {
+        shedlock_launcher::shared(shedlock_launcher::Backend::Postgres).map(|s| s.url().to_owned())
+    })
+    .await
+    .expect("launcher task");
+    match r {
+        Ok(url) => url,
+        Err(e) => panic!("PostgreSQL is not available: {e}"),
     }
 }
 
