@@ -8,10 +8,7 @@ use std::{
 use shedlock::{LockConfig, LockProvider};
 
 use crate::{
-    checks::percentile,
-    factory::InstanceOptions,
-    report::Figures,
-    suite::Suite,
+    checks::percentile, factory::InstanceOptions, report::Figures, suite::Suite,
     tools::proxy::FaultProxy,
 };
 
@@ -53,7 +50,8 @@ async fn latency(suite: &Suite) -> Result<(f64, f64), String> {
     for _ in 0..suite.options().latency_samples.max(1) {
         let c = cfg(suite).await?;
         let started = Instant::now();
-        let l = bounded(p.try_lock(&c)).await?.map_err(|e| e.to_string())?.ok_or("fresh name held")?;
+        let l =
+            bounded(p.try_lock(&c)).await?.map_err(|e| e.to_string())?.ok_or("fresh name held")?;
         samples.push(started.elapsed().as_secs_f64() * 1e6);
         bounded(l.unlock()).await?.map_err(|e| e.to_string())?;
     }
@@ -91,7 +89,8 @@ async fn round_trips(suite: &Suite, upstream: std::net::SocketAddr) -> Result<(f
     for _ in 0..n {
         let c = cfg(suite).await?;
         let r0 = proxy.round_trips();
-        let l = bounded(p.try_lock(&c)).await?.map_err(|e| e.to_string())?.ok_or("fresh name held")?;
+        let l =
+            bounded(p.try_lock(&c)).await?.map_err(|e| e.to_string())?.ok_or("fresh name held")?;
         let r1 = proxy.round_trips();
         bounded(l.unlock()).await?.map_err(|e| e.to_string())?;
         let r2 = proxy.round_trips();

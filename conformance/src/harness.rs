@@ -18,7 +18,11 @@ use crate::{
     suite::{Suite, setup_failed_report},
 };
 
-type Setup = Box<dyn FnOnce() -> std::pin::Pin<Box<dyn Future<Output = Result<Arc<dyn ProviderFactory>, BoxError>>>> + Send>;
+type Setup = Box<
+    dyn FnOnce() -> std::pin::Pin<
+            Box<dyn Future<Output = Result<Arc<dyn ProviderFactory>, BoxError>>>,
+        > + Send,
+>;
 
 enum State {
     NotStarted(Option<Setup>),
@@ -100,13 +104,14 @@ where
     if args.test_threads.is_none() {
         args.test_threads = Some(1);
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("shedlock-conformance: cannot start a tokio runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let rt =
+        match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+            Ok(rt) => rt,
+            Err(e) => {
+                eprintln!("shedlock-conformance: cannot start a tokio runtime: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
     let setup: Setup = Box::new(move || {
         Box::pin(async move {
             let p = setup().await?;
@@ -152,7 +157,8 @@ where
     let conclusion = libtest_mimic::run(&args, trials);
 
     if !listing {
-        let results = std::mem::take(&mut *shared.results.lock().unwrap_or_else(PoisonError::into_inner));
+        let results =
+            std::mem::take(&mut *shared.results.lock().unwrap_or_else(PoisonError::into_inner));
         let state = std::mem::replace(
             &mut *shared.state.lock().unwrap_or_else(PoisonError::into_inner),
             State::NotStarted(None),
@@ -166,9 +172,14 @@ where
             println!("\n{}", report.to_text());
             if unfiltered {
                 match report.write_to(&report_dir()) {
-                    Ok((md, json)) => println!("report written to {} and {}", md.display(), json.display()),
+                    Ok((md, json)) => {
+                        println!("report written to {} and {}", md.display(), json.display())
+                    }
                     Err(e) => {
-                        eprintln!("shedlock-conformance: cannot write the report to {}: {e}", report_dir().display());
+                        eprintln!(
+                            "shedlock-conformance: cannot write the report to {}: {e}",
+                            report_dir().display()
+                        );
                         return ExitCode::FAILURE;
                     }
                 }

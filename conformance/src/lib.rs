@@ -1,18 +1,141 @@
 //! # shedlock-conformance
 //!
-//! The conformance kit for [`shedlock`] lock providers: it runs the checks C01–C27 of the
-//! conformance catalogue against any provider and writes a report.
+//! The conformance kit for [`shedlock`] lock providers. It runs the checks C01–C27 of the
+//! conformance catalogue against any provider — in this workspace or written by a third party —
+//! and writes a report (Markdown and JSON), so that "C13 pass" means the same thing for every
+//! provider.
 //!
-//! A provider supplies a [`ProviderFactory`] (builds independent instances, one per simulated
-//! node, optionally with a given [`Clock`](shedlock::Clock) or backend address) and optional
-//! [`Hooks`]. The kit then offers two entry points:
+//! ## Using it for a provider crate
 //!
-//! - [`harness`]: a libtest-compatible `main` for a `harness = false` test target, so
-//!   `cargo test` lists one line per check (`C05_expires_after_at_most ... ok`);
-//! - [`run`]: an async function returning a [`Report`].
+//! `Cargo.toml`:
 //!
-//! Every check is also a public async function in [`checks`], and the tools the checks use are
-//! public in [`tools`].
+//! ```toml
+//! [dev-dependencies]
+//! shedlock-conformance = "0.1"
+//! tokio = { version = "1", features = ["rt-multi-thread", "macros"] }
+//! async-trait = "0.1"
+//!
+//! [[test]]
+//! name = "conformance"
+//! harness = false
+//! ```
+//!
+//! `tests/conformance.rs`:
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use shedlock::{BoxError, LockProvider};
+//! use shedlock_conformance::{Hooks, InstanceOptions, Options, ProviderFactory};
+//! # use shedlock_memory::{MemoryLockProvider as MyProvider, MemoryServer};
+//!
+//! struct MyFactory { /* connection settings, a handle on the test server... */ }
+//!
+//! #[async_trait::async_trait]
+//! impl ProviderFactory for MyFactory {
+//!     fn name(&self) -> &str {
+//!         "mine" // the report is written to <dir>/mine.md and <dir>/mine.json
+//!     }
+//!
+//!     async fn create(&self, options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError> {
+//!         // One independent instance: its own client/pool, as a separate node would have.
+//!         // Client-time providers must use `options.clock_or_system()` for every time they read;
+//!         // connect to `options.address` instead of the real address when it is set.
+//!         # let _ = options; let server = MemoryServer::new();
+//!         Ok(Arc::new(MyProvider::new(&server)))
+//!     }
+//!
+//!     fn hooks(&self) -> Hooks {
+//!         Hooks::new() // .with_backend_address(..).with_records(..).with_restart(..)
+//!     }
+//! }
+//!
+//! fn main() -> std::process::ExitCode {
+//!     shedlock_conformance::harness(Options::from_env(), || async {
+//!         // Start or connect to the backend here (runs on the kit's tokio runtime).
+//!         Ok(MyFactory {})
+//!     })
+//! }
+//! ```
+//!
+//! `cargo test --test conformance` then lists one test per check
+//! (`test C05_expires_after_at_most ... ok`), prints the report and writes it to
+//! [`report_dir`]: `$SHEDLOCK_CONFORMANCE_DIR`, else `<target dir>/conformance`. This is the
+//! convention for every provider crate of this workspace (`cargo xtask conformance` runs
+//! exactly that test and reads the JSON). A complete worked example of a provider written
+//! outside the workspace is `conformance/examples/third_party` (a toy TCP lock server and its
+//! provider, with every hook).
+//!
+//! ## The factory and its hooks
+//!
+//! A [`ProviderFactory`] builds N independent instances of the provider on one backend. The
+//! kit reads the declared [`Capabilities`](shedlock::Capabilities) from an instance; checks that
+//! need an undeclared capability are reported **unsupported**, never pass. Optional [`Hooks`]
+//! enable more checks; a check whose hook is missing is **not applicable**, with the reason:
+//!
+//! | hook | enables |
+//! |---|---|
+//! | [`RecordHooks`] (inspect / delete a record, plant an expired one) | C14 |
+//! | [`RestartHook`] (restart the backend while the process runs) | C25 |
+//! | backend address ([`Hooks::with_backend_address`]) | C24 (through the kit's fault proxy) and the round-trip figures |
+//!
+//! ## The checks
+//!
+//! | id | check | needs |
+//! |---|---|---|
+//! | C01–C08 | held, no double hold, names independent, lock-unlock-lock, expiry after at-most, relock, at-least, fuzzed counters | — |
+//! | C09–C11 | extend keeps the lock, extending an expired lock fails, at-least via extend | `extend` |
+//! | C12–C13 | a stale holder's unlock / extend changes nothing | `owner_checked` (+ `extend` for C13) |
+//! | C14 | leftover or externally deleted records never block | record hooks |
+//! | C15–C17 | race rounds (one winner), history overlap check, proptest model vs `shedlock-memory` | — |
+//! | C18 | clock skew: server time intact at ±1 h; client time: skew bound measured, violation detected | — |
+//! | C19 | scheduler on K instances: every fire time once, with and without skew | — |
+//! | C20–C21 | monotonic fencing tokens; a fenced resource refuses a paused stale holder | `fencing` |
+//! | C22 | keep-alive: long task keeps the lock, dead holder frees it, failed extension signals loss | `extend` |
+//! | C23 | executor: skip, release on return / error / panic / cancel, reentrancy, `assert_locked` | — |
+//! | C24 | backend unreachable: typed errors in bounded time, no false "held", recovery | backend address |
+//! | C25 | backend restart: recovery without a process restart | restart hook |
+//! | C26 | futures dropped at random await points never leave a name locked past at-most | — |
+//! | C27 | hostile names, max length (+1 is `InvalidName`, never truncation) | — |
+//!
+//! Each check is a public async function in [`checks`] (e.g.
+//! [`checks::c05_expires_after_at_most`]), so a provider's own tests can run single checks
+//! against a [`Suite`].
+//!
+//! ## Timing
+//!
+//! Margins derive from the declared granularity (see [`Timing`]): a 1 ms backend uses 300 ms
+//! locks and a 250 ms lateness slack; a 1 s backend uses 3 s locks and 2 s of slack. Every call's
+//! start and end are measured on one monotonic clock, and a check only fails when what it saw is
+//! impossible for a correct provider even with these margins (e.g. a lock acquired by another
+//! instance whose call *ended* more than `granularity + 10 ms` before the earlier lock could
+//! expire). The default suite takes about 30 s for a 1 ms backend; [`Options`] sizes everything
+//! for soak runs (`SHEDLOCK_CONFORMANCE_SOAK=10`).
+//!
+//! ## The report
+//!
+//! [`Report::to_json`] writes exactly:
+//!
+//! ```json
+//! {"provider": "memory",
+//!  "capabilities": {"extend": true, "fencing": true, "server_time": true, "owner_checked": true,
+//!                   "granularity_ms": 1, "max_name_len": null},
+//!  "results": [{"id": "C01", "name": "lock_is_held", "outcome": "pass", "detail": "...", "duration_ms": 0}],
+//!  "figures": {"acquire_p50_us": 2.1, "acquire_p99_us": 3.4, "round_trips_acquire": null,
+//!              "round_trips_release": null, "skew_bound_ms": null}}
+//! ```
+//!
+//! `outcome` is one of `pass`, `fail`, `unsupported`, `not_applicable`. Round trips are
+//! measured through the fault proxy (client→server turnarounds, see [`tools::proxy`]) and are
+//! `null` when the factory offers no backend address; `skew_bound_ms` is set for client-time
+//! providers only. [`Report::to_markdown`] has a title, a capabilities table, a results table and
+//! the figures.
+//!
+//! ## Tools
+//!
+//! [`tools`] holds what the checks are built from, each tested on its own: the history recorder
+//! and interval-overlap checker ([`tools::history`]), the fenced register
+//! ([`tools::fenced`]), the TCP fault proxy ([`tools::proxy`]), skewed clocks
+//! ([`tools::clocks`]) and the model-based property test ([`tools::model`]).
 #![forbid(unsafe_code)]
 
 pub mod checks;

@@ -99,10 +99,14 @@ impl Options {
     /// `SHEDLOCK_CONFORMANCE_SEED` when set.
     pub fn from_env() -> Self {
         let mut o = Self::default();
-        if let Some(f) = std::env::var("SHEDLOCK_CONFORMANCE_SOAK").ok().and_then(|v| v.parse().ok()) {
+        if let Some(f) =
+            std::env::var("SHEDLOCK_CONFORMANCE_SOAK").ok().and_then(|v| v.parse().ok())
+        {
             o = o.soak(f);
         }
-        if let Some(s) = std::env::var("SHEDLOCK_CONFORMANCE_SEED").ok().and_then(|v| v.parse().ok()) {
+        if let Some(s) =
+            std::env::var("SHEDLOCK_CONFORMANCE_SEED").ok().and_then(|v| v.parse().ok())
+        {
             o.seed = Some(s);
         }
         o

@@ -236,7 +236,8 @@ impl Suite {
     fn selected(&self, check: &Check) -> bool {
         self.options.only.is_empty()
             || self.options.only.iter().any(|f| {
-                check.id.eq_ignore_ascii_case(f) || format!("{}_{}", check.id, check.name).contains(f.as_str())
+                check.id.eq_ignore_ascii_case(f)
+                    || format!("{}_{}", check.id, check.name).contains(f.as_str())
             })
     }
 
@@ -263,7 +264,8 @@ impl Suite {
 
     /// A report from `results` and the figures measured so far.
     pub fn report(&self, mut results: Vec<CheckResult>) -> Report {
-        let order = |id: &str| checks::catalogue().iter().position(|c| c.id == id).unwrap_or(usize::MAX);
+        let order =
+            |id: &str| checks::catalogue().iter().position(|c| c.id == id).unwrap_or(usize::MAX);
         results.sort_by_key(|r| order(r.id));
         Report {
             provider: self.provider_name().to_owned(),

@@ -1,6 +1,8 @@
 //! Proof that the checks can fail: deliberately broken providers, each rejected by the check
 //! meant to catch it, while the same provider without the bug passes that check.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::{
     collections::HashMap,
     sync::{
@@ -12,7 +14,9 @@ use std::{
 
 use async_trait::async_trait;
 use shedlock::{BoxError, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result};
-use shedlock_conformance::{InstanceOptions, Options, Outcome, ProviderFactory, Suite, Verdict, checks};
+use shedlock_conformance::{
+    InstanceOptions, Options, Outcome, ProviderFactory, Suite, Verdict, checks,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Bug {
@@ -74,7 +78,11 @@ impl LockProvider for Broken {
                 return Ok(None);
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
-            self.backend.recs.lock().unwrap().insert(k.clone(), Rec { until, locked_at: now, owner });
+            self.backend
+                .recs
+                .lock()
+                .unwrap()
+                .insert(k.clone(), Rec { until, locked_at: now, owner });
         } else {
             let mut recs = self.backend.recs.lock().unwrap();
             if !free(&recs) {
@@ -111,7 +119,11 @@ impl LockHandle for Handle {
         if let Some(r) = recs.get_mut(&self.key) {
             if r.owner == self.owner || self.p.bug == Bug::NoOwnerCheck {
                 let at_least = r.locked_at + config.lock_at_least_for();
-                r.until = if self.p.bug == Bug::AtLeastIgnored || at_least <= now { now } else { at_least };
+                r.until = if self.p.bug == Bug::AtLeastIgnored || at_least <= now {
+                    now
+                } else {
+                    at_least
+                };
             }
         }
         Ok(())
@@ -121,7 +133,10 @@ impl LockHandle for Handle {
         let now = SystemTime::now();
         let mut recs = self.p.backend.recs.lock().unwrap();
         match recs.get_mut(&self.key) {
-            Some(r) if r.owner == self.owner && (r.until > now || self.p.bug == Bug::ExpiredExtendable) => {
+            Some(r)
+                if r.owner == self.owner
+                    && (r.until > now || self.p.bug == Bug::ExpiredExtendable) =>
+            {
                 r.until = now + config.lock_at_most_for();
                 r.locked_at = now;
                 Ok(())
@@ -162,7 +177,12 @@ async fn rejected_by(bug: Bug, id: &str) -> Verdict {
     let control = suite(Bug::None).await.run_check(check).await;
     assert_eq!(control.outcome, Outcome::Pass, "control provider failed {id}: {}", control.detail);
     let broken = suite(bug).await.run_check(check).await;
-    assert_eq!(broken.outcome, Outcome::Fail, "{bug:?} was not rejected by {id}: {}", broken.detail);
+    assert_eq!(
+        broken.outcome,
+        Outcome::Fail,
+        "{bug:?} was not rejected by {id}: {}",
+        broken.detail
+    );
     println!("{bug:?} rejected by {id}: {}", broken.detail);
     Verdict { outcome: broken.outcome, detail: broken.detail }
 }

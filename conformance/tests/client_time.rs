@@ -3,6 +3,8 @@
 //! documented bound above the real one is refuted. Also: a factory that ignores the clock it is
 //! given is caught.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::{sync::Arc, time::Duration};
 
 use shedlock::{BoxError, LockProvider};
@@ -50,7 +52,8 @@ async fn client_time_skew_bound_is_measured_and_the_violation_detected() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_documented_bound_above_the_real_one_fails() {
-    let s = suite(true, Options::new().with_documented_skew_bound(Duration::from_millis(200))).await;
+    let s =
+        suite(true, Options::new().with_documented_skew_bound(Duration::from_millis(200))).await;
     let v = checks::c18_clock_skew(&s).await;
     println!("{}", v.detail);
     assert_eq!(v.outcome, Outcome::Fail, "{}", v.detail);

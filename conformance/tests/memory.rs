@@ -2,13 +2,17 @@
 //! report as provider "memory". `harness = false`: this is the convention for every provider crate
 //! (`tests/conformance.rs` calling [`shedlock_conformance::harness`]).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::{
     sync::Arc,
     time::{Duration, SystemTime},
 };
 
 use shedlock::{BoxError, LockProvider};
-use shedlock_conformance::{Hooks, InstanceOptions, Options, ProviderFactory, RecordHooks, RestartHook};
+use shedlock_conformance::{
+    Hooks, InstanceOptions, Options, ProviderFactory, RecordHooks, RestartHook,
+};
 use shedlock_memory::{MemoryLockProvider, MemoryServer};
 
 struct Memory {
@@ -30,7 +34,9 @@ impl ProviderFactory for Memory {
     }
 
     fn hooks(&self) -> Hooks {
-        Hooks::new().with_records(Records(self.server.clone())).with_restart(Restart(self.server.clone()))
+        Hooks::new()
+            .with_records(Records(self.server.clone()))
+            .with_restart(Restart(self.server.clone()))
     }
 }
 
@@ -67,5 +73,7 @@ impl RestartHook for Restart {
 }
 
 fn main() -> std::process::ExitCode {
-    shedlock_conformance::harness(Options::from_env(), || async { Ok(Memory { server: MemoryServer::new() }) })
+    shedlock_conformance::harness(Options::from_env(), || async {
+        Ok(Memory { server: MemoryServer::new() })
+    })
 }

@@ -2,6 +2,8 @@
 //! there), so that the network checks — C24 through the fault proxy, C25 restart — and the
 //! round-trip figures run in the kit's own tests. Report name: "toy".
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 #[path = "../examples/third_party/src/lib.rs"]
 mod shedlock_toy;
 

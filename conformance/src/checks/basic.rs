@@ -32,7 +32,8 @@ async fn c01(suite: &Suite) -> R {
     let released = Instant::now();
     unlock(suite, lock).await?;
     let slack = suite.timing().slack;
-    let (l2, _) = poll_acquire(suite, &p[1], &cfg, released, Duration::ZERO, slack, "after unlock").await?;
+    let (l2, _) =
+        poll_acquire(suite, &p[1], &cfg, released, Duration::ZERO, slack, "after unlock").await?;
     unlock(suite, l2).await?;
     Ok("held lock excluded the second instance; it took the lock after unlock".into())
 }
@@ -146,7 +147,8 @@ async fn c07(suite: &Suite) -> R {
     let Some(l) = l else { return Err(Verdict::fail("first try_lock found a fresh name held")) };
     unlock(suite, l).await?;
     let deadline = at_least + a1.duration_since(a0) + t.slack;
-    let (l2, got) = poll_acquire(suite, &p[1], &cfg, a0, at_least, deadline, "after early unlock").await?;
+    let (l2, got) =
+        poll_acquire(suite, &p[1], &cfg, a0, at_least, deadline, "after early unlock").await?;
     unlock(suite, l2).await?;
     ensure!(got < a0 + at_most, "freed only at lock_at_most_for");
     Ok(format!(

@@ -61,9 +61,17 @@ async fn c15(suite: &Suite) -> R {
         if who.is_empty() {
             zero += 1;
         }
-        ensure!(who.len() <= 1, "round {round}: {} winners (instances {who:?}) for one fresh name", who.len());
+        ensure!(
+            who.len() <= 1,
+            "round {round}: {} winners (instances {who:?}) for one fresh name",
+            who.len()
+        );
     }
-    ensure!(zero == 0, "{zero} of {} rounds had no winner although the name was fresh", o.race_rounds);
+    ensure!(
+        zero == 0,
+        "{zero} of {} rounds had no winner although the name was fresh",
+        o.race_rounds
+    );
     Ok(format!(
         "{} rounds of {n} instances: exactly one winner each ({} ms)",
         o.race_rounds,
@@ -105,7 +113,8 @@ pub(crate) async fn run_workload(
                 let name = &w.names[rng.usize(0..w.names.len())];
                 let at_most = if rng.bool() { w.at_most } else { w.at_most * 2 };
                 let at_least = if rng.u8(0..4) == 0 { at_most / 3 } else { Duration::ZERO };
-                let cfg = LockConfig::new(name.clone(), at_most, at_least).map_err(|e| e.to_string())?;
+                let cfg =
+                    LockConfig::new(name.clone(), at_most, at_least).map_err(|e| e.to_string())?;
                 let s = Instant::now();
                 let r = inst.try_lock(&cfg).await.map_err(|e| format!("try_lock: {e}"))?;
                 let e = Instant::now();
@@ -118,7 +127,9 @@ pub(crate) async fn run_workload(
                         7 | 8 => Duration::from_micros(rng.u64(0..=most_us / 3)),
                         // Outlive lock_at_most_for (then a stale unlock), only where unlock is
                         // owner-checked: elsewhere a stale unlock is documented as unsafe.
-                        _ if w.owner_checked => Duration::from_micros(rng.u64(most_us..=most_us * 13 / 10)),
+                        _ if w.owner_checked => {
+                            Duration::from_micros(rng.u64(most_us..=most_us * 13 / 10))
+                        }
                         _ => Duration::from_micros(rng.u64(0..=most_us / 3)),
                     };
                     tokio::time::sleep(hold).await;
@@ -139,7 +150,10 @@ pub(crate) async fn run_workload(
                         let _ = lock.unlock().await;
                     }
                 } else {
-                    tokio::time::sleep(Duration::from_micros(rng.u64(0..=(w.at_most.as_micros() as u64 / 30)))).await;
+                    tokio::time::sleep(Duration::from_micros(
+                        rng.u64(0..=(w.at_most.as_micros() as u64 / 30)),
+                    ))
+                    .await;
                 }
             }
             Ok::<usize, String>(acquired)

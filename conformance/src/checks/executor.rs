@@ -10,14 +10,17 @@ use std::{
 
 use async_trait::async_trait;
 use shedlock::{
-    Capabilities, Error, KeepAliveProvider, Lock, LockConfig, LockHandle, LockProvider, LockingExecutor, LostSignal,
-    Result as ShedResult, TaskResult, assert_locked,
+    Capabilities, Error, KeepAliveProvider, Lock, LockConfig, LockHandle, LockProvider,
+    LockingExecutor, LostSignal, Result as ShedResult, TaskResult, assert_locked,
 };
 
 use super::{
     basic::LONG,
     extend::need_extend,
-    util::{R, at, bounded, expect_held_until, finish, instances, ms, must_lock, must_not_lock, poll_acquire, unlock},
+    util::{
+        R, at, bounded, expect_held_until, finish, instances, ms, must_lock, must_not_lock,
+        poll_acquire, unlock,
+    },
 };
 use crate::{report::Verdict, suite::Suite};
 
@@ -40,7 +43,10 @@ impl LockProvider for Stalling {
     async fn try_lock(&self, config: &LockConfig) -> ShedResult<Option<Lock>> {
         let Some(lock) = self.inner.try_lock(config).await? else { return Ok(None) };
         let (cfg, inner) = lock.into_parts();
-        Ok(Some(Lock::new(cfg, StallingHandle { inner, pause: self.pause.clone(), stall: self.stall })))
+        Ok(Some(Lock::new(
+            cfg,
+            StallingHandle { inner, pause: self.pause.clone(), stall: self.stall },
+        )))
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -71,7 +77,8 @@ impl LockHandle for StallingHandle {
 }
 
 fn keep_alive(p: Arc<dyn LockProvider>) -> Result<KeepAliveProvider, Verdict> {
-    KeepAliveProvider::new(p).map_err(|e| Verdict::fail(format!("KeepAliveProvider refused the provider: {e}")))
+    KeepAliveProvider::new(p)
+        .map_err(|e| Verdict::fail(format!("KeepAliveProvider refused the provider: {e}")))
 }
 
 /// C22: keep-alive: a task running for several `lock_at_most_for` periods keeps its lock; when
@@ -96,13 +103,23 @@ async fn c22(suite: &Suite) -> R {
         .await?
         .map_err(|e| Verdict::fail(format!("keep-alive try_lock failed: {e}")))?
         .ok_or_else(|| Verdict::fail("keep-alive try_lock found a fresh name held"))?;
-    expect_held_until(suite, &p[1], &cfg, a0, l * 3, "keep-alive lock over 3 lock_at_most_for").await?;
+    expect_held_until(suite, &p[1], &cfg, a0, l * 3, "keep-alive lock over 3 lock_at_most_for")
+        .await?;
     if lock.lost_signal().is_some_and(|s| s.is_lost()) {
         bail!("the keep-alive lock signalled lost although every extension should have succeeded");
     }
     let released = Instant::now();
     unlock(suite, lock).await?;
-    let (l2, _) = poll_acquire(suite, &p[1], &cfg, released, Duration::ZERO, t.slack, "after keep-alive unlock").await?;
+    let (l2, _) = poll_acquire(
+        suite,
+        &p[1],
+        &cfg,
+        released,
+        Duration::ZERO,
+        t.slack,
+        "after keep-alive unlock",
+    )
+    .await?;
     unlock(suite, l2).await?;
 
     // 2. The holder dies: the task is aborted without unlocking.
@@ -126,15 +143,24 @@ async fn c22(suite: &Suite) -> R {
     let died = Instant::now();
     task.abort();
     let _ = task.await;
-    let (l3, freed) =
-        poll_acquire(suite, &p[1], &cfg, died, Duration::ZERO, l + t.slack, "after the holder died").await?;
+    let (l3, freed) = poll_acquire(
+        suite,
+        &p[1],
+        &cfg,
+        died,
+        Duration::ZERO,
+        l + t.slack,
+        "after the holder died",
+    )
+    .await?;
     unlock(suite, l3).await?;
     let freed_ms = at(died, freed);
 
     // 3. An extension fails: it stalls past expiry while another instance takes over.
     let pause = Arc::new(AtomicBool::new(false));
     let stall = l * 2 + t.slack;
-    let stalling: Arc<dyn LockProvider> = Arc::new(Stalling { inner: p[2].clone(), pause: pause.clone(), stall });
+    let stalling: Arc<dyn LockProvider> =
+        Arc::new(Stalling { inner: p[2].clone(), pause: pause.clone(), stall });
     let ka3 = keep_alive(stalling)?;
     let name = suite.lock_name("c22c");
     let cfg = suite.config(&name, l, Duration::ZERO)?;
@@ -147,16 +173,28 @@ async fn c22(suite: &Suite) -> R {
     let paused = Instant::now();
     if suite.capabilities().owner_checked {
         let long = suite.config(&name, LONG, Duration::ZERO)?;
-        let (other, _) =
-            poll_acquire(suite, &p[1], &long, paused, Duration::ZERO, l * 2 + t.slack, "takeover during the stall").await?;
+        let (other, _) = poll_acquire(
+            suite,
+            &p[1],
+            &long,
+            paused,
+            Duration::ZERO,
+            l * 2 + t.slack,
+            "takeover during the stall",
+        )
+        .await?;
         let told = tokio::time::timeout(stall + t.slack * 2, signal.lost()).await.is_ok();
         must_not_lock(suite, &p[1], &long, "new holder after the stale keep-alive").await?;
         unlock(suite, other).await?;
         if !told {
-            bail!("the keep-alive's extension failed (lock taken over) but the task was not told its lock is lost");
+            bail!(
+                "the keep-alive's extension failed (lock taken over) but the task was not told its lock is lost"
+            );
         }
     } else if tokio::time::timeout(stall + t.slack * 2, signal.lost()).await.is_err() {
-        bail!("the keep-alive's extension ran after expiry but the task was not told its lock is lost");
+        bail!(
+            "the keep-alive's extension ran after expiry but the task was not told its lock is lost"
+        );
     }
     let lost_ms = at(paused, Instant::now());
     let _ = bounded(suite, "unlock", lock.unlock()).await?;
@@ -183,9 +221,13 @@ async fn c23(suite: &Suite) -> R {
     let other = must_lock(suite, &p[1], &cfg, "holder elsewhere").await?;
     let ran = Arc::new(AtomicBool::new(false));
     let r2 = ran.clone();
-    let r = bounded(suite, "execute", exec.execute(&cfg, move || async move { r2.store(true, Ordering::SeqCst) }))
-        .await?
-        .map_err(|e| Verdict::fail(format!("execute failed: {e}")))?;
+    let r = bounded(
+        suite,
+        "execute",
+        exec.execute(&cfg, move || async move { r2.store(true, Ordering::SeqCst) }),
+    )
+    .await?
+    .map_err(|e| Verdict::fail(format!("execute failed: {e}")))?;
     if r.was_executed() || ran.load(Ordering::SeqCst) {
         bail!("the task ran although the lock was held by another instance");
     }
@@ -209,13 +251,17 @@ async fn c23(suite: &Suite) -> R {
         "execute",
         exec.execute(&cfg, move || async move {
             let inside = assert_locked().is_ok();
-            let nested = tokio::time::timeout(Duration::from_secs(5), exec2.execute(&cfg2, || async { 7 })).await;
+            let nested =
+                tokio::time::timeout(Duration::from_secs(5), exec2.execute(&cfg2, || async { 7 }))
+                    .await;
             (inside, nested)
         }),
     )
     .await?
     .map_err(|e| Verdict::fail(format!("execute failed: {e}")))?;
-    let TaskResult::Executed((inside, nested)) = inner else { bail!("the task did not run on a free name") };
+    let TaskResult::Executed((inside, nested)) = inner else {
+        bail!("the task did not run on a free name")
+    };
     if !inside {
         bail!("assert_locked failed inside a locked task");
     }
@@ -230,9 +276,10 @@ async fn c23(suite: &Suite) -> R {
     freed("after the task returned").await?;
 
     // Errors: released.
-    let r = bounded(suite, "execute", exec.execute(&cfg, || async { Err::<(), &str>("task error") }))
-        .await?
-        .map_err(|e| Verdict::fail(format!("execute failed: {e}")))?;
+    let r =
+        bounded(suite, "execute", exec.execute(&cfg, || async { Err::<(), &str>("task error") }))
+            .await?
+            .map_err(|e| Verdict::fail(format!("execute failed: {e}")))?;
     if r != TaskResult::Executed(Err("task error")) {
         bail!("the failing task's output was not returned: {r:?}");
     }
@@ -241,11 +288,8 @@ async fn c23(suite: &Suite) -> R {
     // Panics: released, panic propagated.
     let exec_p = exec.clone();
     let cfg_p = cfg.clone();
-    let h = tokio::spawn(async move {
-        exec_p
-            .execute(&cfg_p, || async { deliberate_panic() })
-            .await
-    });
+    let h =
+        tokio::spawn(async move { exec_p.execute(&cfg_p, || async { deliberate_panic() }).await });
     let joined = bounded(suite, "panicking execute", h).await?;
     match joined {
         Err(e) if e.is_panic() => {}

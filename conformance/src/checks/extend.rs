@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 use shedlock::{Error, Lock};
 
 use super::util::{
-    R, at, bounded, expect_held_until, finish, instances, ms, must_lock, poll_acquire, timed_try_lock, unlock,
+    R, at, bounded, expect_held_until, finish, instances, ms, must_lock, poll_acquire,
+    timed_try_lock, unlock,
 };
 use crate::{report::Verdict, suite::Suite};
 
@@ -44,14 +45,17 @@ async fn c09(suite: &Suite) -> R {
     let p = instances(suite, 2).await?;
     let cfg = suite.config(&suite.lock_name("c09"), l, Duration::ZERO)?;
     let (lock, a0, _a1) = timed_try_lock(suite, &p[0], &cfg).await?;
-    let Some(mut lock) = lock else { return Err(Verdict::fail("try_lock found a fresh name held")) };
+    let Some(mut lock) = lock else {
+        return Err(Verdict::fail("try_lock found a fresh name held"));
+    };
     tokio::time::sleep_until((a0 + l / 2).into()).await;
     let (e0, _) = extend(suite, &mut lock, l, Duration::ZERO).await?;
     // Held past the original expiry (a0 + l): poll until e0 + 3/4 l.
     expect_held_until(suite, &p[1], &cfg, e0, l * 3 / 4, "after the first extend").await?;
     let (f0, f1) = extend(suite, &mut lock, l, Duration::ZERO).await?;
     let deadline = l + f1.duration_since(f0) + t.slack;
-    let (l2, got) = poll_acquire(suite, &p[1], &cfg, f0, l, deadline, "after the second extend").await?;
+    let (l2, got) =
+        poll_acquire(suite, &p[1], &cfg, f0, l, deadline, "after the second extend").await?;
     drop(lock);
     unlock(suite, l2).await?;
     Ok(format!(
@@ -76,7 +80,9 @@ async fn c10(suite: &Suite) -> R {
     let p = instances(suite, 2).await?;
     let cfg = suite.config(&suite.lock_name("c10"), t.at_most, Duration::ZERO)?;
     let (lock, _a0, a1) = timed_try_lock(suite, &p[0], &cfg).await?;
-    let Some(mut lock) = lock else { return Err(Verdict::fail("try_lock found a fresh name held")) };
+    let Some(mut lock) = lock else {
+        return Err(Verdict::fail("try_lock found a fresh name held"));
+    };
     tokio::time::sleep_until((a1 + t.at_most + t.slack).into()).await;
     let r = bounded(suite, "extend", lock.extend(t.at_most * 10, Duration::ZERO)).await?;
     match r {
@@ -87,7 +93,11 @@ async fn c10(suite: &Suite) -> R {
                 ms(t.slack)
             )));
         }
-        Err(e) => return Err(Verdict::fail(format!("extend of an expired lock gave {e:?}, expected LockLost"))),
+        Err(e) => {
+            return Err(Verdict::fail(format!(
+                "extend of an expired lock gave {e:?}, expected LockLost"
+            )));
+        }
     }
     let l2 = must_lock(suite, &p[1], &cfg, "after the failed extend").await?;
     unlock(suite, l2).await?;
@@ -112,7 +122,8 @@ async fn c11(suite: &Suite) -> R {
     unlock(suite, lock).await?;
     let u1 = Instant::now();
     let deadline = at_least + u1.duration_since(e0) + t.slack;
-    let (l2, got) = poll_acquire(suite, &p[1], &cfg, e0, at_least, deadline, "after unlock").await?;
+    let (l2, got) =
+        poll_acquire(suite, &p[1], &cfg, e0, at_least, deadline, "after unlock").await?;
     unlock(suite, l2).await?;
     Ok(format!(
         "extended with lock_at_least_for {} ms then unlocked: free at +{} ms after the extend (lock_at_most_for {} ms)",

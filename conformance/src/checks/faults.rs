@@ -51,9 +51,9 @@ async fn c24(suite: &Suite) -> R {
         .await
         .map_err(|e| Verdict::fail(format!("could not start the fault proxy: {e}")))?;
     let via_proxy = InstanceOptions::new(0).with_address(proxy.addr());
-    let x = bounded(suite, "the factory", suite.instance_with(via_proxy.clone()))
-        .await?
-        .map_err(|e| Verdict::fail(format!("the factory could not build an instance via the proxy: {e}")))?;
+    let x = bounded(suite, "the factory", suite.instance_with(via_proxy.clone())).await?.map_err(
+        |e| Verdict::fail(format!("the factory could not build an instance via the proxy: {e}")),
+    )?;
     let direct = instances(suite, 1).await?.remove(0);
 
     // Warm up through the proxy, and make sure the instance really uses it.
@@ -78,12 +78,18 @@ async fn c24(suite: &Suite) -> R {
     let fresh = suite.config(&suite.lock_name("c24b"), LONG, Duration::ZERO)?;
     {
         let (x2, cfg) = (x.clone(), fresh.clone());
-        let (r, took) = guarded(suite, "try_lock during the outage", async move { x2.try_lock(&cfg).await }).await?;
+        let (r, took) =
+            guarded(suite, "try_lock during the outage", async move { x2.try_lock(&cfg).await })
+                .await?;
         worst = worst.max(took);
         match r {
             Err(e) => notes.push(format!("try_lock: {} ({} ms)", kind(&e), took.as_millis())),
-            Ok(Some(_)) => bail!("try_lock reported a lock acquired while the backend was unreachable"),
-            Ok(None) => bail!("try_lock reported a free name as held while the backend was unreachable"),
+            Ok(Some(_)) => {
+                bail!("try_lock reported a lock acquired while the backend was unreachable")
+            }
+            Ok(None) => {
+                bail!("try_lock reported a free name as held while the backend was unreachable")
+            }
         }
     }
     let mut held = held;
@@ -116,19 +122,38 @@ async fn c24(suite: &Suite) -> R {
     {
         let opts = via_proxy.clone();
         let f = suite.factory().clone();
-        let (built, took) = guarded(suite, "building an instance during the outage", async move { f.create(opts).await }).await?;
+        let (built, took) = guarded(suite, "building an instance during the outage", async move {
+            f.create(opts).await
+        })
+        .await?;
         worst = worst.max(took);
         if let Ok(y) = built {
             let cfg = fresh.clone();
-            let (r, took) = guarded(suite, "a new instance's try_lock during the outage", async move { y.try_lock(&cfg).await }).await?;
+            let (r, took) =
+                guarded(suite, "a new instance's try_lock during the outage", async move {
+                    y.try_lock(&cfg).await
+                })
+                .await?;
             worst = worst.max(took);
-            if !matches!(r, Err(_)) {
-                bail!("a new instance's try_lock during the outage returned {:?}", r.map(|o| o.is_some()));
+            if r.is_ok() {
+                bail!(
+                    "a new instance's try_lock during the outage returned {:?}",
+                    r.map(|o| o.is_some())
+                );
             }
         }
     }
     // The lock whose unlock failed frees by itself within lock_at_most_for.
-    let (l, _) = poll_acquire(suite, &direct, &short, held_at, Duration::ZERO, t.at_most + t.slack + worst, "the lock whose unlock failed").await?;
+    let (l, _) = poll_acquire(
+        suite,
+        &direct,
+        &short,
+        held_at,
+        Duration::ZERO,
+        t.at_most + t.slack + worst,
+        "the lock whose unlock failed",
+    )
+    .await?;
     unlock(suite, l).await?;
 
     // 2. Cut mid-operation: requests delayed in the proxy, connections cut while in flight.
@@ -171,12 +196,23 @@ async fn c24(suite: &Suite) -> R {
                     if reported.is_some() { "acquired" } else { "held elsewhere" }
                 );
             }
-            notes.push("cut mid-try_lock: answered after a retry, consistent with the backend".into());
+            notes.push(
+                "cut mid-try_lock: answered after a retry, consistent with the backend".into(),
+            );
             drop(reported);
         }
     }
     // Whatever happened on the backend, the name frees within lock_at_most_for.
-    let (l, _) = poll_acquire(suite, &direct, &n3, cut_at, Duration::ZERO, t.at_most + t.slack + worst, "after the cut").await?;
+    let (l, _) = poll_acquire(
+        suite,
+        &direct,
+        &n3,
+        cut_at,
+        Duration::ZERO,
+        t.at_most + t.slack + worst,
+        "after the cut",
+    )
+    .await?;
     unlock(suite, l).await?;
 
     // 3. Later calls on the same instance work again.
@@ -231,7 +267,9 @@ pub async fn c25_backend_restart(suite: &Suite) -> Verdict {
 
 async fn c25(suite: &Suite) -> R {
     let Some(hook) = suite.hooks().restart().cloned() else {
-        return Err(Verdict::not_applicable("the factory offers no restart hook (Hooks::with_restart)"));
+        return Err(Verdict::not_applicable(
+            "the factory offers no restart hook (Hooks::with_restart)",
+        ));
     };
     let t = suite.timing();
     let p = instances(suite, 2).await?;
@@ -274,7 +312,12 @@ pub async fn c26_cancellation(suite: &Suite) -> Verdict {
 
 /// Polls `fut` until it completes or until `polls` yields of the canceller (or `micros` of time)
 /// have passed, then drops it. Returns the output if it completed.
-async fn cancel_at<T>(fut: impl Future<Output = T>, polls: u32, micros: u64, by_time: bool) -> Option<T> {
+async fn cancel_at<T>(
+    fut: impl Future<Output = T>,
+    polls: u32,
+    micros: u64,
+    by_time: bool,
+) -> Option<T> {
     if by_time {
         return tokio::time::timeout(Duration::from_micros(micros), fut).await.ok();
     }
@@ -299,8 +342,12 @@ async fn c26(suite: &Suite) -> R {
         let by_time = rng.bool();
         match rng.u8(0..3) {
             0 => {
-                let cfg = LockConfig::new(names[rng.usize(0..names.len())].clone(), t.at_most, Duration::ZERO)
-                    .map_err(|e| Verdict::fail(format!("kit config: {e}")))?;
+                let cfg = LockConfig::new(
+                    names[rng.usize(0..names.len())].clone(),
+                    t.at_most,
+                    Duration::ZERO,
+                )
+                .map_err(|e| Verdict::fail(format!("kit config: {e}")))?;
                 let inst = &p[rng.usize(0..p.len())];
                 match cancel_at(inst.try_lock(&cfg), polls, micros, by_time).await {
                     Some(Ok(Some(l))) => {
@@ -323,7 +370,8 @@ async fn c26(suite: &Suite) -> R {
             _ if !held.is_empty() && suite.capabilities().extend => {
                 let i = rng.usize(0..held.len());
                 let at_most = t.at_most;
-                let r = cancel_at(held[i].extend(at_most, Duration::ZERO), polls, micros, by_time).await;
+                let r = cancel_at(held[i].extend(at_most, Duration::ZERO), polls, micros, by_time)
+                    .await;
                 match r {
                     Some(Ok(())) | Some(Err(Error::LockLost { .. })) => completed += 1,
                     Some(Err(e)) => bail!("extend failed after earlier cancellations: {e}"),
@@ -342,8 +390,16 @@ async fn c26(suite: &Suite) -> R {
     // Every name frees within lock_at_most_for of the last operation.
     for n in &names {
         let cfg = suite.config(n, LONG, Duration::ZERO)?;
-        let (l, _) =
-            poll_acquire(suite, &p[0], &cfg, last_op, Duration::ZERO, t.at_most + t.slack, "after cancellations").await?;
+        let (l, _) = poll_acquire(
+            suite,
+            &p[0],
+            &cfg,
+            last_op,
+            Duration::ZERO,
+            t.at_most + t.slack,
+            "after cancellations",
+        )
+        .await?;
         unlock(suite, l).await?;
     }
     // Later calls work on both instances.
@@ -351,7 +407,8 @@ async fn c26(suite: &Suite) -> R {
         let cfg = suite.config(&suite.lock_name("c26-after"), LONG, Duration::ZERO)?;
         let l = must_lock(suite, inst, &cfg, &format!("instance {i} after cancellations")).await?;
         unlock(suite, l).await?;
-        let l = must_lock(suite, inst, &cfg, &format!("instance {i} relock after cancellations")).await?;
+        let l = must_lock(suite, inst, &cfg, &format!("instance {i} relock after cancellations"))
+            .await?;
         unlock(suite, l).await?;
     }
     Ok(format!(
@@ -417,7 +474,9 @@ async fn c27(suite: &Suite) -> R {
             Ok(Some(l)) => held.push((n.clone(), l)),
             Ok(None) => {
                 let others: Vec<&String> = held.iter().map(|(h, _)| h).collect();
-                bail!("{n:?} was reported held while only these other names were: {others:?} (a collision)");
+                bail!(
+                    "{n:?} was reported held while only these other names were: {others:?} (a collision)"
+                );
             }
             Err(Error::InvalidName { .. }) => rejected.push(n.clone()),
             Err(e) => bail!("{n:?} gave an untyped error {e} (expected success or InvalidName)"),
@@ -442,7 +501,9 @@ async fn c27(suite: &Suite) -> R {
             let cfg = suite.config(&exact, LONG, Duration::ZERO)?;
             let l = match bounded(suite, "try_lock", p[0].try_lock(&cfg)).await? {
                 Ok(Some(l)) => l,
-                Ok(None) => bail!("a fresh name of exactly max_name_len = {max} bytes was reported held"),
+                Ok(None) => {
+                    bail!("a fresh name of exactly max_name_len = {max} bytes was reported held")
+                }
                 Err(e) => bail!("a name of exactly max_name_len = {max} bytes was refused: {e}"),
             };
             must_not_lock(suite, &p[1], &cfg, "max-length name from another instance").await?;
@@ -453,9 +514,14 @@ async fn c27(suite: &Suite) -> R {
                 Err(Error::InvalidName { .. }) => {}
                 Ok(Some(l)) => {
                     let _ = bounded(suite, "unlock", l.unlock()).await?;
-                    bail!("a name of max_name_len + 1 = {} bytes was accepted (expected InvalidName)", max + 1);
+                    bail!(
+                        "a name of max_name_len + 1 = {} bytes was accepted (expected InvalidName)",
+                        max + 1
+                    );
                 }
-                Ok(None) => bail!("a fresh name of max_name_len + 1 bytes was reported held (truncated into a collision?)"),
+                Ok(None) => bail!(
+                    "a fresh name of max_name_len + 1 bytes was reported held (truncated into a collision?)"
+                ),
                 Err(e) => bail!("a name of max_name_len + 1 bytes gave {e} (expected InvalidName)"),
             }
             format!("{max}-byte name accepted, {}-byte name refused with InvalidName", max + 1)
@@ -472,7 +538,9 @@ async fn c27(suite: &Suite) -> R {
             };
             let lb = match bounded(suite, "try_lock", p[1].try_lock(&b)).await? {
                 Ok(Some(l)) => l,
-                Ok(None) => bail!("two 2049-byte names differing in the last byte collided (truncation)"),
+                Ok(None) => {
+                    bail!("two 2049-byte names differing in the last byte collided (truncation)")
+                }
                 Err(e) => bail!("a 2049-byte name failed although max_name_len is unlimited: {e}"),
             };
             unlock(suite, la).await?;
@@ -485,7 +553,10 @@ async fn c27(suite: &Suite) -> R {
     } else {
         format!("; rejected with InvalidName: {rejected:?}")
     };
-    Ok(format!("{accepted} of {} hostile names locked independently; {max_detail}{rej}", names.len()))
+    Ok(format!(
+        "{accepted} of {} hostile names locked independently; {max_detail}{rej}",
+        names.len()
+    ))
 }
 
 /// `prefix` padded with `x` to `len` bytes (or `prefix` if longer).

@@ -20,7 +20,9 @@ fn need_fencing(suite: &Suite) -> Result<(), Verdict> {
 
 fn token(lock: &Lock, step: &str) -> Result<u64, Verdict> {
     lock.fencing_token().ok_or_else(|| {
-        Verdict::fail(format!("{step}: the lock carries no fencing token although `fencing` is declared"))
+        Verdict::fail(format!(
+            "{step}: the lock carries no fencing token although `fencing` is declared"
+        ))
     })
 }
 
@@ -123,11 +125,13 @@ async fn c21(suite: &Suite) -> R {
         .map_err(|e| Verdict::fail(format!("the first holder's first write was refused: {e}")))?;
     // A pauses (GC pause); its lease expires; B takes over and writes.
     let deadline = t.at_most + a1.duration_since(a0) + t.slack;
-    let (b, _) = poll_acquire(suite, &p[1], &long, a0, t.at_most, deadline, "takeover during the pause").await?;
+    let (b, _) =
+        poll_acquire(suite, &p[1], &long, a0, t.at_most, deadline, "takeover during the pause")
+            .await?;
     let tb = token(&b, "holder B")?;
-    register
-        .write(tb, "B")
-        .map_err(|e| Verdict::fail(format!("the new holder's write was refused: {e} (token {tb} <= stale {ta})")))?;
+    register.write(tb, "B").map_err(|e| {
+        Verdict::fail(format!("the new holder's write was refused: {e} (token {tb} <= stale {ta})"))
+    })?;
     // A resumes, believing it still holds the lock, and writes twice.
     let mut refused = 0;
     for i in 0..2 {
@@ -145,7 +149,12 @@ async fn c21(suite: &Suite) -> R {
     unlock(suite, b).await?;
     b2.map_err(|e| Verdict::fail(format!("the new holder's second write was refused: {e}")))?;
     if register.value().as_deref() != Some("B again") {
-        return Err(Verdict::fail(format!("the register holds {:?}, expected B's write", register.value())));
+        return Err(Verdict::fail(format!(
+            "the register holds {:?}, expected B's write",
+            register.value()
+        )));
     }
-    Ok(format!("stale token {ta} refused {refused} times after new token {tb}; the resource holds B's writes"))
+    Ok(format!(
+        "stale token {ta} refused {refused} times after new token {tb}; the resource holds B's writes"
+    ))
 }

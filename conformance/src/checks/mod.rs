@@ -84,33 +84,163 @@ macro_rules! check {
 }
 
 static CATALOGUE: [Check; 27] = [
-    check!("C01", "lock_is_held", c01_lock_is_held, "a held lock excludes another instance; after unlock it can be taken"),
-    check!("C02", "no_double_hold", c02_no_double_hold, "one name cannot be held twice, from the same or another instance"),
-    check!("C03", "names_independent", c03_names_independent, "two different names are independent"),
+    check!(
+        "C01",
+        "lock_is_held",
+        c01_lock_is_held,
+        "a held lock excludes another instance; after unlock it can be taken"
+    ),
+    check!(
+        "C02",
+        "no_double_hold",
+        c02_no_double_hold,
+        "one name cannot be held twice, from the same or another instance"
+    ),
+    check!(
+        "C03",
+        "names_independent",
+        c03_names_independent,
+        "two different names are independent"
+    ),
     check!("C04", "lock_unlock_lock", c04_lock_unlock_lock, "lock, unlock, lock again in a row"),
-    check!("C05", "expires_after_at_most", c05_expires_after_at_most, "a held lock expires after lock_at_most_for"),
-    check!("C06", "relock_after_unlock", c06_relock_after_unlock, "lock right after unlock, 10 times in a row"),
-    check!("C07", "at_least_honoured", c07_at_least_honoured, "after an early unlock the lock stays held until lock_at_least_for"),
-    check!("C08", "fuzz_counter", c08_fuzz_counter, "non-atomic counters under the executor stay exact"),
-    check!("C09", "extend_keeps_lock", c09_extend_keeps_lock, "extend keeps the lock past lock_at_most_for; extends chain"),
-    check!("C10", "extend_expired_fails", c10_extend_expired_fails, "extending an expired lock fails and does not take it"),
-    check!("C11", "extend_at_least", c11_extend_at_least, "lock_at_least_for given to extend is honoured on unlock"),
-    check!("C12", "stale_unlock_noop", c12_stale_unlock_noop, "a stale holder's unlock leaves the new holder's lock"),
-    check!("C13", "stale_extend_fails", c13_stale_extend_fails, "a stale holder's extend fails and does not extend the new lock"),
-    check!("C14", "leftover_records", c14_leftover_records, "expired or externally deleted records never block locking"),
-    check!("C15", "race_one_winner", c15_race_one_winner, "N instances racing for a fresh name: exactly one winner per round"),
-    check!("C16", "history_no_overlap", c16_history_no_overlap, "recorded holder intervals of one name never overlap"),
-    check!("C17", "model_based", c17_model_based, "random operation sequences agree with the reference model"),
-    check!("C18", "clock_skew", c18_clock_skew, "skewed instance clocks: server time stays safe, client time bound measured"),
-    check!("C19", "scheduler_once", c19_scheduler_once, "K schedulers: every fire time runs exactly once, with and without skew"),
-    check!("C20", "fencing_monotonic", c20_fencing_monotonic, "fencing tokens strictly increase, across expiry and takeover"),
-    check!("C21", "fenced_resource", c21_fenced_resource, "a fenced resource refuses a paused stale holder's writes"),
-    check!("C22", "keep_alive", c22_keep_alive, "keep-alive holds long tasks, frees dead holders, signals loss"),
-    check!("C23", "executor", c23_executor, "executor skips, releases on return/error/panic/cancel, is reentrant"),
-    check!("C24", "backend_unreachable", c24_backend_unreachable, "refused or cut connections give typed errors in bounded time"),
-    check!("C25", "backend_restart", c25_backend_restart, "the provider recovers from a backend restart"),
-    check!("C26", "cancellation", c26_cancellation, "dropped futures never leave a name locked past at_most or poison the provider"),
-    check!("C27", "hostile_names", c27_hostile_names, "hostile and edge names work or give InvalidName, never collide"),
+    check!(
+        "C05",
+        "expires_after_at_most",
+        c05_expires_after_at_most,
+        "a held lock expires after lock_at_most_for"
+    ),
+    check!(
+        "C06",
+        "relock_after_unlock",
+        c06_relock_after_unlock,
+        "lock right after unlock, 10 times in a row"
+    ),
+    check!(
+        "C07",
+        "at_least_honoured",
+        c07_at_least_honoured,
+        "after an early unlock the lock stays held until lock_at_least_for"
+    ),
+    check!(
+        "C08",
+        "fuzz_counter",
+        c08_fuzz_counter,
+        "non-atomic counters under the executor stay exact"
+    ),
+    check!(
+        "C09",
+        "extend_keeps_lock",
+        c09_extend_keeps_lock,
+        "extend keeps the lock past lock_at_most_for; extends chain"
+    ),
+    check!(
+        "C10",
+        "extend_expired_fails",
+        c10_extend_expired_fails,
+        "extending an expired lock fails and does not take it"
+    ),
+    check!(
+        "C11",
+        "extend_at_least",
+        c11_extend_at_least,
+        "lock_at_least_for given to extend is honoured on unlock"
+    ),
+    check!(
+        "C12",
+        "stale_unlock_noop",
+        c12_stale_unlock_noop,
+        "a stale holder's unlock leaves the new holder's lock"
+    ),
+    check!(
+        "C13",
+        "stale_extend_fails",
+        c13_stale_extend_fails,
+        "a stale holder's extend fails and does not extend the new lock"
+    ),
+    check!(
+        "C14",
+        "leftover_records",
+        c14_leftover_records,
+        "expired or externally deleted records never block locking"
+    ),
+    check!(
+        "C15",
+        "race_one_winner",
+        c15_race_one_winner,
+        "N instances racing for a fresh name: exactly one winner per round"
+    ),
+    check!(
+        "C16",
+        "history_no_overlap",
+        c16_history_no_overlap,
+        "recorded holder intervals of one name never overlap"
+    ),
+    check!(
+        "C17",
+        "model_based",
+        c17_model_based,
+        "random operation sequences agree with the reference model"
+    ),
+    check!(
+        "C18",
+        "clock_skew",
+        c18_clock_skew,
+        "skewed instance clocks: server time stays safe, client time bound measured"
+    ),
+    check!(
+        "C19",
+        "scheduler_once",
+        c19_scheduler_once,
+        "K schedulers: every fire time runs exactly once, with and without skew"
+    ),
+    check!(
+        "C20",
+        "fencing_monotonic",
+        c20_fencing_monotonic,
+        "fencing tokens strictly increase, across expiry and takeover"
+    ),
+    check!(
+        "C21",
+        "fenced_resource",
+        c21_fenced_resource,
+        "a fenced resource refuses a paused stale holder's writes"
+    ),
+    check!(
+        "C22",
+        "keep_alive",
+        c22_keep_alive,
+        "keep-alive holds long tasks, frees dead holders, signals loss"
+    ),
+    check!(
+        "C23",
+        "executor",
+        c23_executor,
+        "executor skips, releases on return/error/panic/cancel, is reentrant"
+    ),
+    check!(
+        "C24",
+        "backend_unreachable",
+        c24_backend_unreachable,
+        "refused or cut connections give typed errors in bounded time"
+    ),
+    check!(
+        "C25",
+        "backend_restart",
+        c25_backend_restart,
+        "the provider recovers from a backend restart"
+    ),
+    check!(
+        "C26",
+        "cancellation",
+        c26_cancellation,
+        "dropped futures never leave a name locked past at_most or poison the provider"
+    ),
+    check!(
+        "C27",
+        "hostile_names",
+        c27_hostile_names,
+        "hostile and edge names work or give InvalidName, never collide"
+    ),
 ];
 
 /// Every check, in catalogue order.

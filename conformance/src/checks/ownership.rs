@@ -6,7 +6,10 @@ use shedlock::Error;
 
 use super::{
     basic::LONG,
-    util::{R, at, bounded, finish, instances, ms, must_lock, must_not_lock, poll_acquire, timed_try_lock, unlock},
+    util::{
+        R, at, bounded, finish, instances, ms, must_lock, must_not_lock, poll_acquire,
+        timed_try_lock, unlock,
+    },
 };
 use crate::{report::Verdict, suite::Suite};
 
@@ -34,16 +37,26 @@ async fn c12(suite: &Suite) -> R {
     let (stale, a0, a1) = timed_try_lock(suite, &p[0], &short).await?;
     let Some(stale) = stale else { return Err(Verdict::fail("try_lock found a fresh name held")) };
     let deadline = t.at_most + a1.duration_since(a0) + t.slack;
-    let (fresh, _) = poll_acquire(suite, &p[1], &long, a0, t.at_most, deadline, "takeover after expiry").await?;
-    bounded(suite, "stale unlock", stale.unlock())
-        .await?
-        .map_err(|e| Verdict::fail(format!("a stale holder's unlock returned {e}, expected Ok (no-op)")))?;
+    let (fresh, _) =
+        poll_acquire(suite, &p[1], &long, a0, t.at_most, deadline, "takeover after expiry").await?;
+    bounded(suite, "stale unlock", stale.unlock()).await?.map_err(|e| {
+        Verdict::fail(format!("a stale holder's unlock returned {e}, expected Ok (no-op)"))
+    })?;
     must_not_lock(suite, &p[2], &long, "after the stale holder's unlock").await?;
     tokio::time::sleep(t.poll * 2).await;
     must_not_lock(suite, &p[0], &long, "stale instance, after its unlock").await?;
     let released = Instant::now();
     unlock(suite, fresh).await?;
-    let (l3, _) = poll_acquire(suite, &p[2], &long, released, Duration::ZERO, t.slack, "after the new holder's unlock").await?;
+    let (l3, _) = poll_acquire(
+        suite,
+        &p[2],
+        &long,
+        released,
+        Duration::ZERO,
+        t.slack,
+        "after the new holder's unlock",
+    )
+    .await?;
     unlock(suite, l3).await?;
     Ok("the stale holder's unlock changed nothing; the new holder kept the lock".into())
 }
@@ -62,21 +75,37 @@ async fn c13(suite: &Suite) -> R {
     let short = suite.config(&name, t.at_most, Duration::ZERO)?;
     let second = suite.config(&name, t.at_most * 2, Duration::ZERO)?;
     let (stale, a0, a1) = timed_try_lock(suite, &p[0], &short).await?;
-    let Some(mut stale) = stale else { return Err(Verdict::fail("try_lock found a fresh name held")) };
+    let Some(mut stale) = stale else {
+        return Err(Verdict::fail("try_lock found a fresh name held"));
+    };
     let deadline = t.at_most + a1.duration_since(a0) + t.slack;
-    let (fresh, b0) = poll_acquire(suite, &p[1], &second, a0, t.at_most, deadline, "takeover after expiry").await?;
+    let (fresh, b0) =
+        poll_acquire(suite, &p[1], &second, a0, t.at_most, deadline, "takeover after expiry")
+            .await?;
     let b1 = Instant::now();
     let r = bounded(suite, "stale extend", stale.extend(LONG, Duration::ZERO)).await?;
     match r {
         Err(Error::LockLost { .. }) => {}
         Ok(()) => return Err(Verdict::fail("a stale holder's extend succeeded")),
-        Err(e) => return Err(Verdict::fail(format!("a stale holder's extend gave {e:?}, expected LockLost"))),
+        Err(e) => {
+            return Err(Verdict::fail(format!(
+                "a stale holder's extend gave {e:?}, expected LockLost"
+            )));
+        }
     }
     // The new holder's lock must still expire on its own schedule, not LONG later.
     let held = second.lock_at_most_for();
     let deadline = held + b1.duration_since(b0) + t.slack;
-    let (l3, got) =
-        poll_acquire(suite, &p[2], &second, b0, held, deadline, "the new holder's lock after a stale extend").await?;
+    let (l3, got) = poll_acquire(
+        suite,
+        &p[2],
+        &second,
+        b0,
+        held,
+        deadline,
+        "the new holder's lock after a stale extend",
+    )
+    .await?;
     drop(fresh);
     drop(stale);
     unlock(suite, l3).await?;
@@ -96,11 +125,14 @@ pub async fn c14_leftover_records(suite: &Suite) -> Verdict {
 
 async fn c14(suite: &Suite) -> R {
     let Some(hooks) = suite.hooks().records().cloned() else {
-        return Err(Verdict::not_applicable("the factory offers no RecordHooks (Hooks::with_records)"));
+        return Err(Verdict::not_applicable(
+            "the factory offers no RecordHooks (Hooks::with_records)",
+        ));
     };
     let t = suite.timing();
     let p = instances(suite, 3).await?;
-    let hook = |what: &'static str| move |e| Verdict::fail(format!("record hook {what} failed: {e}"));
+    let hook =
+        |what: &'static str| move |e| Verdict::fail(format!("record hook {what} failed: {e}"));
 
     // 1. A planted expired record.
     let n1 = suite.lock_name("c14a");
@@ -109,8 +141,19 @@ async fn c14(suite: &Suite) -> R {
         .await?
         .map_err(hook("plant_expired_record"))?;
     let planted = Instant::now();
-    let (l, got) = poll_acquire(suite, &p[0], &cfg1, planted, Duration::ZERO, t.at_most + t.slack, "over a planted expired record").await?;
-    let exists = bounded(suite, "record_exists", hooks.record_exists(&n1)).await?.map_err(hook("record_exists"))?;
+    let (l, got) = poll_acquire(
+        suite,
+        &p[0],
+        &cfg1,
+        planted,
+        Duration::ZERO,
+        t.at_most + t.slack,
+        "over a planted expired record",
+    )
+    .await?;
+    let exists = bounded(suite, "record_exists", hooks.record_exists(&n1))
+        .await?
+        .map_err(hook("record_exists"))?;
     if !exists {
         return Err(Verdict::fail(format!(
             "record_exists({n1:?}) is false while the lock is held: the hook does not address the provider's record"
@@ -128,24 +171,51 @@ async fn c14(suite: &Suite) -> R {
     let l = must_lock(suite, &p[1], &short, "warm-up B").await?;
     unlock(suite, l).await?;
     let held = must_lock(suite, &p[0], &short, "lock before deletion").await?;
-    bounded(suite, "delete_record", hooks.delete_record(&n2)).await?.map_err(hook("delete_record"))?;
+    bounded(suite, "delete_record", hooks.delete_record(&n2))
+        .await?
+        .map_err(hook("delete_record"))?;
     let deleted = Instant::now();
-    let exists = bounded(suite, "record_exists", hooks.record_exists(&n2)).await?.map_err(hook("record_exists"))?;
+    let exists = bounded(suite, "record_exists", hooks.record_exists(&n2))
+        .await?
+        .map_err(hook("record_exists"))?;
     if exists {
-        return Err(Verdict::fail(format!("record_exists({n2:?}) is still true after delete_record")));
+        return Err(Verdict::fail(format!(
+            "record_exists({n2:?}) is still true after delete_record"
+        )));
     }
-    let (fresh, got) = poll_acquire(suite, &p[1], &long, deleted, Duration::ZERO, t.at_most + t.slack, "after external deletion").await?;
+    let (fresh, got) = poll_acquire(
+        suite,
+        &p[1],
+        &long,
+        deleted,
+        Duration::ZERO,
+        t.at_most + t.slack,
+        "after external deletion",
+    )
+    .await?;
     let deleted_ms = at(deleted, got);
     let _ = bounded(suite, "stale unlock", held.unlock()).await?;
     if suite.capabilities().owner_checked {
-        must_not_lock(suite, &p[2], &long, "after the deleted record's old holder unlocked").await?;
+        must_not_lock(suite, &p[2], &long, "after the deleted record's old holder unlocked")
+            .await?;
     }
     unlock(suite, fresh).await?;
 
     // 3. Deleted again while free: the instance that created the record can still lock.
-    bounded(suite, "delete_record", hooks.delete_record(&n2)).await?.map_err(hook("delete_record"))?;
+    bounded(suite, "delete_record", hooks.delete_record(&n2))
+        .await?
+        .map_err(hook("delete_record"))?;
     let deleted = Instant::now();
-    let (l, _) = poll_acquire(suite, &p[0], &short, deleted, Duration::ZERO, t.at_most + t.slack, "after deleting a free record").await?;
+    let (l, _) = poll_acquire(
+        suite,
+        &p[0],
+        &short,
+        deleted,
+        Duration::ZERO,
+        t.at_most + t.slack,
+        "after deleting a free record",
+    )
+    .await?;
     unlock(suite, l).await?;
     Ok(format!(
         "planted expired record: locked at +{planted_ms} ms; record deleted while held: relocked at +{deleted_ms} ms; \

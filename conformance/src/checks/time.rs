@@ -11,7 +11,9 @@ use shedlock::{LockConfig, LockProvider, LockingExecutor, Schedule, Scheduler, S
 use super::{
     basic::LONG,
     contention::{Workload, run_workload},
-    util::{R, bounded, finish, ms, must_lock, must_not_lock, poll_acquire, timed_try_lock, unlock},
+    util::{
+        R, bounded, finish, ms, must_lock, must_not_lock, poll_acquire, timed_try_lock, unlock,
+    },
 };
 use crate::{
     factory::InstanceOptions,
@@ -29,9 +31,9 @@ pub(crate) async fn skewed_instances(
     for (i, off) in offsets_ms.iter().enumerate() {
         let clock = clocks::skewed_system_clock(*off);
         let opts = InstanceOptions::new(i).with_clock(clock.clone());
-        let p = bounded(suite, "the factory", suite.instance_with(opts))
-            .await?
-            .map_err(|e| Verdict::fail(format!("the factory could not build a skewed instance: {e}")))?;
+        let p = bounded(suite, "the factory", suite.instance_with(opts)).await?.map_err(|e| {
+            Verdict::fail(format!("the factory could not build a skewed instance: {e}"))
+        })?;
         v.push((p, clock));
     }
     Ok(v)
@@ -45,7 +47,8 @@ fn skew_ms(s: Duration) -> i64 {
 async fn intact_under_skew(suite: &Suite, skew: Duration) -> R {
     let t = suite.timing();
     let s = skew_ms(skew);
-    let p: Vec<_> = skewed_instances(suite, &[s, -s, 0, s / 2]).await?.into_iter().map(|(p, _)| p).collect();
+    let p: Vec<_> =
+        skewed_instances(suite, &[s, -s, 0, s / 2]).await?.into_iter().map(|(p, _)| p).collect();
     let tag = format!("skew {} ms", skew.as_millis());
     // C02
     let cfg = suite.config(&suite.lock_name("c18-02"), LONG, Duration::ZERO)?;
@@ -71,7 +74,8 @@ async fn intact_under_skew(suite: &Suite, skew: Duration) -> R {
     let Some(l) = l else { return Err(Verdict::fail(format!("{tag}: C07 fresh name held"))) };
     unlock(suite, l).await?;
     let deadline = t.at_most + a1.duration_since(a0) + t.slack;
-    let (l2, _) = poll_acquire(suite, &p[0], &cfg, a0, t.at_most, deadline, &format!("{tag}: C07")).await?;
+    let (l2, _) =
+        poll_acquire(suite, &p[0], &cfg, a0, t.at_most, deadline, &format!("{tag}: C07")).await?;
     unlock(suite, l2).await?;
     // C15
     for round in 0..10 {
@@ -112,7 +116,9 @@ async fn intact_under_skew(suite: &Suite, skew: Duration) -> R {
     };
     let history = Arc::new(History::new());
     run_workload(suite, &p, &w, &history).await?;
-    history.check(t.early).map_err(|o| Verdict::fail(format!("{tag}: C16 two holders at once: {o}")))?;
+    history
+        .check(t.early)
+        .map_err(|o| Verdict::fail(format!("{tag}: C16 two holders at once: {o}")))?;
     Ok(tag)
 }
 
@@ -181,7 +187,8 @@ async fn c18(suite: &Suite) -> R {
         }
         return Ok(format!("server time: C02, C05, C07, C15, C16 intact at {}", done.join(", ")));
     }
-    let ladder = suite.options().skews.clone().unwrap_or_else(|| clocks::ladder(t.granularity, t.at_most));
+    let ladder =
+        suite.options().skews.clone().unwrap_or_else(|| clocks::ladder(t.granularity, t.at_most));
     let mut safe: Option<Duration> = None;
     let mut violation: Option<(Duration, Duration)> = None;
     for s in &ladder {
@@ -226,7 +233,10 @@ async fn c18(suite: &Suite) -> R {
             );
         }
         let tag = intact_under_skew(suite, doc / 2).await?;
-        detail.push_str(&format!("; C02, C05, C07, C15, C16 intact at {tag} (documented bound {} ms)", doc.as_millis()));
+        detail.push_str(&format!(
+            "; C02, C05, C07, C15, C16 intact at {tag} (documented bound {} ms)",
+            doc.as_millis()
+        ));
     }
     Ok(detail)
 }
@@ -289,15 +299,21 @@ fn judge_fires(what: &str, fires: &[(usize, i64)], want: u32) -> Result<String, 
     for (i, label) in fires {
         per.entry(*label).or_default().push(*i);
     }
-    let (Some((&first, _)), Some((&last, _))) = (per.first_key_value(), per.last_key_value()) else {
+    let (Some((&first, _)), Some((&last, _))) = (per.first_key_value(), per.last_key_value())
+    else {
         bail!("{what}: no fire ran at all");
     };
     for (label, who) in &per {
         if who.len() > 1 {
-            bail!("{what}: fire time #{} ran {} times (instances {who:?})", label - first, who.len());
+            bail!(
+                "{what}: fire time #{} ran {} times (instances {who:?})",
+                label - first,
+                who.len()
+            );
         }
     }
-    let missing: Vec<i64> = (first..=last).filter(|l| !per.contains_key(l)).map(|l| l - first).collect();
+    let missing: Vec<i64> =
+        (first..=last).filter(|l| !per.contains_key(l)).map(|l| l - first).collect();
     if !missing.is_empty() {
         bail!("{what}: fire times {missing:?} (counted from the first) never ran");
     }
@@ -336,8 +352,5 @@ async fn c19(suite: &Suite) -> R {
     );
     let a = judge_fires("no skew", &a?, fires - 1)?;
     let b = judge_fires(&format!("skew ±{} ms", skew.as_millis()), &b?, fires - 1)?;
-    Ok(format!(
-        "{k} schedulers, cron `{expr}`, {} ms: {a}; {b}",
-        started.elapsed().as_millis()
-    ))
+    Ok(format!("{k} schedulers, cron `{expr}`, {} ms: {a}; {b}", started.elapsed().as_millis()))
 }

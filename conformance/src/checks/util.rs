@@ -35,8 +35,6 @@ macro_rules! bail {
     };
 }
 
-
-
 /// Milliseconds of `d`, for messages.
 pub(crate) fn ms(d: Duration) -> u128 {
     d.as_millis()
@@ -51,7 +49,11 @@ pub(crate) fn at(origin: Instant, t: Instant) -> u128 {
 /// takes longer fails the check.
 ///
 /// [`Options::fault_bound`]: crate::Options::fault_bound
-pub(crate) async fn bounded<T>(suite: &Suite, what: &str, fut: impl Future<Output = T>) -> Result<T, Verdict> {
+pub(crate) async fn bounded<T>(
+    suite: &Suite,
+    what: &str,
+    fut: impl Future<Output = T>,
+) -> Result<T, Verdict> {
     let bound = suite.options().fault_bound;
     tokio::time::timeout(bound, fut)
         .await
@@ -59,7 +61,10 @@ pub(crate) async fn bounded<T>(suite: &Suite, what: &str, fut: impl Future<Outpu
 }
 
 /// Builds `n` instances, failing the check if the factory fails.
-pub(crate) async fn instances(suite: &Suite, n: usize) -> Result<Vec<Arc<dyn LockProvider>>, Verdict> {
+pub(crate) async fn instances(
+    suite: &Suite,
+    n: usize,
+) -> Result<Vec<Arc<dyn LockProvider>>, Verdict> {
     bounded(suite, "the factory", suite.instances(n))
         .await?
         .map_err(|e| Verdict::fail(format!("the factory could not build an instance: {e}")))
@@ -96,7 +101,10 @@ pub(crate) async fn must_lock(
 ) -> Result<Lock, Verdict> {
     match try_lock(suite, p, cfg).await? {
         Some(l) => Ok(l),
-        None => Err(Verdict::fail(format!("{what}: try_lock({:?}) found the lock held, but it is free", cfg.name()))),
+        None => Err(Verdict::fail(format!(
+            "{what}: try_lock({:?}) found the lock held, but it is free",
+            cfg.name()
+        ))),
     }
 }
 
@@ -111,7 +119,10 @@ pub(crate) async fn must_not_lock(
         None => Ok(()),
         Some(l) => {
             let _ = bounded(suite, "unlock", l.unlock()).await;
-            Err(Verdict::fail(format!("{what}: try_lock({:?}) succeeded while the lock is held", cfg.name())))
+            Err(Verdict::fail(format!(
+                "{what}: try_lock({:?}) succeeded while the lock is held",
+                cfg.name()
+            )))
         }
     }
 }

@@ -67,7 +67,7 @@ impl fmt::Display for Overlap {
 
 /// Checks that no two intervals of one name intersect by more than `tolerance`. Returns the
 /// worst overlap found, if any.
-pub fn check_intervals(intervals: &[Interval], tolerance: Duration) -> Result<(), Overlap> {
+pub fn check_intervals(intervals: &[Interval], tolerance: Duration) -> Result<(), Box<Overlap>> {
     let mut by_name: HashMap<&str, Vec<&Interval>> = HashMap::new();
     for i in intervals.iter().filter(|i| i.end > i.start) {
         by_name.entry(&i.name).or_default().push(i);
@@ -95,7 +95,7 @@ pub fn check_intervals(intervals: &[Interval], tolerance: Duration) -> Result<()
         }
     }
     match worst {
-        Some(o) => Err(o),
+        Some(o) => Err(Box::new(o)),
         None => Ok(()),
     }
 }
@@ -209,7 +209,7 @@ impl History {
     }
 
     /// Checks the history (see [`check_intervals`]).
-    pub fn check(&self, tolerance: Duration) -> Result<(), Overlap> {
+    pub fn check(&self, tolerance: Duration) -> Result<(), Box<Overlap>> {
         check_intervals(&self.intervals(), tolerance)
     }
 }
@@ -231,7 +231,12 @@ mod tests {
 
     #[test]
     fn accepts_disjoint_and_touching_intervals() {
-        let h = vec![iv("a", "x", 0, 100), iv("a", "y", 100, 200), iv("a", "z", 203, 300), iv("b", "x", 50, 250)];
+        let h = vec![
+            iv("a", "x", 0, 100),
+            iv("a", "y", 100, 200),
+            iv("a", "z", 203, 300),
+            iv("b", "x", 50, 250),
+        ];
         assert_eq!(check_intervals(&h, TOL), Ok(()));
     }
 

@@ -1,8 +1,8 @@
 //! Tools the checks use, each usable on its own: the history recorder and overlap checker, the
 //! fenced register, the TCP fault proxy, clock helpers and the model-based test.
 
+pub mod clocks;
 pub mod fenced;
 pub mod history;
 pub mod model;
-pub mod clocks;
 pub mod proxy;

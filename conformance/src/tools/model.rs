@@ -133,7 +133,8 @@ pub async fn run_case(
     let caps = suite.capabilities().clone();
     let clock = ManualClock::new(SystemTime::now());
     let server = MemoryServer::with_clock(Arc::new(clock.clone()));
-    let model: Vec<MemoryLockProvider> = (0..INSTANCES).map(|_| MemoryLockProvider::new(&server)).collect();
+    let model: Vec<MemoryLockProvider> =
+        (0..INSTANCES).map(|_| MemoryLockProvider::new(&server)).collect();
     let mut held: Vec<Held> = Vec::new();
     let mut latest: HashMap<usize, u64> = HashMap::new();
     let mut last_token: HashMap<usize, u64> = HashMap::new();
@@ -155,12 +156,23 @@ pub async fn run_case(
                     let at_least = least.map(half).unwrap_or(Duration::ZERO);
                     let cfg = match LockConfig::new(names[*name].clone(), half(*most), at_least) {
                         Ok(c) => c,
-                        Err(e) => break 'case CaseOutcome::Disagreed(format!("step {k}: bad config {e}")),
+                        Err(e) => {
+                            break 'case CaseOutcome::Disagreed(format!("step {k}: bad config {e}"));
+                        }
                     };
                     let r = match bounded(suite, "try_lock", real[*inst].try_lock(&cfg)).await {
                         Ok(Ok(r)) => r,
-                        Ok(Err(e)) => break 'case CaseOutcome::Disagreed(format!("step {k} {op:?}: error {e}")),
-                        Err(v) => break 'case CaseOutcome::Disagreed(format!("step {k} {op:?}: {}", v.detail)),
+                        Ok(Err(e)) => {
+                            break 'case CaseOutcome::Disagreed(format!(
+                                "step {k} {op:?}: error {e}"
+                            ));
+                        }
+                        Err(v) => {
+                            break 'case CaseOutcome::Disagreed(format!(
+                                "step {k} {op:?}: {}",
+                                v.detail
+                            ));
+                        }
                     };
                     let m = model[*inst].try_lock(&cfg).await.ok().flatten();
                     match (r, m) {
@@ -207,8 +219,17 @@ pub async fn run_case(
                     }
                     match bounded(suite, "unlock", h.real.unlock()).await {
                         Ok(Ok(())) => {}
-                        Ok(Err(e)) => break 'case CaseOutcome::Disagreed(format!("step {k} {op:?}: error {e}")),
-                        Err(v) => break 'case CaseOutcome::Disagreed(format!("step {k} {op:?}: {}", v.detail)),
+                        Ok(Err(e)) => {
+                            break 'case CaseOutcome::Disagreed(format!(
+                                "step {k} {op:?}: error {e}"
+                            ));
+                        }
+                        Err(v) => {
+                            break 'case CaseOutcome::Disagreed(format!(
+                                "step {k} {op:?}: {}",
+                                v.detail
+                            ));
+                        }
                     }
                     let _ = h.model.unlock().await;
                 }
@@ -222,10 +243,18 @@ pub async fn run_case(
                     if stale && !caps.owner_checked {
                         continue;
                     }
-                    let r = match bounded(suite, "extend", h.real.extend(half(*most), Duration::ZERO)).await {
-                        Ok(r) => r,
-                        Err(v) => break 'case CaseOutcome::Disagreed(format!("step {k} {op:?}: {}", v.detail)),
-                    };
+                    let r =
+                        match bounded(suite, "extend", h.real.extend(half(*most), Duration::ZERO))
+                            .await
+                        {
+                            Ok(r) => r,
+                            Err(v) => {
+                                break 'case CaseOutcome::Disagreed(format!(
+                                    "step {k} {op:?}: {}",
+                                    v.detail
+                                ));
+                            }
+                        };
                     let m = h.model.extend(half(*most), Duration::ZERO).await;
                     match (r, m) {
                         (Ok(()), Ok(())) | (Err(Error::LockLost { .. }), Err(_)) => {}
@@ -280,14 +309,16 @@ pub(crate) async fn run_model_check(suite: &Suite) -> Result<String, Verdict> {
     });
     let max_steps = suite.options().model_max_steps.max(2);
     let real = crate::checks::util::instances(suite, INSTANCES).await?;
-    let strategy = proptest::collection::vec(op_strategy(suite.capabilities().extend), 1..=max_steps);
+    let strategy =
+        proptest::collection::vec(op_strategy(suite.capabilities().extend), 1..=max_steps);
     let mut seed = [0u8; 32];
     for (i, b) in suite.seed().to_le_bytes().iter().enumerate() {
         seed[i] = *b;
         seed[i + 8] = b.wrapping_mul(31);
     }
     let config = Config { failure_persistence: None, ..Config::default() };
-    let mut runner = TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &seed));
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &seed));
     let mut agreed = 0;
     let mut inconclusive = 0;
     let mut steps = 0;

@@ -90,7 +90,9 @@ impl FaultProxy {
 
     /// Delays every forwarded chunk, in both directions, by `delay` (zero: none).
     pub fn set_delay(&self, delay: Duration) {
-        self.state.delay_us.store(u64::try_from(delay.as_micros()).unwrap_or(u64::MAX), Ordering::SeqCst);
+        self.state
+            .delay_us
+            .store(u64::try_from(delay.as_micros()).unwrap_or(u64::MAX), Ordering::SeqCst);
     }
 
     /// Closes every existing connection (both sides).

@@ -145,7 +145,9 @@ async fn answer(state: &ServerState, line: &str) -> String {
     let mut parts = line.split(' ');
     match parts.next() {
         Some("LOCK") => {
-            let (Some(most), Some(least), Some(name)) = (ms(parts.next()), ms(parts.next()), parts.next()) else {
+            let (Some(most), Some(least), Some(name)) =
+                (ms(parts.next()), ms(parts.next()), parts.next())
+            else {
                 return "ERR malformed LOCK".into();
             };
             let Some(name) = unhex(name) else { return "ERR name is not hex".into() };
@@ -166,7 +168,9 @@ async fn answer(state: &ServerState, line: &str) -> String {
         }
         Some("UNLOCK") => {
             let id: Option<u64> = parts.next().and_then(|s| s.parse().ok());
-            let lock = id.and_then(|id| state.handles.lock().unwrap_or_else(PoisonError::into_inner).remove(&id));
+            let lock = id.and_then(|id| {
+                state.handles.lock().unwrap_or_else(PoisonError::into_inner).remove(&id)
+            });
             if let Some(lock) = lock {
                 let _ = lock.unlock().await;
             }
@@ -174,7 +178,8 @@ async fn answer(state: &ServerState, line: &str) -> String {
         }
         Some("EXTEND") => {
             let id: Option<u64> = parts.next().and_then(|s| s.parse().ok());
-            let (Some(id), Some(most), Some(least)) = (id, ms(parts.next()), ms(parts.next())) else {
+            let (Some(id), Some(most), Some(least)) = (id, ms(parts.next()), ms(parts.next()))
+            else {
                 return "ERR malformed EXTEND".into();
             };
             let lock = state.handles.lock().unwrap_or_else(PoisonError::into_inner).remove(&id);
@@ -245,7 +250,10 @@ impl ToyLockProvider {
             conn.get_mut().write_all(format!("{request}\n").as_bytes()).await?;
             let mut reply = String::new();
             if conn.read_line(&mut reply).await? == 0 {
-                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "server closed the connection"));
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "server closed the connection",
+                ));
             }
             Ok::<_, io::Error>((conn, reply.trim_end().to_owned()))
         };
@@ -316,9 +324,16 @@ impl LockHandle for ToyHandle {
     async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
         let reply = self
             .provider
-            .call(format!("UNLOCK {} {}", self.id, config.lock_at_least_for().as_millis()), "unlock")
+            .call(
+                format!("UNLOCK {} {}", self.id, config.lock_at_least_for().as_millis()),
+                "unlock",
+            )
             .await?;
-        if reply == "OK" { Ok(()) } else { Err(Error::backend(BACKEND, format!("unexpected reply {reply:?}"))) }
+        if reply == "OK" {
+            Ok(())
+        } else {
+            Err(Error::backend(BACKEND, format!("unexpected reply {reply:?}")))
+        }
     }
 
     async fn extend(&mut self, config: &LockConfig) -> Result<()> {

@@ -10,7 +10,9 @@ use std::{
 };
 
 use shedlock::{BoxError, LockProvider};
-use shedlock_conformance::{Hooks, InstanceOptions, Options, ProviderFactory, RecordHooks, RestartHook};
+use shedlock_conformance::{
+    Hooks, InstanceOptions, Options, ProviderFactory, RecordHooks, RestartHook,
+};
 use shedlock_toy::{ToyLockProvider, ToyServer};
 
 struct ToyFactory {
