@@ -741,3 +741,8 @@ mod tests {
         assert_eq!(floor_ms_micros(-1), -1000);
     }
 }
+
+/// The README's examples, compiled (and, where they need no server, run) as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -605,3 +605,8 @@ mod tests {
         assert!(d.contains("TIMESTAMPTZ"));
     }
 }
+
+/// The README's examples, compiled (and, where they need no server, run) as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

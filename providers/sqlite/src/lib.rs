@@ -585,3 +585,8 @@ mod tests {
         assert_eq!(s.acquire.args(), &[Arg::Name, Arg::AtMost, Arg::LockedBy, Arg::AcquisitionId]);
     }
 }
+
+/// The README's examples, compiled (and, where they need no server, run) as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
