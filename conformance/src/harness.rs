@@ -165,7 +165,12 @@ where
         );
         let report = match &state {
             State::Ready(suite) => Some(suite.report(results)),
-            State::Failed(e) => Some(setup_failed_report("provider", e)),
+            State::Failed(e) => {
+                // The provider's name is unknown: print, but write no file (an old report must
+                // not be mistaken for this run's; the test run itself fails).
+                println!("\n{}", setup_failed_report("provider", e).to_text());
+                None
+            }
             State::NotStarted(_) => None,
         };
         if let Some(report) = report {

@@ -264,7 +264,7 @@ async fn scheduler_run(
     run_for: Duration,
 ) -> Result<Vec<(usize, i64)>, Verdict> {
     let t = suite.timing();
-    let at_least = period - (t.granularity * 2).max(Duration::from_millis(100)).min(period / 4);
+    let at_least = period - (t.granularity * 2).max(Duration::from_millis(200)).min(period / 4);
     let cfg = LockConfig::new(suite.lock_name("c19"), period * 5, at_least)
         .map_err(|e| Verdict::fail(format!("kit config: {e}")))?;
     let insts = skewed_instances(suite, offsets_ms).await?;
