@@ -16,8 +16,19 @@ use shedlock_sqlite::{
 };
 use sqlx::SqlitePool;
 
-/// A fresh database file in a fresh directory under the system temp dir.
-fn db_file() -> PathBuf {
+/// A fresh database file in a fresh directory under the system temp dir, removed on drop.
+struct TempDb {
+    dir: PathBuf,
+    path: PathBuf,
+}
+
+impl Drop for TempDb {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn db_file() -> TempDb {
     static N: AtomicU64 = AtomicU64::new(0);
     let dir = std::env::temp_dir().join(format!(
         "shedlock-sqlite-test-{}-{}",
@@ -25,7 +36,8 @@ fn db_file() -> PathBuf {
         N.fetch_add(1, Ordering::Relaxed)
     ));
     std::fs::create_dir_all(&dir).unwrap();
-    dir.join("locks.db")
+    let path = dir.join("locks.db");
+    TempDb { dir, path }
 }
 
 async fn pool(path: &PathBuf) -> SqlitePool {
@@ -33,12 +45,12 @@ async fn pool(path: &PathBuf) -> SqlitePool {
 }
 
 /// Two independent providers (separate pools on one file, like two processes).
-async fn two_nodes() -> (SqliteLockProvider, SqliteLockProvider) {
-    let path = db_file();
-    let a = SqliteLockProvider::builder(pool(&path).await).build().unwrap();
+async fn two_nodes() -> (SqliteLockProvider, SqliteLockProvider, TempDb) {
+    let db = db_file();
+    let a = SqliteLockProvider::builder(pool(&db.path).await).build().unwrap();
     a.create_table().await.unwrap();
-    let b = SqliteLockProvider::builder(pool(&path).await).build().unwrap();
-    (a, b)
+    let b = SqliteLockProvider::builder(pool(&db.path).await).build().unwrap();
+    (a, b, db)
 }
 
 fn cfg(name: &str, at_most_ms: u64, at_least_ms: u64) -> LockConfig {
@@ -48,7 +60,7 @@ fn cfg(name: &str, at_most_ms: u64, at_least_ms: u64) -> LockConfig {
 
 #[tokio::test]
 async fn one_winner_and_release() {
-    let (a, b) = two_nodes().await;
+    let (a, b, _db) = two_nodes().await;
     let c = cfg("job", 60_000, 0);
     let lock = a.try_lock(&c).await.unwrap().expect("free");
     assert!(b.try_lock(&c).await.unwrap().is_none());
@@ -60,7 +72,7 @@ async fn one_winner_and_release() {
 
 #[tokio::test]
 async fn stale_holder_cannot_unlock_or_extend() {
-    let (a, b) = two_nodes().await;
+    let (a, b, _db) = two_nodes().await;
     let name = "stale";
     let mut stale = a.try_lock(&cfg(name, 200, 0)).await.unwrap().expect("free");
     // Granularity is 1 ms and both sides use SQLite's clock: 200 ms + 150 ms margin.
@@ -84,7 +96,7 @@ async fn stale_holder_cannot_unlock_or_extend() {
 
 #[tokio::test]
 async fn extend_keeps_the_lock_and_expired_extend_fails() {
-    let (a, b) = two_nodes().await;
+    let (a, b, _db) = two_nodes().await;
     let mut lock = a.try_lock(&cfg("ext", 300, 0)).await.unwrap().unwrap();
     lock.extend(Duration::from_secs(60), Duration::ZERO).await.unwrap();
     tokio::time::sleep(Duration::from_millis(450)).await;
@@ -100,7 +112,7 @@ async fn extend_keeps_the_lock_and_expired_extend_fails() {
 
 #[tokio::test]
 async fn at_least_is_kept_from_locked_at() {
-    let (a, b) = two_nodes().await;
+    let (a, b, _db) = two_nodes().await;
     let lock = a.try_lock(&cfg("least", 60_000, 700)).await.unwrap().unwrap();
     lock.unlock().await.unwrap();
     let rec = a.record("least").await.unwrap().unwrap();
@@ -112,7 +124,7 @@ async fn at_least_is_kept_from_locked_at() {
 
 #[tokio::test]
 async fn lock_until_keeps_milliseconds_and_utc() {
-    let (a, _) = two_nodes().await;
+    let (a, _, _db) = two_nodes().await;
     let _lock = a.try_lock(&cfg("ms", 1_234, 0)).await.unwrap().unwrap();
     let rec = a.record("ms").await.unwrap().unwrap();
     assert_eq!(rec.lock_until.duration_since(rec.locked_at).unwrap(), Duration::from_millis(1_234));
@@ -122,20 +134,22 @@ async fn lock_until_keeps_milliseconds_and_utc() {
 
 #[tokio::test]
 async fn missing_table_is_a_setup_error_quoting_the_ddl() {
-    let path = db_file();
-    let p = SqliteLockProvider::builder(pool(&path).await).table("missing").build().unwrap();
+    let db = db_file();
+    let path = &db.path;
+    let p = SqliteLockProvider::builder(pool(path).await).table("missing").build().unwrap();
     match p.try_lock(&cfg("x", 1000, 0)).await {
         Err(Error::Setup { message, .. }) => assert!(message.contains(p.ddl()), "{message}"),
         other => panic!("expected Setup, got {other:?}"),
     }
-    let p2 = SqliteLockProvider::builder(pool(&path).await).table("nodb.shedlock").build().unwrap();
+    let p2 = SqliteLockProvider::builder(pool(path).await).table("nodb.shedlock").build().unwrap();
     assert!(matches!(p2.try_lock(&cfg("x", 1000, 0)).await, Err(Error::Setup { .. })));
 }
 
 #[tokio::test]
 async fn identifiers_are_validated() {
-    let path = db_file();
-    let pool = pool(&path).await;
+    let db = db_file();
+    let path = &db.path;
+    let pool = pool(path).await;
     for table in ["", "1t", "t-x", "t x", "t;drop", "t\"x", "a.b.c", "ünï", "t\0", &"a".repeat(64)]
     {
         assert!(
@@ -160,7 +174,7 @@ async fn identifiers_are_validated() {
 
 #[tokio::test]
 async fn long_and_hostile_names() {
-    let (a, b) = two_nodes().await;
+    let (a, b, _db) = two_nodes().await;
     let max = "x".repeat(255);
     assert!(a.try_lock(&cfg(&max, 60_000, 0)).await.unwrap().is_some());
     for too_long in [format!("{max}a"), "😀".repeat(64)] {
@@ -208,7 +222,7 @@ async fn long_and_hostile_names() {
 
 #[tokio::test]
 async fn deleted_row_is_recreated_with_a_larger_token() {
-    let (a, b) = two_nodes().await;
+    let (a, b, _db) = two_nodes().await;
     let lock = a.try_lock(&cfg("del", 60_000, 0)).await.unwrap().unwrap();
     let t1 = lock.fencing_token().unwrap();
     assert!(a.delete_record("del").await.unwrap());
@@ -222,7 +236,7 @@ async fn deleted_row_is_recreated_with_a_larger_token() {
 
 #[tokio::test]
 async fn fencing_tokens_strictly_increase() {
-    let (a, b) = two_nodes().await;
+    let (a, b, _db) = two_nodes().await;
     let mut last = 0;
     for i in 0..50 {
         let p = if i % 2 == 0 { &a } else { &b };
@@ -236,10 +250,11 @@ async fn fencing_tokens_strictly_increase() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_nodes_have_one_winner_per_round() {
-    let path = db_file();
+    let db = db_file();
+    let path = &db.path;
     let mut nodes = Vec::new();
     for _ in 0..5 {
-        let p = SqliteLockProvider::builder(pool(&path).await).build().unwrap();
+        let p = SqliteLockProvider::builder(pool(path).await).build().unwrap();
         p.create_table().await.unwrap();
         nodes.push(Arc::new(p));
     }
@@ -263,11 +278,12 @@ async fn racing_nodes_have_one_winner_per_round() {
 
 #[tokio::test]
 async fn lock_statements_do_not_join_a_callers_transaction() {
-    let path = db_file();
-    let pool = pool(&path).await;
+    let db = db_file();
+    let path = &db.path;
+    let pool = pool(path).await;
     let p = SqliteLockProvider::builder(pool.clone()).build().unwrap();
     p.create_table().await.unwrap();
-    let observer = SqliteLockProvider::builder(self::pool(&path).await).build().unwrap();
+    let observer = SqliteLockProvider::builder(self::pool(path).await).build().unwrap();
     let mut tx = pool.begin().await.unwrap();
     sqlx::query("SELECT 1").execute(&mut *tx).await.unwrap();
     let lock = p.try_lock(&cfg("tx", 60_000, 0)).await.unwrap().unwrap();
@@ -279,14 +295,15 @@ async fn lock_statements_do_not_join_a_callers_transaction() {
 
 #[tokio::test]
 async fn database_time_ignores_client_skew_client_time_does_not() {
-    let path = db_file();
+    let db = db_file();
+    let path = &db.path;
     let behind = Arc::new(SkewedClock::behind(system_clock(), Duration::from_secs(3600)));
-    let slow = SqliteLockProvider::builder(pool(&path).await)
+    let slow = SqliteLockProvider::builder(pool(path).await)
         .time_mode(TimeMode::Client(behind))
         .build()
         .unwrap();
     slow.create_table().await.unwrap();
-    let right = SqliteLockProvider::builder(pool(&path).await)
+    let right = SqliteLockProvider::builder(pool(path).await)
         .time_mode(TimeMode::Client(system_clock()))
         .build()
         .unwrap();
@@ -295,18 +312,19 @@ async fn database_time_ignores_client_skew_client_time_does_not() {
         right.try_lock(&cfg("c", 60_000, 0)).await.unwrap().is_some(),
         "client time breaks under skew"
     );
-    let db_a = SqliteLockProvider::builder(pool(&path).await).build().unwrap();
-    let db_b = SqliteLockProvider::builder(pool(&path).await).build().unwrap();
+    let db_a = SqliteLockProvider::builder(pool(path).await).build().unwrap();
+    let db_b = SqliteLockProvider::builder(pool(path).await).build().unwrap();
     let _l = db_a.try_lock(&cfg("d", 60_000, 0)).await.unwrap().unwrap();
     assert!(db_b.try_lock(&cfg("d", 60_000, 0)).await.unwrap().is_none());
 }
 
 #[tokio::test]
 async fn dropped_acquire_leaves_no_bad_connection() {
-    let path = db_file();
+    let db = db_file();
+    let path = &db.path;
     let pool = recommended_pool_options()
         .max_connections(1)
-        .connect_with(recommended_connect_options(&path))
+        .connect_with(recommended_connect_options(path))
         .await
         .unwrap();
     let p = SqliteLockProvider::builder(pool).build().unwrap();
@@ -325,12 +343,13 @@ async fn dropped_acquire_leaves_no_bad_connection() {
 
 #[tokio::test]
 async fn a_locked_database_is_a_retryable_error() {
-    let path = db_file();
-    let pool_a = pool(&path).await;
+    let db = db_file();
+    let path = &db.path;
+    let pool_a = pool(path).await;
     let p = SqliteLockProvider::builder(
         recommended_pool_options()
             .connect_with(
-                recommended_connect_options(&path).busy_timeout(Duration::from_millis(100)),
+                recommended_connect_options(path).busy_timeout(Duration::from_millis(100)),
             )
             .await
             .unwrap(),
