@@ -106,8 +106,12 @@ pub(crate) async fn run_workload(
         set.spawn(async move {
             let mut acquired = 0usize;
             let want = (w.ops_per_instance / 4).max(2);
+            // Time cap: a coarse-granularity backend's long locks would otherwise make the
+            // workload last minutes.
+            let cap = (w.at_most * 4).max(Duration::from_secs(3));
+            let began = Instant::now();
             for op in 0..w.ops_per_instance * 4 {
-                if acquired >= want {
+                if acquired >= want || began.elapsed() > cap {
                     break;
                 }
                 let name = &w.names[rng.usize(0..w.names.len())];
