@@ -225,9 +225,16 @@ fn wait_native(
 }
 
 /// Stops every node: all graceful signals first, then waits for each group.
+///
+/// An etcd cluster is stopped one node at a time: a leader stopping at the same moment as its
+/// followers waits ~6 s for a leadership transfer that cannot succeed.
 fn stop_nodes(nodes: &mut [Option<Running>]) {
-    for node in nodes.iter().flatten() {
-        process::signal_group(node.pgid(), Some(node.spec.stop_signal));
+    let one_by_one =
+        nodes.iter().flatten().any(|n| matches!(n.spec.probe, crate::probe::Probe::Etcd(_)));
+    if !one_by_one {
+        for node in nodes.iter().flatten() {
+            process::signal_group(node.pgid(), Some(node.spec.stop_signal));
+        }
     }
     for node in nodes.iter_mut() {
         if let Some(mut n) = node.take() {
