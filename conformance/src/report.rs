@@ -383,3 +383,104 @@ fn workspace_root(start: &Path) -> Option<PathBuf> {
     }
     found_pkg
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Report {
+        Report {
+            provider: "p".into(),
+            capabilities: Capabilities::new()
+                .with_extend(true)
+                .with_granularity(Duration::from_secs(1)),
+            results: vec![
+                CheckResult {
+                    id: "C01",
+                    name: "lock_is_held",
+                    outcome: Outcome::Pass,
+                    detail: "ok | fine\nreally".into(),
+                    duration: Duration::from_millis(12),
+                },
+                CheckResult {
+                    id: "C24",
+                    name: "backend_unreachable",
+                    outcome: Outcome::NotApplicable,
+                    detail: "no address".into(),
+                    duration: Duration::ZERO,
+                },
+            ],
+            figures: Figures {
+                acquire_p50_us: Some(2.5),
+                acquire_p99_us: Some(9.0),
+                ..Figures::default()
+            },
+        }
+    }
+
+    #[test]
+    fn json_has_exactly_the_documented_schema() {
+        let v: serde_json::Value = serde_json::from_str(&sample().to_json()).unwrap();
+        let keys = |v: &serde_json::Value| {
+            let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+            k.sort();
+            k
+        };
+        assert_eq!(keys(&v), ["capabilities", "figures", "provider", "results"]);
+        assert_eq!(
+            keys(&v["capabilities"]),
+            ["extend", "fencing", "granularity_ms", "max_name_len", "owner_checked", "server_time"]
+        );
+        assert_eq!(keys(&v["results"][0]), ["detail", "duration_ms", "id", "name", "outcome"]);
+        assert_eq!(
+            keys(&v["figures"]),
+            [
+                "acquire_p50_us",
+                "acquire_p99_us",
+                "round_trips_acquire",
+                "round_trips_release",
+                "skew_bound_ms"
+            ]
+        );
+        assert_eq!(v["provider"], "p");
+        assert_eq!(v["capabilities"]["granularity_ms"], 1000);
+        assert!(v["capabilities"]["max_name_len"].is_null());
+        assert_eq!(v["results"][0]["outcome"], "pass");
+        assert_eq!(v["results"][1]["outcome"], "not_applicable");
+        assert_eq!(v["results"][0]["duration_ms"], 12);
+        assert_eq!(v["figures"]["acquire_p50_us"], 2.5);
+        assert!(v["figures"]["round_trips_acquire"].is_null());
+        assert!(v["figures"]["skew_bound_ms"].is_null());
+    }
+
+    #[test]
+    fn markdown_has_title_tables_and_figures() {
+        let md = sample().to_markdown();
+        assert!(md.starts_with("# Conformance report: p\n"));
+        assert!(md.contains("| extend | yes |"));
+        assert!(md.contains("| C01 | lock_is_held | pass | ok \\| fine really | 12 |"), "{md}");
+        assert!(md.contains("| C24 | backend_unreachable | not applicable |"));
+        assert!(md.contains("| acquire p50 | 2.5 µs |"));
+        assert!(md.contains("| round trips per acquire | n/a |"));
+    }
+
+    #[test]
+    fn report_files_are_written_where_asked() {
+        let dir =
+            std::env::temp_dir().join(format!("shedlock-conformance-test-{}", std::process::id()));
+        let (md, json) = sample().write_to(&dir).unwrap();
+        assert_eq!(md, dir.join("p.md"));
+        assert_eq!(json, dir.join("p.json"));
+        assert!(std::fs::read_to_string(&json).unwrap().contains("\"provider\": \"p\""));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn workspace_root_is_the_nearest_workspace_manifest() {
+        let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let root = workspace_root(&here).unwrap();
+        let text = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+        assert!(text.contains("[workspace]"));
+        assert!(here.starts_with(&root));
+    }
+}

@@ -127,7 +127,9 @@ impl ProviderFactory for Factory {
 }
 
 async fn suite(declared: Duration) -> Suite {
-    Suite::new(Factory { backend: Arc::default(), declared }, Options::new().with_seed(3)).await.unwrap()
+    Suite::new(Factory { backend: Arc::default(), declared }, Options::new().with_seed(3))
+        .await
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -164,9 +166,11 @@ async fn whole_suite_on_whole_seconds_when_asked() {
     if std::env::var_os("SHEDLOCK_CONFORMANCE_COARSE_FULL").is_none() {
         return;
     }
-    let report =
-        shedlock_conformance::run(Factory { backend: Arc::default(), declared: Duration::from_secs(1) }, Options::new())
-            .await;
+    let report = shedlock_conformance::run(
+        Factory { backend: Arc::default(), declared: Duration::from_secs(1) },
+        Options::new(),
+    )
+    .await;
     println!("{}", report.to_text());
     assert!(report.passed(), "{:?}", report.failures());
 }

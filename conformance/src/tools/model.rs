@@ -157,7 +157,9 @@ pub async fn run_case(
                     let cfg = match LockConfig::new(names[*name].clone(), half(*most), at_least) {
                         Ok(c) => c,
                         Err(e) => {
-                            break 'case CaseOutcome::Disagreed(format!("step {k}: bad config {e}"));
+                            break 'case CaseOutcome::Disagreed(format!(
+                                "step {k}: bad config {e}"
+                            ));
                         }
                     };
                     let r = match bounded(suite, "try_lock", real[*inst].try_lock(&cfg)).await {
