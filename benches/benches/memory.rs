@@ -19,7 +19,8 @@ fn cfg(name: &str) -> LockConfig {
 }
 
 fn bench(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let mut g = c.benchmark_group("memory");
 
     // The raw backend operation: insert and remove a record in a mutex-guarded map.
@@ -44,7 +45,8 @@ fn bench(c: &mut Criterion) {
 
     let executor = LockingExecutor::new(Arc::new(node.clone()));
     g.bench_function("executor_execute", |b| {
-        b.to_async(&rt).iter(|| async { executor.execute(&c1, || async { black_box(1) }).await.unwrap() })
+        b.to_async(&rt)
+            .iter(|| async { executor.execute(&c1, || async { black_box(1) }).await.unwrap() })
     });
 
     // N nodes race for one fresh name each round; exactly one wins and releases.
