@@ -30,10 +30,9 @@ impl PortLease {
         &self.ports
     }
 
-    /// Forgets the reservation files without removing them (for detached servers, whose ports
-    /// are protected by the server's own bind from then on).
-    pub(crate) fn forget(mut self) {
-        self.files.clear();
+    /// The reservation files (removed on drop; the watchdog removes them if we die).
+    pub(crate) fn files(&self) -> &[PathBuf] {
+        &self.files
     }
 }
 

@@ -205,10 +205,11 @@ pub(crate) fn log_tail(path: &Path, lines: usize) -> String {
     if tail.trim().is_empty() { "(log is empty)".to_owned() } else { tail }
 }
 
-/// The watchdog's shell script. Arguments: owner pid, directory to remove (or ""), then the
-/// process groups to stop once the owner is gone. It exits by itself when all groups are gone.
+/// The watchdog's shell script. Arguments: owner pid, directory to remove (or ""), files to
+/// remove (newline-separated), then the process groups to stop once the owner is gone. It exits
+/// by itself when all groups are gone.
 const WATCHDOG: &str = r#"
-owner=$1; dir=$2; shift 2
+owner=$1; dir=$2; files=$3; shift 3
 alive() { s=$(sed 's/.*) //' /proc/$1/stat 2>/dev/null | cut -c1); [ -n "$s" ] && [ "$s" != Z ] && [ "$s" != X ]; }
 any() { for g in "$@"; do kill -0 -$g 2>/dev/null && return 0; done; return 1; }
 while alive "$owner"; do [ $# -eq 0 ] || any "$@" || exit 0; sleep 1; done
@@ -217,6 +218,7 @@ i=0; while any "$@" && [ $i -lt 20 ]; do sleep 0.5; i=$((i+1)); done
 for g in "$@"; do kill -KILL -$g 2>/dev/null; done
 sleep 0.5
 if [ -n "$dir" ]; then rm -rf -- "$dir"; fi
+printf '%s\n' "$files" | while IFS= read -r f; do if [ -n "$f" ]; then rm -f -- "$f"; fi; done
 "#;
 
 /// A `sh` sidecar in its own process group that stops `groups` (and removes `dir`) once this
@@ -231,6 +233,7 @@ impl Watchdog {
         backend: &'static str,
         groups: &[i32],
         dir: Option<&Path>,
+        files: &[PathBuf],
     ) -> Result<Self, LaunchError> {
         use std::os::unix::process::CommandExt;
         let mut cmd = Command::new("/bin/sh");
@@ -239,6 +242,7 @@ impl Watchdog {
             .arg("shedlock-launcher-watchdog")
             .arg(std::process::id().to_string())
             .arg(dir.map(|d| d.as_os_str().to_owned()).unwrap_or_default())
+            .arg(files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join("\n"))
             .args(groups.iter().map(ToString::to_string))
             .stdin(Stdio::null())
             .stdout(Stdio::null())

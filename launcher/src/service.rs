@@ -273,8 +273,12 @@ impl Native {
             w.disarm();
         }
         if self.use_watchdog {
-            self.watchdog =
-                Some(Watchdog::spawn(backend.name(), &pgids(&self.nodes), Some(&self.dir))?);
+            self.watchdog = Some(Watchdog::spawn(
+                backend.name(),
+                &pgids(&self.nodes),
+                Some(&self.dir),
+                self.lease.as_ref().map_or(&[], |l| l.files()),
+            )?);
         }
         Ok(())
     }
@@ -409,7 +413,7 @@ impl Service {
         if let Programs::Sqlite = programs {
             // No process to stop, but the dir goes when this process does.
             let watchdog = if options.get_watchdog() {
-                Some(Watchdog::spawn(backend.name(), &[], Some(&dir))?)
+                Some(Watchdog::spawn(backend.name(), &[], Some(&dir), &[])?)
             } else {
                 None
             };
@@ -657,9 +661,8 @@ impl Service {
                 if let Some(w) = n.watchdog.take() {
                     w.disarm();
                 }
-                if let Some(lease) = n.lease.take() {
-                    lease.forget();
-                }
+                // From now on the servers' own binds protect their ports.
+                drop(n.lease.take());
                 record.process_groups = n
                     .nodes
                     .iter()

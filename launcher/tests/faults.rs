@@ -112,8 +112,9 @@ fn shared_starts_once_per_process() {
     assert_eq!(a.url(), b.url());
 }
 
-/// Starts `shedlock-launch <backend> --hold` in its own process group and reads its report.
-fn held_server(backend: &str) -> (std::process::Child, Vec<u32>, std::path::PathBuf) {
+/// Starts `shedlock-launch <backend> --hold` in its own process group and reads its report:
+/// (the launcher process, the server pids, the temp dir, the URL).
+fn held_server(backend: &str) -> (std::process::Child, Vec<u32>, std::path::PathBuf, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_shedlock-launch"))
         .args([backend, "--via", "native", "--ignore-env", "--hold"])
         .stdin(Stdio::piped())
@@ -124,8 +125,12 @@ fn held_server(backend: &str) -> (std::process::Child, Vec<u32>, std::path::Path
     let out = BufReader::new(child.stdout.take().unwrap());
     let mut pids = Vec::new();
     let mut dir = None;
+    let mut url = String::new();
     for line in out.lines() {
         let line = line.unwrap();
+        if let Some((_, u)) = line.split_once("_URL=") {
+            url = u.to_owned();
+        }
         if let Some(p) = line.strip_prefix("# pids ") {
             pids = p.split_whitespace().map(|p| p.parse().unwrap()).collect();
         }
@@ -140,26 +145,30 @@ fn held_server(backend: &str) -> (std::process::Child, Vec<u32>, std::path::Path
     for p in &pids {
         assert!(pid_alive(*p));
     }
-    (child, pids, dir.unwrap())
+    (child, pids, dir.unwrap(), url)
 }
 
 #[test]
 fn servers_die_with_a_killed_launcher() {
-    let (mut child, pids, dir) = held_server("redis");
+    let (mut child, pids, dir, url) = held_server("redis");
+    let port = url.rsplit(':').next().unwrap();
+    let lease = std::env::temp_dir().join("shedlock-launcher-ports").join(port);
+    assert!(lease.exists(), "no port reservation {}", lease.display());
     // SIGKILL: no destructor, no handler runs. Only the watchdog can clean up.
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(
-        wait_until(Duration::from_secs(15), || pids.iter().all(|p| !pid_alive(*p))
-            && !dir.exists()),
-        "server {pids:?} or dir {} left behind after SIGKILL",
+        wait_until(Duration::from_secs(15), || {
+            pids.iter().all(|p| !pid_alive(*p)) && !dir.exists() && !lease.exists()
+        }),
+        "server {pids:?}, dir {} or port reservation left behind after SIGKILL",
         dir.display()
     );
 }
 
 #[test]
 fn servers_die_with_ctrl_c() {
-    let (mut child, pids, dir) = held_server("memcached");
+    let (mut child, pids, dir, _) = held_server("memcached");
     // Ctrl-C signals the terminal's foreground process group: the launcher's, not the servers'.
     nix::sys::signal::killpg(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
     child.wait().unwrap();
@@ -173,7 +182,7 @@ fn servers_die_with_ctrl_c() {
 
 #[test]
 fn servers_stop_when_the_launcher_exits_normally() {
-    let (mut child, pids, dir) = held_server("etcd");
+    let (mut child, pids, dir, _) = held_server("etcd");
     drop(child.stdin.take()); // ends --hold: the Service is dropped
     assert!(child.wait().unwrap().success());
     for p in &pids {
