@@ -32,7 +32,3 @@ pub use executor::{
 pub use keepalive::KeepAliveProvider;
 pub use provider::{Capabilities, Lock, LockHandle, LockProvider, LostNotifier, LostSignal};
 pub use scheduler::{Schedule, ScheduleError, Scheduler};
-
-#[doc = include_str!("../../README.md")]
-#[cfg(doctest)]
-pub struct ReadmeDoctests;

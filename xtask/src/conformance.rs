@@ -7,7 +7,7 @@ use std::{
 };
 
 use serde_json::Value;
-use shedlock_launcher::{Backend, LaunchOptions, Service};
+use shedlock_launcher::Backend;
 
 use crate::util::{
     cargo, code_of, interrupted, loud, root, take_flag, take_value, take_via, target_dir,
@@ -130,26 +130,32 @@ fn run_one(
             spec.dir.display()
         ));
     }
+    // With a URL the suite runs against that server (a server we do not own cannot be restarted,
+    // so C25 is then "not applicable"). Without one, the provider's test starts its own server
+    // through `shedlock_launcher::shared()` (in the mode `SHEDLOCK_VIA` names), which it owns and
+    // can restart for C25.
     let mut env: Vec<(String, String)> = Vec::new();
-    let mut service = None;
-    if let Some(b) = spec.backend {
-        match url {
-            Some(u) => env.push((b.env_var().to_owned(), u.to_owned())),
-            None => {
-                let mut opts = LaunchOptions::new();
-                if let Some(v) = via {
-                    opts = opts.via(v);
-                }
-                let s = Service::start(b, &opts).map_err(|e| e.to_string())?;
-                eprintln!("xtask: {} at {} ({} ms)", b.name(), s.url(), s.started_in().as_millis());
-                env.push((b.env_var().to_owned(), s.url().to_owned()));
-                service = Some(s);
+    match (spec.backend, url) {
+        (Some(b), Some(u)) => env.push((b.env_var().to_owned(), u.to_owned())),
+        (None, Some(u)) if spec.name == "sqlite" => {
+            env.push((Backend::Sqlite.env_var().to_owned(), u.to_owned()))
+        }
+        (Some(b), None) => {
+            if let Some(v) = via {
+                env.push(("SHEDLOCK_VIA".to_owned(), v.to_string()));
             }
+            // Fail early, with the install hint, when a native start cannot work.
+            if !matches!(via, Some(shedlock_launcher::Via::Docker)) {
+                if let Err(e) = shedlock_launcher::check_installed(b) {
+                    if !matches!(via, None | Some(shedlock_launcher::Via::Auto)) {
+                        return Err(e.to_string());
+                    }
+                }
+            }
+            // The test process must not inherit a URL from `cargo xtask services up`.
+            env.push((b.env_var().to_owned(), String::new()));
         }
-    } else if let Some(u) = url {
-        if spec.name == "sqlite" {
-            env.push((Backend::Sqlite.env_var().to_owned(), u.to_owned()));
-        }
+        _ => {}
     }
     let conf_dir = target_dir().join("conformance");
     std::fs::create_dir_all(&conf_dir)
@@ -166,7 +172,6 @@ fn run_one(
         conf_dir.display()
     );
     let status = cmd.status().map_err(|e| format!("cannot run cargo: {e}"))?;
-    drop(service);
 
     let copied = copy_reports(&conf_dir, began)?;
     let mut code = if status.success() { 0 } else { code_of(status).max(1) };
@@ -244,6 +249,26 @@ fn tally(report: &Value) -> (usize, usize) {
     (passed, total)
 }
 
+/// `27 pass`, `25 pass, 2 n/a`, `20 pass, 1 FAIL, 6 unsupported`: every outcome that occurs.
+fn outcomes(report: &Value) -> String {
+    let count = |o: &str| {
+        results(report).filter(|r| r.get("outcome").and_then(Value::as_str) == Some(o)).count()
+    };
+    let parts: Vec<String> = [
+        ("pass", "pass"),
+        ("fail", "FAIL"),
+        ("unsupported", "unsupported"),
+        ("not_applicable", "n/a"),
+    ]
+    .iter()
+    .filter_map(|(key, label)| match count(key) {
+        0 => None,
+        n => Some(format!("{n} {label}")),
+    })
+    .collect();
+    if parts.is_empty() { "no checks".to_owned() } else { parts.join(", ") }
+}
+
 fn yes_no(v: Option<&Value>) -> &'static str {
     match v.and_then(Value::as_bool) {
         Some(true) => "yes",
@@ -266,32 +291,31 @@ fn table(reports: &[Value]) -> String {
     let mut rows: Vec<&Value> = reports.iter().collect();
     rows.sort_by_key(|r| r.get("provider").and_then(Value::as_str).unwrap_or_default().to_owned());
     let mut out = String::from(
-        "| provider | server time | extend | fencing | owner-checked | granularity | passed/total | acquire p50 µs | p99 µs | round trips acquire/release |\n\
-         |---|---|---|---|---|---|---|---|---|---|\n",
+        "| provider | server time | extend | fencing | owner-checked | granularity | checks | acquire p50 µs | p99 µs | round trips acquire/release | skew bound ms |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         let caps = r.get("capabilities");
         let cap = |k: &str| caps.and_then(|c| c.get(k));
         let fig = |k: &str| r.get("figures").and_then(|f| f.get(k));
-        let (passed, total) = tally(r);
         let granularity = match cap("granularity_ms").and_then(Value::as_u64) {
             Some(ms) => format!("{ms} ms"),
             None => "?".to_owned(),
         };
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {}/{} | {} | {} | {}/{} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {}/{} | {} |\n",
             r.get("provider").and_then(Value::as_str).unwrap_or("?"),
             yes_no(cap("server_time")),
             yes_no(cap("extend")),
             yes_no(cap("fencing")),
             yes_no(cap("owner_checked")),
             granularity,
-            passed,
-            total,
+            outcomes(r),
             num(fig("acquire_p50_us")),
             num(fig("acquire_p99_us")),
             num(fig("round_trips_acquire")),
             num(fig("round_trips_release")),
+            num(fig("skew_bound_ms")),
         ));
     }
     out
