@@ -368,13 +368,17 @@ mod tests {
     #[test]
     fn the_table_has_one_sorted_row_per_report() {
         let t = table(&[
-            report("postgres", &["pass", "fail", "unsupported"]),
+            report("postgres", &["pass", "fail", "unsupported", "not_applicable", "pass"]),
             report("memory", &["pass"]),
         ]);
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines.len(), 4);
         assert!(lines[2].starts_with("| memory |"), "{t}");
-        assert_eq!(lines[3], "| postgres | yes | yes | no | yes | 1 ms | 1/3 | 312 | 1200 | 1/— |");
+        assert_eq!(
+            lines[3],
+            "| postgres | yes | yes | no | yes | 1 ms | 2 pass, 1 FAIL, 1 unsupported, 1 n/a | 312 | 1200 | 1/— | — |"
+        );
+        assert!(lines[2].contains("| 1 pass |"), "{t}");
     }
 
     #[test]
