@@ -48,20 +48,18 @@
 //! [`recommended_pool_options`] turns it off. Set an `acquire_timeout` so an unreachable server
 //! fails fast.
 
-use std::{fmt, sync::Arc, time::Duration, time::SystemTime};
+use std::{fmt, time::Duration, time::SystemTime};
 
 use async_trait::async_trait;
-use shedlock::{Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result};
+use shedlock::{Capabilities, Lock, LockConfig, LockProvider, Result};
 use shedlock_sql_common::{
-    Arg, ArgValues, DbErrorKind, ErrorContext, Placeholder, QuotedNames, Stmt, StmtBuilder,
-    TableName, Value, acquisition_id, check_lock_name, check_locked_by, check_max_name_len,
-    default_locked_by, duration_millis_ceil, map_sqlx_error, unix_micros, with_timeout,
+    Arg, ArgValues, BuilderCore, DbErrorKind, Dialect, Op, Placeholder, QuotedNames, SqlProvider,
+    Stmt, StmtBuilder, bind, duration_millis_ceil, retry_transient,
 };
 use sqlx::{
     AssertSqlSafe, Row,
     error::DatabaseError,
-    mysql::{MySql, MySqlArguments, MySqlDatabaseError, MySqlPool, MySqlPoolOptions},
-    query::Query,
+    mysql::{MySql, MySqlDatabaseError, MySqlPool, MySqlPoolOptions},
 };
 use tokio::sync::OnceCell;
 
@@ -71,8 +69,6 @@ const BACKEND: &str = "mysql";
 /// The largest `max_name_len` accepted: the name is an InnoDB primary key, limited to 3072
 /// bytes.
 pub const MAX_NAME_LEN_LIMIT: usize = 3072;
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
-const TRANSIENT_ATTEMPTS: usize = 3;
 const STRICT: &str = "STRICT_ALL_TABLES";
 
 /// Which server the pool talks to; it decides how an acquire learns whether it won.
@@ -106,12 +102,7 @@ pub fn recommended_pool_options() -> MySqlPoolOptions {
 #[must_use]
 pub struct MySqlLockProviderBuilder {
     pool: MySqlPool,
-    table: String,
-    columns: Columns,
-    locked_by: Option<String>,
-    max_name_len: usize,
-    time: TimeMode,
-    timeout: Option<Duration>,
+    core: BuilderCore,
     flavor: Flavor,
 }
 
@@ -119,41 +110,41 @@ impl MySqlLockProviderBuilder {
     /// The lock table, `table` or `database.table` (default `shedlock`). Each part must be a plain
     /// identifier (`[A-Za-z_][A-Za-z0-9_]*`, at most 63 bytes); it is quoted with backticks.
     pub fn table(mut self, table: impl Into<String>) -> Self {
-        self.table = table.into();
+        self.core.table = table.into();
         self
     }
 
     /// The column names (validated like the table name).
     pub fn columns(mut self, columns: Columns) -> Self {
-        self.columns = columns;
+        self.core.columns = columns;
         self
     }
 
     /// What to store in `locked_by` (informational; default `hostname/pid`). At most 255 bytes.
     /// Ownership never depends on it: every acquisition has its own random id.
     pub fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
-        self.locked_by = Some(locked_by.into());
+        self.core.locked_by = Some(locked_by.into());
         self
     }
 
     /// The longest lock name in bytes (default 255, at most [`MAX_NAME_LEN_LIMIT`]); it sizes
     /// the `VARBINARY` name column in [`MySqlLockProvider::ddl`]. Longer names get
-    /// [`Error::InvalidName`], never truncated.
+    /// [`Error::InvalidName`](shedlock::Error::InvalidName), never truncated.
     pub fn max_name_len(mut self, max: usize) -> Self {
-        self.max_name_len = max;
+        self.core.max_name_len = max;
         self
     }
 
     /// Whose clock judges expiry (default [`TimeMode::Database`]).
     pub fn time_mode(mut self, time: TimeMode) -> Self {
-        self.time = time;
+        self.core.time = time;
         self
     }
 
     /// The time limit of each lock operation, including waiting for a pooled connection
-    /// (default 10 s; `None`: no limit). On expiry the call returns [`Error::Timeout`].
+    /// (default 10 s; `None`: no limit). On expiry the call returns [`Error::Timeout`](shedlock::Error::Timeout).
     pub fn operation_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.timeout = timeout;
+        self.core.timeout = timeout;
         self
     }
 
@@ -164,62 +155,31 @@ impl MySqlLockProviderBuilder {
     }
 
     /// Validates the configuration and builds the provider. Invalid identifiers, `locked_by`
-    /// or `max_name_len` give [`Error::Setup`]. Does no I/O.
+    /// or `max_name_len` give [`Error::Setup`](shedlock::Error::Setup). Does no I/O.
     pub fn build(self) -> Result<MySqlLockProvider> {
-        let table = TableName::parse(BACKEND, &self.table)?;
-        let names = QuotedNames::new(BACKEND, &table, &self.columns, '`')?;
-        let locked_by = self.locked_by.unwrap_or_else(default_locked_by);
-        check_locked_by(BACKEND, &locked_by)?;
-        check_max_name_len(BACKEND, self.max_name_len, MAX_NAME_LEN_LIMIT)?;
-        let database = self.time.is_database();
-        let flavor = OnceCell::new();
+        let settings = self.core.validate(BACKEND, '`', MAX_NAME_LEN_LIMIT)?;
+        let database = settings.time.is_database();
+        let stmts = OnceCell::new();
         if self.flavor != Flavor::Detect {
-            let _ = flavor.set(Statements::new(&names, database, self.flavor));
+            let _ = stmts.set(Statements::new(&settings.names, database, self.flavor));
         }
-        Ok(MySqlLockProvider {
-            inner: Arc::new(Inner {
-                pool: self.pool,
-                table: names.table_display.clone(),
-                ddl: ddl(&names, self.max_name_len),
-                names,
-                locked_by,
-                max_name_len: self.max_name_len,
-                time: self.time,
-                timeout: self.timeout,
-                stmts: flavor,
-            }),
-        })
+        let ddl = ddl(&settings.names, settings.max_name_len);
+        let dialect =
+            MySqlDialect { pool: self.pool, names: settings.names.clone(), database, stmts };
+        Ok(MySqlLockProvider { inner: SqlProvider::new(dialect, settings, ddl) })
     }
 }
 
 /// A [`LockProvider`] on a MySQL or MariaDB table. Cheap to clone.
 #[derive(Clone)]
 pub struct MySqlLockProvider {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    pool: MySqlPool,
-    table: String,
-    ddl: String,
-    names: QuotedNames,
-    locked_by: String,
-    max_name_len: usize,
-    time: TimeMode,
-    timeout: Option<Duration>,
-    stmts: OnceCell<Statements>,
+    inner: SqlProvider<MySqlDialect>,
 }
 
 impl fmt::Debug for MySqlLockProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MySqlLockProvider")
-            .field("table", &self.inner.table)
-            .field("flavor", &self.inner.stmts.get().map(|s| s.flavor))
-            .field("locked_by", &self.inner.locked_by)
-            .field("max_name_len", &self.inner.max_name_len)
-            .field("time", &self.inner.time)
-            .field("timeout", &self.inner.timeout)
-            .finish_non_exhaustive()
+        let flavor = self.flavor();
+        self.inner.fmt_debug(f, "MySqlLockProvider", Some(("flavor", &flavor)))
     }
 }
 
@@ -382,21 +342,6 @@ fn classify(e: &dyn DatabaseError) -> DbErrorKind {
     }
 }
 
-fn bind<'q>(stmt: &Stmt, values: &ArgValues<'q>) -> Query<'q, MySql, MySqlArguments> {
-    let mut q = sqlx::query(AssertSqlSafe(stmt.sql().clone()));
-    for v in stmt.values(values) {
-        q = match v {
-            Value::Text(s) => q.bind(s),
-            Value::Int(i) => q.bind(i),
-        };
-    }
-    q
-}
-
-fn is_transient(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Database(db) if classify(db.as_ref()) == DbErrorKind::Transient)
-}
-
 /// Parses `SELECT VERSION()`: MariaDB ≥ 10.5 supports `INSERT … RETURNING`.
 fn flavor_of(version: &str) -> Flavor {
     if !version.to_ascii_lowercase().contains("mariadb") {
@@ -414,289 +359,162 @@ fn floor_ms_micros(micros: i64) -> i64 {
     micros.div_euclid(1000) * 1000
 }
 
-impl Inner {
-    fn ctx<'a>(&'a self, name: Option<&'a str>) -> ErrorContext<'a> {
-        ErrorContext { backend: BACKEND, table: &self.table, ddl: &self.ddl, name }
-    }
+/// The MySQL / MariaDB primitives: the pool and the statements of the flavor (built on first use
+/// when the flavor is detected). Times are microseconds on millisecond boundaries.
+struct MySqlDialect {
+    pool: MySqlPool,
+    names: QuotedNames,
+    database: bool,
+    stmts: OnceCell<Statements>,
+}
 
-    fn err(&self, name: Option<&str>, e: sqlx::Error) -> Error {
-        map_sqlx_error(&self.ctx(name), e, classify)
-    }
-
-    fn values<'a>(&'a self, name: &'a str) -> ArgValues<'a> {
-        ArgValues {
-            name,
-            locked_by: &self.locked_by,
-            now: floor_ms_micros(self.time.client_now_micros()),
-            ..Default::default()
-        }
-    }
-
-    async fn stmts(&self) -> Result<&Statements> {
+impl MySqlDialect {
+    async fn stmts(&self) -> Result<&Statements, sqlx::Error> {
         self.stmts
             .get_or_try_init(|| async {
-                let version: String = sqlx::query_scalar("SELECT VERSION()")
-                    .fetch_one(&self.pool)
-                    .await
-                    .map_err(|e| self.err(None, e))?;
+                let version: String =
+                    sqlx::query_scalar("SELECT VERSION()").fetch_one(&self.pool).await?;
                 let flavor = flavor_of(&version);
                 tracing::debug!(%version, ?flavor, "mysql flavor detected");
-                Ok(Statements::new(&self.names, self.time.is_database(), flavor))
+                Ok(Statements::new(&self.names, self.database, flavor))
             })
             .await
     }
+}
 
-    async fn execute(&self, stmt: &Stmt, values: &ArgValues<'_>) -> Result<u64, sqlx::Error> {
-        let mut attempt = 1;
-        loop {
-            match bind(stmt, values).execute(&self.pool).await {
-                Ok(r) => return Ok(r.rows_affected()),
-                Err(e) if attempt < TRANSIENT_ATTEMPTS && is_transient(&e) => attempt += 1,
-                Err(e) => return Err(e),
-            }
-        }
+impl Dialect for MySqlDialect {
+    const BACKEND: &'static str = BACKEND;
+    /// VARBINARY stores any bytes, NUL included: only the length is checked.
+    const REJECT_NUL: bool = false;
+
+    fn classify(e: &dyn DatabaseError) -> DbErrorKind {
+        classify(e)
     }
 
-    /// The acquire: returns the owner id and token the row holds afterwards.
-    async fn acquire(
-        &self,
-        stmts: &Statements,
-        values: &ArgValues<'_>,
-    ) -> Result<Option<(i64, i64)>, sqlx::Error> {
-        let mut attempt = 1;
-        loop {
-            let r = match stmts.flavor {
+    fn duration(d: Duration) -> i64 {
+        duration_millis_ceil(d).saturating_mul(1000)
+    }
+
+    fn time(micros: i64) -> i64 {
+        floor_ms_micros(micros)
+    }
+
+    /// The lock is ours iff the row's owner id afterwards is the one this acquisition sent.
+    async fn acquire(&self, values: &ArgValues<'_>) -> Result<Option<i64>, sqlx::Error> {
+        let stmts = self.stmts().await?;
+        let row = retry_transient(classify, || async {
+            let row = match stmts.flavor {
                 Flavor::MySql => {
                     let mut conn = self.pool.acquire().await?;
-                    match bind(&stmts.acquire, values).execute(&mut *conn).await {
-                        Ok(_) => bind(&stmts.owner, values).fetch_optional(&mut *conn).await,
-                        Err(e) => Err(e),
-                    }
+                    bind::<MySql>(&stmts.acquire, values).execute(&mut *conn).await?;
+                    bind::<MySql>(&stmts.owner, values).fetch_optional(&mut *conn).await?
                 }
-                _ => bind(&stmts.acquire, values).fetch_optional(&self.pool).await,
+                _ => bind::<MySql>(&stmts.acquire, values).fetch_optional(&self.pool).await?,
             };
-            match r {
-                Ok(row) => {
-                    return row
-                        .map(|r| Ok((r.try_get::<i64, _>(0)?, r.try_get::<i64, _>(1)?)))
-                        .transpose();
-                }
-                Err(e) if attempt < TRANSIENT_ATTEMPTS && is_transient(&e) => attempt += 1,
-                Err(e) => return Err(e),
-            }
-        }
+            row.map(|r| Ok((r.try_get::<i64, _>(0)?, r.try_get::<i64, _>(1)?))).transpose()
+        })
+        .await?;
+        Ok(match row {
+            Some((owner, token)) if owner == values.acquisition_id => Some(token),
+            _ => None,
+        })
+    }
+
+    /// sqlx sets CLIENT_FOUND_ROWS: rows-affected counts matched rows, so an extend reports 1
+    /// iff the row is still ours.
+    async fn execute(&self, op: Op, values: &ArgValues<'_>) -> Result<u64, sqlx::Error> {
+        let stmts = self.stmts().await?;
+        let stmt = match op {
+            Op::Unlock => &stmts.unlock,
+            Op::Extend => &stmts.extend,
+            Op::Delete => &stmts.delete,
+            Op::Write => &stmts.write,
+        };
+        retry_transient(classify, || async {
+            bind::<MySql>(stmt, values).execute(&self.pool).await.map(|r| r.rows_affected())
+        })
+        .await
+    }
+
+    async fn record(&self, values: &ArgValues<'_>) -> Result<Option<LockRecord>, sqlx::Error> {
+        let stmts = self.stmts().await?;
+        let row = bind::<MySql>(&stmts.select, values).fetch_optional(&self.pool).await?;
+        row.map(|r| {
+            let raw: Vec<u8> = r.try_get(0)?;
+            let name = String::from_utf8(raw).map_err(|e| sqlx::Error::Decode(e.into()))?;
+            Ok(LockRecord::from_raw(
+                name,
+                r.try_get(1)?,
+                r.try_get(2)?,
+                r.try_get(3)?,
+                r.try_get(4)?,
+                r.try_get(5)?,
+            ))
+        })
+        .transpose()
+    }
+
+    async fn run_ddl(&self, ddl: &str) -> Result<(), sqlx::Error> {
+        sqlx::raw_sql(AssertSqlSafe(ddl.to_owned())).execute(&self.pool).await.map(|_| ())
     }
 }
 
 impl MySqlLockProvider {
     /// Starts a builder on the caller's pool. Lock statements take their own connection from it.
     pub fn builder(pool: MySqlPool) -> MySqlLockProviderBuilder {
-        MySqlLockProviderBuilder {
-            pool,
-            table: "shedlock".into(),
-            columns: Columns::default(),
-            locked_by: None,
-            max_name_len: DEFAULT_MAX_NAME_LEN,
-            time: TimeMode::Database,
-            timeout: Some(DEFAULT_TIMEOUT),
-            flavor: Flavor::Detect,
-        }
+        MySqlLockProviderBuilder { pool, core: BuilderCore::default(), flavor: Flavor::Detect }
     }
 
     /// The `CREATE TABLE IF NOT EXISTS` statement for the configured table and columns.
     pub fn ddl(&self) -> &str {
-        &self.inner.ddl
+        self.inner.ddl()
     }
 
     /// The flavor in use: the configured one, or the detected one once the provider has talked
     /// to the server (`None` before that).
     pub fn flavor(&self) -> Option<Flavor> {
-        self.inner.stmts.get().map(|s| s.flavor)
+        self.inner.dialect().stmts.get().map(|s| s.flavor)
     }
 
     /// Creates the lock table if it does not exist (runs [`ddl`](Self::ddl)).
     pub async fn create_table(&self) -> Result<()> {
-        let inner = &self.inner;
-        with_timeout("create_table", inner.timeout, async {
-            sqlx::raw_sql(AssertSqlSafe(inner.ddl.clone()))
-                .execute(&inner.pool)
-                .await
-                .map(|_| ())
-                .map_err(|e| match inner.err(None, e) {
-                    e @ Error::Unavailable { .. } => e,
-                    Error::Setup { message, .. } => Error::backend(BACKEND, message),
-                    e => e,
-                })
-        })
-        .await
+        self.inner.create_table().await
     }
 
     /// The stored row of `name`, if any (for operators and tests).
     pub async fn record(&self, name: &str) -> Result<Option<LockRecord>> {
-        let inner = &self.inner;
-        let values = inner.values(name);
-        with_timeout("record", inner.timeout, async {
-            let stmts = inner.stmts().await?;
-            let row = bind(&stmts.select, &values)
-                .fetch_optional(&inner.pool)
-                .await
-                .map_err(|e| inner.err(Some(name), e))?;
-            row.map(|r| -> std::result::Result<LockRecord, sqlx::Error> {
-                let raw: Vec<u8> = r.try_get(0)?;
-                let name = String::from_utf8(raw).map_err(|e| sqlx::Error::Decode(e.into()))?;
-                Ok(LockRecord::from_raw(
-                    name,
-                    r.try_get(1)?,
-                    r.try_get(2)?,
-                    r.try_get(3)?,
-                    r.try_get(4)?,
-                    r.try_get(5)?,
-                ))
-            })
-            .transpose()
-            .map_err(|e| inner.err(Some(name), e))
-        })
-        .await
+        self.inner.record(name).await
     }
 
     /// Deletes the row of `name`, as an operator might; returns whether there was one. The next
     /// acquisition recreates the row with a larger fencing token.
     pub async fn delete_record(&self, name: &str) -> Result<bool> {
-        let inner = &self.inner;
-        let values = inner.values(name);
-        with_timeout("delete_record", inner.timeout, async {
-            let stmts = inner.stmts().await?;
-            inner
-                .execute(&stmts.delete, &values)
-                .await
-                .map(|n| n > 0)
-                .map_err(|e| inner.err(Some(name), e))
-        })
-        .await
+        self.inner.delete_record(name).await
     }
 
     /// Creates or overwrites the row of `name` with `lock_until` (and `locked_at`) set to the
     /// given time (floored to the millisecond), a fresh owner nobody holds, and a larger fencing
     /// token, as a process that crashed would have left it. For tests and manual repair.
     pub async fn write_record(&self, name: &str, lock_until: SystemTime) -> Result<()> {
-        let inner = &self.inner;
-        check_lock_name(BACKEND, name, inner.max_name_len, false)?;
-        let values = ArgValues {
-            until: floor_ms_micros(unix_micros(lock_until)),
-            acquisition_id: acquisition_id(),
-            ..inner.values(name)
-        };
-        with_timeout("write_record", inner.timeout, async {
-            let stmts = inner.stmts().await?;
-            inner
-                .execute(&stmts.write, &values)
-                .await
-                .map(|_| ())
-                .map_err(|e| inner.err(Some(name), e))
-        })
-        .await
+        self.inner.write_record(name, lock_until).await
     }
 }
 
 #[async_trait]
 impl LockProvider for MySqlLockProvider {
     async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
-        let inner = &self.inner;
-        let name = config.name();
-        // VARBINARY stores any bytes, NUL included: only the length is checked.
-        check_lock_name(BACKEND, name, inner.max_name_len, false)?;
-        let values = ArgValues {
-            acquisition_id: acquisition_id(),
-            at_most: duration_millis_ceil(config.lock_at_most_for()).saturating_mul(1000),
-            ..inner.values(name)
-        };
-        let row = with_timeout("try_lock", inner.timeout, async {
-            let stmts = inner.stmts().await?;
-            inner.acquire(stmts, &values).await.map_err(|e| inner.err(Some(name), e))
-        })
-        .await?;
-        match row {
-            Some((owner, token)) if owner == values.acquisition_id => {
-                tracing::debug!(lock = name, token, "mysql lock acquired");
-                let handle = MySqlHandle {
-                    inner: Arc::clone(inner),
-                    acquisition_id: values.acquisition_id,
-                    token,
-                };
-                Ok(Some(Lock::new(config.clone(), handle)))
-            }
-            _ => {
-                tracing::trace!(lock = name, "mysql lock held elsewhere");
-                Ok(None)
-            }
-        }
+        self.inner.try_lock(config).await
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new()
-            .with_extend(true)
-            .with_fencing(true)
-            .with_owner_checked(true)
-            .with_server_time(self.inner.time.is_database())
-            .with_granularity(Duration::from_millis(1))
-            .with_max_name_len(Some(self.inner.max_name_len))
-    }
-}
-
-struct MySqlHandle {
-    inner: Arc<Inner>,
-    acquisition_id: i64,
-    token: i64,
-}
-
-#[async_trait]
-impl LockHandle for MySqlHandle {
-    async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
-        let inner = &self.inner;
-        let name = config.name();
-        let values = ArgValues {
-            acquisition_id: self.acquisition_id,
-            fencing_token: self.token,
-            at_least: duration_millis_ceil(config.lock_at_least_for()).saturating_mul(1000),
-            ..inner.values(name)
-        };
-        let n = with_timeout("unlock", inner.timeout, async {
-            let stmts = inner.stmts().await?;
-            inner.execute(&stmts.unlock, &values).await.map_err(|e| inner.err(Some(name), e))
-        })
-        .await?;
-        if n == 0 {
-            tracing::debug!(lock = name, "mysql unlock by a stale holder changed nothing");
-        }
-        Ok(())
-    }
-
-    async fn extend(&mut self, config: &LockConfig) -> Result<()> {
-        let inner = &self.inner;
-        let name = config.name();
-        let values = ArgValues {
-            acquisition_id: self.acquisition_id,
-            fencing_token: self.token,
-            at_most: duration_millis_ceil(config.lock_at_most_for()).saturating_mul(1000),
-            ..inner.values(name)
-        };
-        // sqlx sets CLIENT_FOUND_ROWS: rows-affected counts matched rows, 1 iff still ours.
-        let n = with_timeout("extend", inner.timeout, async {
-            let stmts = inner.stmts().await?;
-            inner.execute(&stmts.extend, &values).await.map_err(|e| inner.err(Some(name), e))
-        })
-        .await?;
-        if n == 1 { Ok(()) } else { Err(Error::LockLost { name: name.to_owned() }) }
-    }
-
-    fn fencing_token(&self) -> Option<u64> {
-        Some(shedlock_sql_common::token_u64(self.token))
+        self.inner.capabilities()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shedlock_sql_common::TableName;
 
     fn names() -> QuotedNames {
         let table = TableName::parse(BACKEND, "shedlock").unwrap();

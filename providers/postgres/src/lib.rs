@@ -42,20 +42,18 @@
 //! retryable [`Error::Unavailable`](shedlock::Error::Unavailable) once, and the pool replaces
 //! it). Set an `acquire_timeout` so an unreachable server fails fast.
 
-use std::{fmt, sync::Arc, time::Duration, time::SystemTime};
+use std::{fmt, time::Duration, time::SystemTime};
 
 use async_trait::async_trait;
-use shedlock::{Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result};
+use shedlock::{Capabilities, Lock, LockConfig, LockProvider, Result};
 use shedlock_sql_common::{
-    Arg, ArgValues, DbErrorKind, ErrorContext, Placeholder, QuotedNames, Stmt, StmtBuilder,
-    TableName, Value, acquisition_id, check_lock_name, check_locked_by, check_max_name_len,
-    default_locked_by, duration_micros, map_sqlx_error, unix_micros, with_timeout,
+    Arg, ArgValues, BuilderCore, DbErrorKind, Dialect, Op, Placeholder, QuotedNames, SqlProvider,
+    Stmt, StmtBuilder, bind, duration_micros, retry_transient,
 };
 use sqlx::{
     AssertSqlSafe, Row,
     error::DatabaseError,
-    postgres::{PgArguments, PgPool, PgPoolOptions, Postgres},
-    query::Query,
+    postgres::{PgPool, PgPoolOptions, Postgres},
 };
 
 pub use shedlock_sql_common::{Columns, DEFAULT_MAX_NAME_LEN, LockRecord, TimeMode};
@@ -64,8 +62,6 @@ const BACKEND: &str = "postgres";
 /// The largest `max_name_len` accepted: names are a b-tree key, which PostgreSQL limits to
 /// about 2.7 kB.
 pub const MAX_NAME_LEN_LIMIT: usize = 2000;
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
-const TRANSIENT_ATTEMPTS: usize = 3;
 
 /// Pool options suited to a pool used for locks: no ping before each checkout (saves a round
 /// trip per operation), 5 s acquire timeout, at most 4 connections. Start from these and adjust;
@@ -81,12 +77,7 @@ pub fn recommended_pool_options() -> PgPoolOptions {
 #[must_use]
 pub struct PostgresLockProviderBuilder {
     pool: PgPool,
-    table: String,
-    columns: Columns,
-    locked_by: Option<String>,
-    max_name_len: usize,
-    time: TimeMode,
-    timeout: Option<Duration>,
+    core: BuilderCore,
 }
 
 impl PostgresLockProviderBuilder {
@@ -94,95 +85,64 @@ impl PostgresLockProviderBuilder {
     /// identifier (`[A-Za-z_][A-Za-z0-9_]*`, at most 63 bytes); it is quoted in SQL, so it is
     /// case-sensitive: use lower case to match a table created with unquoted DDL.
     pub fn table(mut self, table: impl Into<String>) -> Self {
-        self.table = table.into();
+        self.core.table = table.into();
         self
     }
 
     /// The column names (validated like the table name).
     pub fn columns(mut self, columns: Columns) -> Self {
-        self.columns = columns;
+        self.core.columns = columns;
         self
     }
 
     /// What to store in `locked_by` (informational; default `hostname/pid`). At most 255 bytes.
     /// Ownership never depends on it: every acquisition has its own random id.
     pub fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
-        self.locked_by = Some(locked_by.into());
+        self.core.locked_by = Some(locked_by.into());
         self
     }
 
     /// The longest lock name in bytes (default 255, at most [`MAX_NAME_LEN_LIMIT`]); it sizes
     /// the name column in [`PostgresLockProvider::ddl`]. Longer names get
-    /// [`Error::InvalidName`], never truncated.
+    /// [`Error::InvalidName`](shedlock::Error::InvalidName), never truncated.
     pub fn max_name_len(mut self, max: usize) -> Self {
-        self.max_name_len = max;
+        self.core.max_name_len = max;
         self
     }
 
     /// Whose clock judges expiry (default [`TimeMode::Database`]).
     pub fn time_mode(mut self, time: TimeMode) -> Self {
-        self.time = time;
+        self.core.time = time;
         self
     }
 
     /// The time limit of each lock operation, including waiting for a pooled connection
-    /// (default 10 s; `None`: no limit). On expiry the call returns [`Error::Timeout`].
+    /// (default 10 s; `None`: no limit). On expiry the call returns [`Error::Timeout`](shedlock::Error::Timeout).
     pub fn operation_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.timeout = timeout;
+        self.core.timeout = timeout;
         self
     }
 
     /// Validates the configuration and builds the provider. Invalid identifiers, `locked_by`
-    /// or `max_name_len` give [`Error::Setup`]. Does no I/O.
+    /// or `max_name_len` give [`Error::Setup`](shedlock::Error::Setup). Does no I/O.
     pub fn build(self) -> Result<PostgresLockProvider> {
-        let table = TableName::parse(BACKEND, &self.table)?;
-        let names = QuotedNames::new(BACKEND, &table, &self.columns, '"')?;
-        let locked_by = self.locked_by.unwrap_or_else(default_locked_by);
-        check_locked_by(BACKEND, &locked_by)?;
-        check_max_name_len(BACKEND, self.max_name_len, MAX_NAME_LEN_LIMIT)?;
-        let stmts = Statements::new(&names, self.time.is_database());
-        let ddl = ddl(&names, self.max_name_len);
-        Ok(PostgresLockProvider {
-            inner: Arc::new(Inner {
-                pool: self.pool,
-                table: names.table_display.clone(),
-                ddl,
-                locked_by,
-                max_name_len: self.max_name_len,
-                time: self.time,
-                timeout: self.timeout,
-                stmts,
-            }),
-        })
+        let settings = self.core.validate(BACKEND, '"', MAX_NAME_LEN_LIMIT)?;
+        let stmts = Statements::new(&settings.names, settings.time.is_database());
+        let ddl = ddl(&settings.names, settings.max_name_len);
+        let dialect = PgDialect { pool: self.pool, stmts };
+        Ok(PostgresLockProvider { inner: SqlProvider::new(dialect, settings, ddl) })
     }
 }
 
 /// A [`LockProvider`] on a PostgreSQL table. Cheap to clone.
 #[derive(Clone)]
 pub struct PostgresLockProvider {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    pool: PgPool,
-    table: String,
-    ddl: String,
-    locked_by: String,
-    max_name_len: usize,
-    time: TimeMode,
-    timeout: Option<Duration>,
-    stmts: Statements,
+    inner: SqlProvider<PgDialect>,
 }
 
 impl fmt::Debug for PostgresLockProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PostgresLockProvider")
-            .field("table", &self.inner.table)
-            .field("locked_by", &self.inner.locked_by)
-            .field("max_name_len", &self.inner.max_name_len)
-            .field("time", &self.inner.time)
-            .field("timeout", &self.inner.timeout)
-            .finish_non_exhaustive()
+        self.inner.fmt_debug(f, "PostgresLockProvider", None)
     }
 }
 
@@ -321,143 +281,96 @@ fn classify(e: &dyn DatabaseError) -> DbErrorKind {
     }
 }
 
-fn bind<'q>(stmt: &Stmt, values: &ArgValues<'q>) -> Query<'q, Postgres, PgArguments> {
-    let mut q = sqlx::query(AssertSqlSafe(stmt.sql().clone()));
-    for v in stmt.values(values) {
-        q = match v {
-            Value::Text(s) => q.bind(s),
-            Value::Int(i) => q.bind(i),
+/// The PostgreSQL primitives: the pool and the statements built for it.
+struct PgDialect {
+    pool: PgPool,
+    stmts: Statements,
+}
+
+impl Dialect for PgDialect {
+    const BACKEND: &'static str = BACKEND;
+    const REJECT_NUL: bool = true;
+
+    fn classify(e: &dyn DatabaseError) -> DbErrorKind {
+        classify(e)
+    }
+
+    fn duration(d: Duration) -> i64 {
+        duration_micros(d)
+    }
+
+    fn time(micros: i64) -> i64 {
+        micros
+    }
+
+    async fn acquire(&self, values: &ArgValues<'_>) -> Result<Option<i64>, sqlx::Error> {
+        retry_transient(classify, || async {
+            let row =
+                bind::<Postgres>(&self.stmts.acquire, values).fetch_optional(&self.pool).await?;
+            row.map(|r| r.try_get::<i64, _>(0)).transpose()
+        })
+        .await
+    }
+
+    async fn execute(&self, op: Op, values: &ArgValues<'_>) -> Result<u64, sqlx::Error> {
+        let stmt = match op {
+            Op::Unlock => &self.stmts.unlock,
+            Op::Extend => &self.stmts.extend,
+            Op::Delete => &self.stmts.delete,
+            Op::Write => &self.stmts.write,
         };
-    }
-    q
-}
-
-fn is_transient(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Database(db) if classify(db.as_ref()) == DbErrorKind::Transient)
-}
-
-impl Inner {
-    fn ctx<'a>(&'a self, name: Option<&'a str>) -> ErrorContext<'a> {
-        ErrorContext { backend: BACKEND, table: &self.table, ddl: &self.ddl, name }
+        retry_transient(classify, || async {
+            bind::<Postgres>(stmt, values).execute(&self.pool).await.map(|r| r.rows_affected())
+        })
+        .await
     }
 
-    fn err(&self, name: Option<&str>, e: sqlx::Error) -> Error {
-        map_sqlx_error(&self.ctx(name), e, classify)
+    async fn record(&self, values: &ArgValues<'_>) -> Result<Option<LockRecord>, sqlx::Error> {
+        let row = bind::<Postgres>(&self.stmts.select, values).fetch_optional(&self.pool).await?;
+        row.map(|r| {
+            Ok(LockRecord::from_raw(
+                r.try_get(0)?,
+                r.try_get(1)?,
+                r.try_get(2)?,
+                r.try_get(3)?,
+                r.try_get(4)?,
+                r.try_get(5)?,
+            ))
+        })
+        .transpose()
     }
 
-    fn values<'a>(&'a self, name: &'a str) -> ArgValues<'a> {
-        ArgValues {
-            name,
-            locked_by: &self.locked_by,
-            now: self.time.client_now_micros(),
-            ..Default::default()
-        }
-    }
-
-    /// Runs `stmt` returning an optional first column, retrying deadlocks and serialization
-    /// failures (the statement was rolled back; each attempt is a fresh autocommit statement).
-    async fn fetch_i64(
-        &self,
-        stmt: &Stmt,
-        values: &ArgValues<'_>,
-    ) -> Result<Option<i64>, sqlx::Error> {
-        let mut attempt = 1;
-        loop {
-            match bind(stmt, values).fetch_optional(&self.pool).await {
-                Ok(row) => return row.map(|r| r.try_get::<i64, _>(0)).transpose(),
-                Err(e) if attempt < TRANSIENT_ATTEMPTS && is_transient(&e) => attempt += 1,
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    async fn execute(&self, stmt: &Stmt, values: &ArgValues<'_>) -> Result<u64, sqlx::Error> {
-        let mut attempt = 1;
-        loop {
-            match bind(stmt, values).execute(&self.pool).await {
-                Ok(r) => return Ok(r.rows_affected()),
-                Err(e) if attempt < TRANSIENT_ATTEMPTS && is_transient(&e) => attempt += 1,
-                Err(e) => return Err(e),
-            }
-        }
+    async fn run_ddl(&self, ddl: &str) -> Result<(), sqlx::Error> {
+        sqlx::raw_sql(AssertSqlSafe(ddl.to_owned())).execute(&self.pool).await.map(|_| ())
     }
 }
 
 impl PostgresLockProvider {
     /// Starts a builder on the caller's pool. Lock statements take their own connection from it.
     pub fn builder(pool: PgPool) -> PostgresLockProviderBuilder {
-        PostgresLockProviderBuilder {
-            pool,
-            table: "shedlock".into(),
-            columns: Columns::default(),
-            locked_by: None,
-            max_name_len: DEFAULT_MAX_NAME_LEN,
-            time: TimeMode::Database,
-            timeout: Some(DEFAULT_TIMEOUT),
-        }
+        PostgresLockProviderBuilder { pool, core: BuilderCore::default() }
     }
 
     /// The `CREATE TABLE IF NOT EXISTS` statement for the configured table and columns.
     pub fn ddl(&self) -> &str {
-        &self.inner.ddl
+        self.inner.ddl()
     }
 
     /// Creates the lock table if it does not exist (runs [`ddl`](Self::ddl)).
     pub async fn create_table(&self) -> Result<()> {
-        let inner = &self.inner;
-        with_timeout("create_table", inner.timeout, async {
-            sqlx::raw_sql(AssertSqlSafe(inner.ddl.clone()))
-                .execute(&inner.pool)
-                .await
-                .map(|_| ())
-                .map_err(|e| match inner.err(None, e) {
-                    e @ Error::Unavailable { .. } => e,
-                    Error::Setup { message, .. } => Error::backend(BACKEND, message),
-                    e => e,
-                })
-        })
-        .await
+        self.inner.create_table().await
     }
 
     /// The stored row of `name`, if any (for operators and tests).
     pub async fn record(&self, name: &str) -> Result<Option<LockRecord>> {
-        let inner = &self.inner;
-        let values = inner.values(name);
-        with_timeout("record", inner.timeout, async {
-            let row = bind(&inner.stmts.select, &values)
-                .fetch_optional(&inner.pool)
-                .await
-                .map_err(|e| inner.err(Some(name), e))?;
-            row.map(|r| -> std::result::Result<LockRecord, sqlx::Error> {
-                Ok(LockRecord::from_raw(
-                    r.try_get(0)?,
-                    r.try_get(1)?,
-                    r.try_get(2)?,
-                    r.try_get(3)?,
-                    r.try_get(4)?,
-                    r.try_get(5)?,
-                ))
-            })
-            .transpose()
-            .map_err(|e| inner.err(Some(name), e))
-        })
-        .await
+        self.inner.record(name).await
     }
 
     /// Deletes the row of `name`, as an operator might; returns whether there was one. A held
     /// lock deleted this way is simply free; the next acquisition recreates the row with a larger
     /// fencing token.
     pub async fn delete_record(&self, name: &str) -> Result<bool> {
-        let inner = &self.inner;
-        let values = inner.values(name);
-        with_timeout("delete_record", inner.timeout, async {
-            inner
-                .execute(&inner.stmts.delete, &values)
-                .await
-                .map(|n| n > 0)
-                .map_err(|e| inner.err(Some(name), e))
-        })
-        .await
+        self.inner.delete_record(name).await
     }
 
     /// Creates or overwrites the row of `name` with `lock_until` (and `locked_at`) set to the
@@ -465,121 +378,25 @@ impl PostgresLockProvider {
     /// crashed would have left it. For tests and manual repair; `lock_until` in the past frees
     /// the lock, in the future blocks it.
     pub async fn write_record(&self, name: &str, lock_until: SystemTime) -> Result<()> {
-        let inner = &self.inner;
-        check_lock_name(BACKEND, name, inner.max_name_len, true)?;
-        let values = ArgValues {
-            until: unix_micros(lock_until),
-            acquisition_id: acquisition_id(),
-            ..inner.values(name)
-        };
-        with_timeout("write_record", inner.timeout, async {
-            inner
-                .execute(&inner.stmts.write, &values)
-                .await
-                .map(|_| ())
-                .map_err(|e| inner.err(Some(name), e))
-        })
-        .await
+        self.inner.write_record(name, lock_until).await
     }
 }
 
 #[async_trait]
 impl LockProvider for PostgresLockProvider {
     async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
-        let inner = &self.inner;
-        let name = config.name();
-        check_lock_name(BACKEND, name, inner.max_name_len, true)?;
-        let values = ArgValues {
-            acquisition_id: acquisition_id(),
-            at_most: duration_micros(config.lock_at_most_for()),
-            ..inner.values(name)
-        };
-        let token = with_timeout("try_lock", inner.timeout, async {
-            inner
-                .fetch_i64(&inner.stmts.acquire, &values)
-                .await
-                .map_err(|e| inner.err(Some(name), e))
-        })
-        .await?;
-        match token {
-            Some(token) => {
-                tracing::debug!(lock = name, token, "postgres lock acquired");
-                let handle = PgHandle {
-                    inner: Arc::clone(inner),
-                    acquisition_id: values.acquisition_id,
-                    token,
-                };
-                Ok(Some(Lock::new(config.clone(), handle)))
-            }
-            None => {
-                tracing::trace!(lock = name, "postgres lock held elsewhere");
-                Ok(None)
-            }
-        }
+        self.inner.try_lock(config).await
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new()
-            .with_extend(true)
-            .with_fencing(true)
-            .with_owner_checked(true)
-            .with_server_time(self.inner.time.is_database())
-            .with_granularity(Duration::from_millis(1))
-            .with_max_name_len(Some(self.inner.max_name_len))
-    }
-}
-
-struct PgHandle {
-    inner: Arc<Inner>,
-    acquisition_id: i64,
-    token: i64,
-}
-
-#[async_trait]
-impl LockHandle for PgHandle {
-    async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
-        let inner = &self.inner;
-        let name = config.name();
-        let values = ArgValues {
-            acquisition_id: self.acquisition_id,
-            fencing_token: self.token,
-            at_least: duration_micros(config.lock_at_least_for()),
-            ..inner.values(name)
-        };
-        let n = with_timeout("unlock", inner.timeout, async {
-            inner.execute(&inner.stmts.unlock, &values).await.map_err(|e| inner.err(Some(name), e))
-        })
-        .await?;
-        if n == 0 {
-            tracing::debug!(lock = name, "postgres unlock by a stale holder changed nothing");
-        }
-        Ok(())
-    }
-
-    async fn extend(&mut self, config: &LockConfig) -> Result<()> {
-        let inner = &self.inner;
-        let name = config.name();
-        let values = ArgValues {
-            acquisition_id: self.acquisition_id,
-            fencing_token: self.token,
-            at_most: duration_micros(config.lock_at_most_for()),
-            ..inner.values(name)
-        };
-        let n = with_timeout("extend", inner.timeout, async {
-            inner.execute(&inner.stmts.extend, &values).await.map_err(|e| inner.err(Some(name), e))
-        })
-        .await?;
-        if n == 1 { Ok(()) } else { Err(Error::LockLost { name: name.to_owned() }) }
-    }
-
-    fn fencing_token(&self) -> Option<u64> {
-        Some(shedlock_sql_common::token_u64(self.token))
+        self.inner.capabilities()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shedlock_sql_common::TableName;
 
     fn names() -> QuotedNames {
         let table = TableName::parse(BACKEND, "shedlock").unwrap();

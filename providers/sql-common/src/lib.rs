@@ -11,10 +11,14 @@
 //!   placeholder, so statements are built once per provider and only bound per call;
 //! - lock-name checks ([`check_lock_name`]), the default `locked_by` ([`default_locked_by`]) and
 //!   per-acquisition owner ids ([`acquisition_id`]);
-//! - time and duration conversions and the mapping of `sqlx` errors to [`shedlock::Error`].
+//! - time and duration conversions and the mapping of `sqlx` errors to [`shedlock::Error`];
+//! - the provider flow itself ([`SqlProvider`]: builder settings, `try_lock`, the lock handle's
+//!   unlock / extend, capabilities, record helpers), generic over a [`Dialect`] that supplies
+//!   only its statements, their execution and its error classification.
 
 mod error;
 mod ident;
+mod provider;
 mod stmt;
 
 use std::{
@@ -29,6 +33,10 @@ use std::{
 
 pub use error::{DbErrorKind, ErrorContext, map_sqlx_error};
 pub use ident::{Columns, MAX_IDENT_LEN, QuotedNames, TableName, validate_ident};
+pub use provider::{
+    BuilderCore, DEFAULT_TIMEOUT, Dialect, Op, Settings, SqlProvider, TRANSIENT_ATTEMPTS, bind,
+    retry_transient,
+};
 pub use stmt::{Arg, ArgValues, Placeholder, Stmt, StmtBuilder, Value};
 
 use shedlock::{Error, SharedClock};

@@ -50,22 +50,20 @@
 #[cfg(not(any(feature = "bundled", feature = "unbundled")))]
 compile_error!("shedlock-sqlite needs the `bundled` (default) or the `unbundled` feature");
 
-use std::{fmt, path::Path, sync::Arc, time::Duration, time::SystemTime};
+use std::{fmt, path::Path, time::Duration, time::SystemTime};
 
 use async_trait::async_trait;
-use shedlock::{Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result};
+use shedlock::{Capabilities, Lock, LockConfig, LockProvider, Result};
 use shedlock_sql_common::{
-    Arg, ArgValues, DbErrorKind, ErrorContext, Placeholder, QuotedNames, Stmt, StmtBuilder,
-    TableName, Value, acquisition_id, check_lock_name, check_locked_by, check_max_name_len,
-    default_locked_by, duration_millis_ceil, map_sqlx_error, unix_micros, with_timeout,
+    Arg, ArgValues, BuilderCore, DbErrorKind, Dialect, Op, Placeholder, QuotedNames, SqlProvider,
+    Stmt, StmtBuilder, bind, duration_millis_ceil,
 };
 use sqlx::{
     AssertSqlSafe, Row,
     error::DatabaseError,
-    query::Query,
     sqlite::{
-        Sqlite, SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePool,
-        SqlitePoolOptions, SqliteSynchronous,
+        Sqlite, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+        SqliteSynchronous,
     },
 };
 
@@ -74,7 +72,6 @@ pub use shedlock_sql_common::{Columns, DEFAULT_MAX_NAME_LEN, LockRecord, TimeMod
 const BACKEND: &str = "sqlite";
 /// The largest `max_name_len` accepted.
 pub const MAX_NAME_LEN_LIMIT: usize = 65_535;
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Connect options for a lock database at `path`: create if missing, WAL journal,
 /// `synchronous = NORMAL`, 5 s busy timeout.
@@ -100,106 +97,72 @@ pub fn recommended_pool_options() -> SqlitePoolOptions {
 #[must_use]
 pub struct SqliteLockProviderBuilder {
     pool: SqlitePool,
-    table: String,
-    columns: Columns,
-    locked_by: Option<String>,
-    max_name_len: usize,
-    time: TimeMode,
-    timeout: Option<Duration>,
+    core: BuilderCore,
 }
 
 impl SqliteLockProviderBuilder {
     /// The lock table, `table` or `schema.table` (an attached database; default `shedlock`).
     /// Each part must be a plain identifier (`[A-Za-z_][A-Za-z0-9_]*`, at most 63 bytes).
     pub fn table(mut self, table: impl Into<String>) -> Self {
-        self.table = table.into();
+        self.core.table = table.into();
         self
     }
 
     /// The column names (validated like the table name).
     pub fn columns(mut self, columns: Columns) -> Self {
-        self.columns = columns;
+        self.core.columns = columns;
         self
     }
 
     /// What to store in `locked_by` (informational; default `hostname/pid`). At most 255 bytes.
     /// Ownership never depends on it: every acquisition has its own random id.
     pub fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
-        self.locked_by = Some(locked_by.into());
+        self.core.locked_by = Some(locked_by.into());
         self
     }
 
     /// The longest lock name in bytes (default 255, at most [`MAX_NAME_LEN_LIMIT`]). SQLite
     /// text has no declared length, so this limit is enforced by the provider: longer names get
-    /// [`Error::InvalidName`], never truncated.
+    /// [`Error::InvalidName`](shedlock::Error::InvalidName), never truncated.
     pub fn max_name_len(mut self, max: usize) -> Self {
-        self.max_name_len = max;
+        self.core.max_name_len = max;
         self
     }
 
     /// Whose clock judges expiry (default [`TimeMode::Database`]: SQLite's `'now'`).
     pub fn time_mode(mut self, time: TimeMode) -> Self {
-        self.time = time;
+        self.core.time = time;
         self
     }
 
     /// The time limit of each lock operation, including waiting for a pooled connection and for
     /// SQLite's write lock (default 10 s; `None`: no limit). On expiry the call returns
-    /// [`Error::Timeout`].
+    /// [`Error::Timeout`](shedlock::Error::Timeout).
     pub fn operation_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.timeout = timeout;
+        self.core.timeout = timeout;
         self
     }
 
     /// Validates the configuration and builds the provider. Invalid identifiers, `locked_by`
-    /// or `max_name_len` give [`Error::Setup`]. Does no I/O.
+    /// or `max_name_len` give [`Error::Setup`](shedlock::Error::Setup). Does no I/O.
     pub fn build(self) -> Result<SqliteLockProvider> {
-        let table = TableName::parse(BACKEND, &self.table)?;
-        let names = QuotedNames::new(BACKEND, &table, &self.columns, '"')?;
-        let locked_by = self.locked_by.unwrap_or_else(default_locked_by);
-        check_locked_by(BACKEND, &locked_by)?;
-        check_max_name_len(BACKEND, self.max_name_len, MAX_NAME_LEN_LIMIT)?;
-        Ok(SqliteLockProvider {
-            inner: Arc::new(Inner {
-                pool: self.pool,
-                table: names.table_display.clone(),
-                ddl: ddl(&names),
-                stmts: Statements::new(&names, self.time.is_database()),
-                locked_by,
-                max_name_len: self.max_name_len,
-                time: self.time,
-                timeout: self.timeout,
-            }),
-        })
+        let settings = self.core.validate(BACKEND, '"', MAX_NAME_LEN_LIMIT)?;
+        let stmts = Statements::new(&settings.names, settings.time.is_database());
+        let ddl = ddl(&settings.names);
+        let dialect = SqliteDialect { pool: self.pool, stmts };
+        Ok(SqliteLockProvider { inner: SqlProvider::new(dialect, settings, ddl) })
     }
 }
 
 /// A [`LockProvider`] on a SQLite table. Cheap to clone.
 #[derive(Clone)]
 pub struct SqliteLockProvider {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    pool: SqlitePool,
-    table: String,
-    ddl: String,
-    locked_by: String,
-    max_name_len: usize,
-    time: TimeMode,
-    timeout: Option<Duration>,
-    stmts: Statements,
+    inner: SqlProvider<SqliteDialect>,
 }
 
 impl fmt::Debug for SqliteLockProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SqliteLockProvider")
-            .field("table", &self.inner.table)
-            .field("locked_by", &self.inner.locked_by)
-            .field("max_name_len", &self.inner.max_name_len)
-            .field("time", &self.inner.time)
-            .field("timeout", &self.inner.timeout)
-            .finish_non_exhaustive()
+        self.inner.fmt_debug(f, "SqliteLockProvider", None)
     }
 }
 
@@ -340,236 +303,116 @@ fn classify(e: &dyn DatabaseError) -> DbErrorKind {
     }
 }
 
-fn bind<'q>(stmt: &Stmt, values: &ArgValues<'q>) -> Query<'q, Sqlite, SqliteArguments> {
-    let mut q = sqlx::query(AssertSqlSafe(stmt.sql().clone()));
-    for v in stmt.values(values) {
-        q = match v {
-            Value::Text(s) => q.bind(s),
-            Value::Int(i) => q.bind(i),
-        };
-    }
-    q
+/// The SQLite primitives: the pool and the statements built for it. Times are integer
+/// milliseconds. SQLite reports no deadlocks or serialization failures (a busy database waits
+/// for the busy timeout), so nothing is retried.
+struct SqliteDialect {
+    pool: SqlitePool,
+    stmts: Statements,
 }
 
-impl Inner {
-    fn ctx<'a>(&'a self, name: Option<&'a str>) -> ErrorContext<'a> {
-        ErrorContext { backend: BACKEND, table: &self.table, ddl: &self.ddl, name }
+impl Dialect for SqliteDialect {
+    const BACKEND: &'static str = BACKEND;
+    const REJECT_NUL: bool = false;
+
+    fn classify(e: &dyn DatabaseError) -> DbErrorKind {
+        classify(e)
     }
 
-    fn err(&self, name: Option<&str>, e: sqlx::Error) -> Error {
-        map_sqlx_error(&self.ctx(name), e, classify)
+    fn duration(d: Duration) -> i64 {
+        duration_millis_ceil(d)
     }
 
-    fn values<'a>(&'a self, name: &'a str) -> ArgValues<'a> {
-        ArgValues {
-            name,
-            locked_by: &self.locked_by,
-            now: self.time.client_now_micros().div_euclid(1000),
-            ..Default::default()
-        }
+    /// Floored to the millisecond.
+    fn time(micros: i64) -> i64 {
+        micros.div_euclid(1000)
     }
 
-    async fn execute(&self, stmt: &Stmt, values: &ArgValues<'_>) -> Result<u64, sqlx::Error> {
-        bind(stmt, values).execute(&self.pool).await.map(|r| r.rows_affected())
+    async fn acquire(&self, values: &ArgValues<'_>) -> Result<Option<i64>, sqlx::Error> {
+        let row = bind::<Sqlite>(&self.stmts.acquire, values).fetch_optional(&self.pool).await?;
+        row.map(|r| r.try_get::<i64, _>(0)).transpose()
+    }
+
+    async fn execute(&self, op: Op, values: &ArgValues<'_>) -> Result<u64, sqlx::Error> {
+        let stmt = match op {
+            Op::Unlock => &self.stmts.unlock,
+            Op::Extend => &self.stmts.extend,
+            Op::Delete => &self.stmts.delete,
+            Op::Write => &self.stmts.write,
+        };
+        bind::<Sqlite>(stmt, values).execute(&self.pool).await.map(|r| r.rows_affected())
+    }
+
+    async fn record(&self, values: &ArgValues<'_>) -> Result<Option<LockRecord>, sqlx::Error> {
+        let row = bind::<Sqlite>(&self.stmts.select, values).fetch_optional(&self.pool).await?;
+        row.map(|r| {
+            Ok(LockRecord::from_raw(
+                r.try_get(0)?,
+                r.try_get(1)?,
+                r.try_get(2)?,
+                r.try_get(3)?,
+                r.try_get(4)?,
+                r.try_get(5)?,
+            ))
+        })
+        .transpose()
+    }
+
+    async fn run_ddl(&self, ddl: &str) -> Result<(), sqlx::Error> {
+        sqlx::raw_sql(AssertSqlSafe(ddl.to_owned())).execute(&self.pool).await.map(|_| ())
     }
 }
 
 impl SqliteLockProvider {
     /// Starts a builder on the caller's pool. Lock statements take their own connection from it.
     pub fn builder(pool: SqlitePool) -> SqliteLockProviderBuilder {
-        SqliteLockProviderBuilder {
-            pool,
-            table: "shedlock".into(),
-            columns: Columns::default(),
-            locked_by: None,
-            max_name_len: DEFAULT_MAX_NAME_LEN,
-            time: TimeMode::Database,
-            timeout: Some(DEFAULT_TIMEOUT),
-        }
+        SqliteLockProviderBuilder { pool, core: BuilderCore::default() }
     }
 
     /// The `CREATE TABLE IF NOT EXISTS` statement for the configured table and columns.
     pub fn ddl(&self) -> &str {
-        &self.inner.ddl
+        self.inner.ddl()
     }
 
     /// Creates the lock table if it does not exist (runs [`ddl`](Self::ddl)).
     pub async fn create_table(&self) -> Result<()> {
-        let inner = &self.inner;
-        with_timeout("create_table", inner.timeout, async {
-            sqlx::raw_sql(AssertSqlSafe(inner.ddl.clone()))
-                .execute(&inner.pool)
-                .await
-                .map(|_| ())
-                .map_err(|e| match inner.err(None, e) {
-                    e @ Error::Unavailable { .. } => e,
-                    Error::Setup { message, .. } => Error::backend(BACKEND, message),
-                    e => e,
-                })
-        })
-        .await
+        self.inner.create_table().await
     }
 
     /// The stored row of `name`, if any (for operators and tests).
     pub async fn record(&self, name: &str) -> Result<Option<LockRecord>> {
-        let inner = &self.inner;
-        let values = inner.values(name);
-        with_timeout("record", inner.timeout, async {
-            let row = bind(&inner.stmts.select, &values)
-                .fetch_optional(&inner.pool)
-                .await
-                .map_err(|e| inner.err(Some(name), e))?;
-            row.map(|r| -> std::result::Result<LockRecord, sqlx::Error> {
-                Ok(LockRecord::from_raw(
-                    r.try_get(0)?,
-                    r.try_get(1)?,
-                    r.try_get(2)?,
-                    r.try_get(3)?,
-                    r.try_get(4)?,
-                    r.try_get(5)?,
-                ))
-            })
-            .transpose()
-            .map_err(|e| inner.err(Some(name), e))
-        })
-        .await
+        self.inner.record(name).await
     }
 
     /// Deletes the row of `name`, as an operator might; returns whether there was one. The next
     /// acquisition recreates the row with a larger fencing token.
     pub async fn delete_record(&self, name: &str) -> Result<bool> {
-        let inner = &self.inner;
-        let values = inner.values(name);
-        with_timeout("delete_record", inner.timeout, async {
-            inner
-                .execute(&inner.stmts.delete, &values)
-                .await
-                .map(|n| n > 0)
-                .map_err(|e| inner.err(Some(name), e))
-        })
-        .await
+        self.inner.delete_record(name).await
     }
 
     /// Creates or overwrites the row of `name` with `lock_until` (and `locked_at`) set to the
     /// given time (floored to the millisecond), a fresh owner nobody holds, and a larger fencing
     /// token, as a process that crashed would have left it. For tests and manual repair.
     pub async fn write_record(&self, name: &str, lock_until: SystemTime) -> Result<()> {
-        let inner = &self.inner;
-        check_lock_name(BACKEND, name, inner.max_name_len, false)?;
-        let values = ArgValues {
-            until: unix_micros(lock_until).div_euclid(1000),
-            acquisition_id: acquisition_id(),
-            ..inner.values(name)
-        };
-        with_timeout("write_record", inner.timeout, async {
-            inner
-                .execute(&inner.stmts.write, &values)
-                .await
-                .map(|_| ())
-                .map_err(|e| inner.err(Some(name), e))
-        })
-        .await
+        self.inner.write_record(name, lock_until).await
     }
 }
 
 #[async_trait]
 impl LockProvider for SqliteLockProvider {
     async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
-        let inner = &self.inner;
-        let name = config.name();
-        check_lock_name(BACKEND, name, inner.max_name_len, false)?;
-        let values = ArgValues {
-            acquisition_id: acquisition_id(),
-            at_most: duration_millis_ceil(config.lock_at_most_for()),
-            ..inner.values(name)
-        };
-        let token = with_timeout("try_lock", inner.timeout, async {
-            let row = bind(&inner.stmts.acquire, &values)
-                .fetch_optional(&inner.pool)
-                .await
-                .map_err(|e| inner.err(Some(name), e))?;
-            row.map(|r| r.try_get::<i64, _>(0)).transpose().map_err(|e| inner.err(Some(name), e))
-        })
-        .await?;
-        match token {
-            Some(token) => {
-                tracing::debug!(lock = name, token, "sqlite lock acquired");
-                let handle = SqliteHandle {
-                    inner: Arc::clone(inner),
-                    acquisition_id: values.acquisition_id,
-                    token,
-                };
-                Ok(Some(Lock::new(config.clone(), handle)))
-            }
-            None => {
-                tracing::trace!(lock = name, "sqlite lock held elsewhere");
-                Ok(None)
-            }
-        }
+        self.inner.try_lock(config).await
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new()
-            .with_extend(true)
-            .with_fencing(true)
-            .with_owner_checked(true)
-            .with_server_time(self.inner.time.is_database())
-            .with_granularity(Duration::from_millis(1))
-            .with_max_name_len(Some(self.inner.max_name_len))
-    }
-}
-
-struct SqliteHandle {
-    inner: Arc<Inner>,
-    acquisition_id: i64,
-    token: i64,
-}
-
-#[async_trait]
-impl LockHandle for SqliteHandle {
-    async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
-        let inner = &self.inner;
-        let name = config.name();
-        let values = ArgValues {
-            acquisition_id: self.acquisition_id,
-            fencing_token: self.token,
-            at_least: duration_millis_ceil(config.lock_at_least_for()),
-            ..inner.values(name)
-        };
-        let n = with_timeout("unlock", inner.timeout, async {
-            inner.execute(&inner.stmts.unlock, &values).await.map_err(|e| inner.err(Some(name), e))
-        })
-        .await?;
-        if n == 0 {
-            tracing::debug!(lock = name, "sqlite unlock by a stale holder changed nothing");
-        }
-        Ok(())
-    }
-
-    async fn extend(&mut self, config: &LockConfig) -> Result<()> {
-        let inner = &self.inner;
-        let name = config.name();
-        let values = ArgValues {
-            acquisition_id: self.acquisition_id,
-            fencing_token: self.token,
-            at_most: duration_millis_ceil(config.lock_at_most_for()),
-            ..inner.values(name)
-        };
-        let n = with_timeout("extend", inner.timeout, async {
-            inner.execute(&inner.stmts.extend, &values).await.map_err(|e| inner.err(Some(name), e))
-        })
-        .await?;
-        if n == 1 { Ok(()) } else { Err(Error::LockLost { name: name.to_owned() }) }
-    }
-
-    fn fencing_token(&self) -> Option<u64> {
-        Some(shedlock_sql_common::token_u64(self.token))
+        self.inner.capabilities()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shedlock_sql_common::TableName;
 
     fn names() -> QuotedNames {
         let table = TableName::parse(BACKEND, "shedlock").unwrap();
