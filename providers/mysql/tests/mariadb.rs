@@ -1,7 +1,15 @@
 //! Provider-level tests against a real MariaDB server (MySQL dialect).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+mod common {
+    pub use shedlock_sql_common::testing::{CountingProxy, unique};
+
+    /// The MariaDB server's URL: `$SHEDLOCK_MARIADB_URL` if set, else a server the launcher
+    /// starts once per test process. A missing server fails the test, never skips it.
+    pub async fn url() -> String {
+        shedlock_sql_common::testing::url(shedlock_launcher::Backend::MariaDb, "MariaDB").await
+    }
+}
 
 use std::{
     net::SocketAddr,
@@ -12,6 +20,7 @@ use std::{
 use common::{CountingProxy, unique};
 use shedlock::{Error, LockConfig, LockProvider, SkewedClock, system_clock};
 use shedlock_mysql::{Columns, Flavor, MySqlLockProvider, TimeMode, recommended_pool_options};
+use shedlock_sql_common::testing::{cfg, checks};
 use sqlx::{Executor, MySqlPool, mysql::MySqlConnectOptions};
 use tokio::sync::OnceCell;
 
@@ -57,11 +66,6 @@ async fn two_nodes_with(flavor: Flavor) -> (MySqlLockProvider, MySqlLockProvider
 
 async fn two_nodes() -> (MySqlLockProvider, MySqlLockProvider) {
     two_nodes_with(Flavor::Detect).await
-}
-
-fn cfg(name: &str, at_most_ms: u64, at_least_ms: u64) -> LockConfig {
-    LockConfig::new(name, Duration::from_millis(at_most_ms), Duration::from_millis(at_least_ms))
-        .unwrap()
 }
 
 async fn server_addr() -> SocketAddr {
@@ -169,81 +173,32 @@ async fn flavor_is_detected() {
     assert_eq!(a.flavor(), Some(Flavor::MariaDb));
 }
 
-async fn one_winner_and_release(flavor: Flavor) {
-    let (a, b) = two_nodes_with(flavor).await;
-    let c = cfg("job", 60_000, 0);
-    let lock = a.try_lock(&c).await.unwrap().expect("free");
-    assert!(b.try_lock(&c).await.unwrap().is_none());
-    assert!(a.try_lock(&c).await.unwrap().is_none(), "not reentrant");
-    lock.unlock().await.unwrap();
-    let lock = b.try_lock(&c).await.unwrap().expect("free after unlock");
-    lock.unlock().await.unwrap();
-}
-
 #[tokio::test]
 async fn one_winner_and_release_both_flavors() {
-    one_winner_and_release(Flavor::MariaDb).await;
-    one_winner_and_release(Flavor::MySql).await;
-}
-
-async fn stale_holder(flavor: Flavor) {
-    let (a, b) = two_nodes_with(flavor).await;
-    let name = "stale";
-    let mut stale = a.try_lock(&cfg(name, 200, 0)).await.unwrap().expect("free");
-    // Granularity is 1 ms and both sides use the server clock: 200 ms + 150 ms margin.
-    tokio::time::sleep(Duration::from_millis(350)).await;
-    let fresh = b.try_lock(&cfg(name, 60_000, 0)).await.unwrap().expect("expired, free");
-    assert!(fresh.fencing_token() > stale.fencing_token());
-    let before = a.record(name).await.unwrap().unwrap();
-    match stale.extend(Duration::from_secs(600), Duration::ZERO).await {
-        Err(Error::LockLost { name: n }) => assert_eq!(n, name),
-        other => panic!("stale extend must fail with LockLost, got {other:?}"),
+    for flavor in [Flavor::MariaDb, Flavor::MySql] {
+        let (a, b) = two_nodes_with(flavor).await;
+        checks::one_winner_and_release(&a, &b).await;
     }
-    stale.unlock().await.unwrap();
-    let after = a.record(name).await.unwrap().unwrap();
-    assert_eq!(before, after, "a stale unlock/extend must not change the row");
-    assert!(a.try_lock(&cfg(name, 60_000, 0)).await.unwrap().is_none(), "new holder keeps it");
-    fresh.unlock().await.unwrap();
 }
 
 #[tokio::test]
 async fn stale_holder_cannot_unlock_or_extend() {
-    stale_holder(Flavor::MariaDb).await;
-    stale_holder(Flavor::MySql).await;
+    for flavor in [Flavor::MariaDb, Flavor::MySql] {
+        let (a, b) = two_nodes_with(flavor).await;
+        checks::stale_holder_cannot_unlock_or_extend(&a, &b, &*a.records()).await;
+    }
 }
 
 #[tokio::test]
 async fn extend_keeps_the_lock_and_expired_extend_fails() {
     let (a, b) = two_nodes().await;
-    let mut lock = a.try_lock(&cfg("ext", 300, 0)).await.unwrap().unwrap();
-    lock.extend(Duration::from_secs(60), Duration::ZERO).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(450)).await;
-    assert!(b.try_lock(&cfg("ext", 60_000, 0)).await.unwrap().is_none(), "extended");
-    lock.extend(Duration::from_millis(100), Duration::ZERO).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(250)).await;
-    assert!(matches!(
-        lock.extend(Duration::from_secs(60), Duration::ZERO).await,
-        Err(Error::LockLost { .. })
-    ));
-    assert!(
-        b.try_lock(&cfg("ext", 60_000, 0)).await.unwrap().is_some(),
-        "expired extend did not revive it"
-    );
+    checks::extend_keeps_the_lock_and_expired_extend_fails(&a, &b).await;
 }
 
 #[tokio::test]
 async fn at_least_is_kept_from_locked_at() {
     let (a, b) = two_nodes().await;
-    let lock = a.try_lock(&cfg("least", 60_000, 700)).await.unwrap().unwrap();
-    lock.unlock().await.unwrap();
-    let rec = a.record("least").await.unwrap().unwrap();
-    assert_eq!(rec.lock_until.duration_since(rec.locked_at).unwrap(), Duration::from_millis(700));
-    assert!(
-        b.try_lock(&cfg("least", 60_000, 0)).await.unwrap().is_none(),
-        "held for at least 700 ms"
-    );
-    tokio::time::sleep(Duration::from_millis(850)).await;
-    assert!(b.try_lock(&cfg("least", 60_000, 0)).await.unwrap().is_some());
+    checks::at_least_is_kept_from_locked_at(&a, &b, &*a.records()).await;
 }
 
 #[tokio::test]
@@ -462,32 +417,13 @@ async fn hostile_names_are_stored_and_matched_exactly() {
 #[tokio::test]
 async fn deleted_row_is_recreated_with_a_larger_token() {
     let (a, b) = two_nodes().await;
-    let lock = a.try_lock(&cfg("del", 60_000, 0)).await.unwrap().unwrap();
-    let t1 = lock.fencing_token().unwrap();
-    assert!(a.delete_record("del").await.unwrap());
-    assert!(a.record("del").await.unwrap().is_none());
-    let lock2 = b.try_lock(&cfg("del", 60_000, 0)).await.unwrap().expect("deleted row is free");
-    let t2 = lock2.fencing_token().unwrap();
-    assert!(t2 > t1, "{t2} > {t1}");
-    lock.unlock().await.unwrap();
-    assert!(a.try_lock(&cfg("del", 60_000, 0)).await.unwrap().is_none());
-    a.write_record("planted", SystemTime::now() - Duration::from_secs(3600)).await.unwrap();
-    let l3 = b.try_lock(&cfg("planted", 60_000, 0)).await.unwrap().expect("expired record is free");
-    assert!(l3.fencing_token().unwrap() > t2);
+    checks::deleted_row_is_recreated_with_a_larger_token(&a, &b, &*a.records()).await;
 }
 
 #[tokio::test]
 async fn fencing_tokens_strictly_increase() {
     let (a, b) = two_nodes().await;
-    let mut last = 0;
-    for i in 0..20 {
-        let p = if i % 2 == 0 { &a } else { &b };
-        let lock = p.try_lock(&cfg("fence", 60_000, 0)).await.unwrap().unwrap();
-        let t = lock.fencing_token().unwrap();
-        assert!(t > last, "{t} > {last}");
-        last = t;
-        lock.unlock().await.unwrap();
-    }
+    checks::fencing_tokens_strictly_increase(&a, &b, 20).await;
 }
 
 #[tokio::test]

@@ -380,6 +380,12 @@ impl PostgresLockProvider {
     pub async fn write_record(&self, name: &str, lock_until: SystemTime) -> Result<()> {
         self.inner.write_record(name, lock_until).await
     }
+
+    /// The record helpers as a shareable object (shared test support and admin tools).
+    #[doc(hidden)]
+    pub fn records(&self) -> std::sync::Arc<dyn shedlock_sql_common::RecordAdmin> {
+        self.inner.records()
+    }
 }
 
 #[async_trait]

@@ -9,15 +9,14 @@
 use std::{
     net::{SocketAddr, ToSocketAddrs},
     sync::Arc,
-    time::{Duration, SystemTime},
+    time::Duration,
 };
 
 use shedlock::{BoxError, LockProvider};
-use shedlock_conformance::{
-    Hooks, InstanceOptions, Options, ProviderFactory, RecordHooks, RestartHook,
-};
-use shedlock_launcher::{Backend, Mode, Service};
+use shedlock_conformance::{Hooks, InstanceOptions, Options, ProviderFactory};
+use shedlock_launcher::{Backend, Service};
 use shedlock_postgres::{PostgresLockProvider, TimeMode, recommended_pool_options};
+use shedlock_sql_common::testing;
 use sqlx::postgres::PgConnectOptions;
 
 struct Pg {
@@ -30,28 +29,9 @@ struct Pg {
     admin: PostgresLockProvider,
 }
 
-/// The server: `$SHEDLOCK_POSTGRES_URL` if set, else one the launcher starts (native, free port). A
-/// missing server fails the run with the launcher's message.
-async fn service() -> Result<&'static Service, BoxError> {
-    let r = tokio::task::spawn_blocking(|| shedlock_launcher::shared(Backend::Postgres)).await?;
-    r.map_err(|e| format!("PostgreSQL is not available: {e}").into())
-}
-
-/// Restarts the server the launcher started (C25).
-struct Restart(&'static Service);
-
-#[async_trait::async_trait]
-impl RestartHook for Restart {
-    async fn restart(&self) -> Result<(), BoxError> {
-        let service = self.0;
-        tokio::task::spawn_blocking(move || service.restart()).await??;
-        Ok(())
-    }
-}
-
 impl Pg {
     async fn new() -> Result<Self, BoxError> {
-        let service = service().await?;
+        let service = testing::service(Backend::Postgres, "PostgreSQL").await?;
         let url = service.url().to_owned();
         let base: PgConnectOptions = url.parse()?;
         let addr = (base.get_host(), base.get_port())
@@ -104,33 +84,7 @@ impl ProviderFactory for Pg {
     }
 
     fn hooks(&self) -> Hooks {
-        let hooks =
-            Hooks::new().with_records(Records(self.admin.clone())).with_backend_address(self.addr);
-        // A server given by URL is not ours to restart: C25 is then "not applicable".
-        if self.service.mode() == Mode::External {
-            hooks
-        } else {
-            hooks.with_restart(Restart(self.service))
-        }
-    }
-}
-
-struct Records(PostgresLockProvider);
-
-#[async_trait::async_trait]
-impl RecordHooks for Records {
-    async fn record_exists(&self, name: &str) -> Result<bool, BoxError> {
-        Ok(self.0.record(name).await?.is_some())
-    }
-
-    async fn delete_record(&self, name: &str) -> Result<(), BoxError> {
-        self.0.delete_record(name).await?;
-        Ok(())
-    }
-
-    async fn plant_expired_record(&self, name: &str) -> Result<(), BoxError> {
-        self.0.write_record(name, SystemTime::now() - Duration::from_secs(3600)).await?;
-        Ok(())
+        testing::server_hooks(self.admin.records(), self.addr, self.service)
     }
 }
 

@@ -20,6 +20,8 @@ mod error;
 mod ident;
 mod provider;
 mod stmt;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 use std::{
     collections::hash_map::RandomState,
@@ -34,8 +36,8 @@ use std::{
 pub use error::{DbErrorKind, ErrorContext, map_sqlx_error};
 pub use ident::{Columns, MAX_IDENT_LEN, QuotedNames, TableName, validate_ident};
 pub use provider::{
-    BuilderCore, DEFAULT_TIMEOUT, Dialect, Op, Settings, SqlProvider, TRANSIENT_ATTEMPTS, bind,
-    retry_transient,
+    BuilderCore, DEFAULT_TIMEOUT, Dialect, Op, RecordAdmin, Settings, SqlProvider,
+    TRANSIENT_ATTEMPTS, bind, retry_transient,
 };
 pub use stmt::{Arg, ArgValues, Placeholder, Stmt, StmtBuilder, Value};
 

@@ -368,6 +368,40 @@ impl<D: Dialect> SqlProvider<D> {
     }
 }
 
+/// The record helpers of a provider, as an object (for test support and admin tools that work
+/// on any SQL provider).
+#[async_trait]
+pub trait RecordAdmin: Send + Sync + 'static {
+    /// The stored row of `name`, if any.
+    async fn record(&self, name: &str) -> Result<Option<LockRecord>>;
+    /// Deletes the row of `name`; returns whether there was one.
+    async fn delete_record(&self, name: &str) -> Result<bool>;
+    /// Creates or overwrites the row of `name` with the given `lock_until`.
+    async fn write_record(&self, name: &str, lock_until: SystemTime) -> Result<()>;
+}
+
+#[async_trait]
+impl<D: Dialect> RecordAdmin for SqlProvider<D> {
+    async fn record(&self, name: &str) -> Result<Option<LockRecord>> {
+        SqlProvider::record(self, name).await
+    }
+
+    async fn delete_record(&self, name: &str) -> Result<bool> {
+        SqlProvider::delete_record(self, name).await
+    }
+
+    async fn write_record(&self, name: &str, lock_until: SystemTime) -> Result<()> {
+        SqlProvider::write_record(self, name, lock_until).await
+    }
+}
+
+impl<D: Dialect> SqlProvider<D> {
+    /// The record helpers as a shareable object.
+    pub fn records(&self) -> Arc<dyn RecordAdmin> {
+        Arc::new(self.clone())
+    }
+}
+
 /// One acquisition: its owner id and fencing token.
 struct SqlHandle<D> {
     inner: Arc<Inner<D>>,

@@ -6,14 +6,11 @@
 //! to restart (C25), so those report "not applicable".
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::{
-    path::PathBuf,
-    sync::Arc,
-    time::{Duration, SystemTime},
-};
+use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use shedlock::{BoxError, LockProvider};
-use shedlock_conformance::{Hooks, InstanceOptions, Options, ProviderFactory, RecordHooks};
+use shedlock_conformance::{Hooks, InstanceOptions, Options, ProviderFactory};
+use shedlock_sql_common::testing::Records;
 use shedlock_sqlite::{
     SqliteLockProvider, TimeMode, recommended_connect_options, recommended_pool_options,
 };
@@ -61,30 +58,11 @@ impl ProviderFactory for Sqlite {
     }
 
     fn hooks(&self) -> Hooks {
-        Hooks::new().with_records(Records(self.admin.clone()))
+        Hooks::new().with_records(Records(self.admin.records()))
     }
 
     async fn teardown(&self) {
         let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-struct Records(SqliteLockProvider);
-
-#[async_trait::async_trait]
-impl RecordHooks for Records {
-    async fn record_exists(&self, name: &str) -> Result<bool, BoxError> {
-        Ok(self.0.record(name).await?.is_some())
-    }
-
-    async fn delete_record(&self, name: &str) -> Result<(), BoxError> {
-        self.0.delete_record(name).await?;
-        Ok(())
-    }
-
-    async fn plant_expired_record(&self, name: &str) -> Result<(), BoxError> {
-        self.0.write_record(name, SystemTime::now() - Duration::from_secs(3600)).await?;
-        Ok(())
     }
 }
 

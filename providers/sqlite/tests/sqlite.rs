@@ -10,7 +10,8 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use shedlock::{Error, LockConfig, LockProvider, SkewedClock, system_clock};
+use shedlock::{Error, LockProvider, SkewedClock, system_clock};
+use shedlock_sql_common::testing::{cfg, checks};
 use shedlock_sqlite::{
     Columns, SqliteLockProvider, TimeMode, recommended_connect_options, recommended_pool_options,
 };
@@ -53,73 +54,28 @@ async fn two_nodes() -> (SqliteLockProvider, SqliteLockProvider, TempDb) {
     (a, b, db)
 }
 
-fn cfg(name: &str, at_most_ms: u64, at_least_ms: u64) -> LockConfig {
-    LockConfig::new(name, Duration::from_millis(at_most_ms), Duration::from_millis(at_least_ms))
-        .unwrap()
-}
-
 #[tokio::test]
 async fn one_winner_and_release() {
     let (a, b, _db) = two_nodes().await;
-    let c = cfg("job", 60_000, 0);
-    let lock = a.try_lock(&c).await.unwrap().expect("free");
-    assert!(b.try_lock(&c).await.unwrap().is_none());
-    assert!(a.try_lock(&c).await.unwrap().is_none(), "not reentrant");
-    lock.unlock().await.unwrap();
-    let lock = b.try_lock(&c).await.unwrap().expect("free after unlock");
-    lock.unlock().await.unwrap();
+    checks::one_winner_and_release(&a, &b).await;
 }
 
 #[tokio::test]
 async fn stale_holder_cannot_unlock_or_extend() {
     let (a, b, _db) = two_nodes().await;
-    let name = "stale";
-    let mut stale = a.try_lock(&cfg(name, 200, 0)).await.unwrap().expect("free");
-    // Granularity is 1 ms and both sides use SQLite's clock: 200 ms + 150 ms margin.
-    tokio::time::sleep(Duration::from_millis(350)).await;
-    let fresh = b.try_lock(&cfg(name, 60_000, 0)).await.unwrap().expect("expired, free");
-    assert!(fresh.fencing_token() > stale.fencing_token());
-    let before = a.record(name).await.unwrap().unwrap();
-    assert!(matches!(
-        stale.extend(Duration::from_secs(600), Duration::ZERO).await,
-        Err(Error::LockLost { .. })
-    ));
-    stale.unlock().await.unwrap();
-    assert_eq!(
-        a.record(name).await.unwrap().unwrap(),
-        before,
-        "stale unlock/extend changed nothing"
-    );
-    assert!(a.try_lock(&cfg(name, 60_000, 0)).await.unwrap().is_none(), "new holder keeps it");
-    fresh.unlock().await.unwrap();
+    checks::stale_holder_cannot_unlock_or_extend(&a, &b, &*a.records()).await;
 }
 
 #[tokio::test]
 async fn extend_keeps_the_lock_and_expired_extend_fails() {
     let (a, b, _db) = two_nodes().await;
-    let mut lock = a.try_lock(&cfg("ext", 300, 0)).await.unwrap().unwrap();
-    lock.extend(Duration::from_secs(60), Duration::ZERO).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(450)).await;
-    assert!(b.try_lock(&cfg("ext", 60_000, 0)).await.unwrap().is_none(), "extended");
-    lock.extend(Duration::from_millis(100), Duration::ZERO).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(250)).await;
-    assert!(matches!(
-        lock.extend(Duration::from_secs(60), Duration::ZERO).await,
-        Err(Error::LockLost { .. })
-    ));
-    assert!(b.try_lock(&cfg("ext", 60_000, 0)).await.unwrap().is_some());
+    checks::extend_keeps_the_lock_and_expired_extend_fails(&a, &b).await;
 }
 
 #[tokio::test]
 async fn at_least_is_kept_from_locked_at() {
     let (a, b, _db) = two_nodes().await;
-    let lock = a.try_lock(&cfg("least", 60_000, 700)).await.unwrap().unwrap();
-    lock.unlock().await.unwrap();
-    let rec = a.record("least").await.unwrap().unwrap();
-    assert_eq!(rec.lock_until.duration_since(rec.locked_at).unwrap(), Duration::from_millis(700));
-    assert!(b.try_lock(&cfg("least", 60_000, 0)).await.unwrap().is_none());
-    tokio::time::sleep(Duration::from_millis(850)).await;
-    assert!(b.try_lock(&cfg("least", 60_000, 0)).await.unwrap().is_some());
+    checks::at_least_is_kept_from_locked_at(&a, &b, &*a.records()).await;
 }
 
 #[tokio::test]
@@ -223,29 +179,13 @@ async fn long_and_hostile_names() {
 #[tokio::test]
 async fn deleted_row_is_recreated_with_a_larger_token() {
     let (a, b, _db) = two_nodes().await;
-    let lock = a.try_lock(&cfg("del", 60_000, 0)).await.unwrap().unwrap();
-    let t1 = lock.fencing_token().unwrap();
-    assert!(a.delete_record("del").await.unwrap());
-    let lock2 = b.try_lock(&cfg("del", 60_000, 0)).await.unwrap().expect("deleted row is free");
-    assert!(lock2.fencing_token().unwrap() > t1);
-    lock.unlock().await.unwrap();
-    assert!(a.try_lock(&cfg("del", 60_000, 0)).await.unwrap().is_none());
-    a.write_record("planted", SystemTime::now() - Duration::from_secs(3600)).await.unwrap();
-    assert!(b.try_lock(&cfg("planted", 60_000, 0)).await.unwrap().is_some());
+    checks::deleted_row_is_recreated_with_a_larger_token(&a, &b, &*a.records()).await;
 }
 
 #[tokio::test]
 async fn fencing_tokens_strictly_increase() {
     let (a, b, _db) = two_nodes().await;
-    let mut last = 0;
-    for i in 0..50 {
-        let p = if i % 2 == 0 { &a } else { &b };
-        let lock = p.try_lock(&cfg("fence", 60_000, 0)).await.unwrap().unwrap();
-        let t = lock.fencing_token().unwrap();
-        assert!(t > last, "{t} > {last}");
-        last = t;
-        lock.unlock().await.unwrap();
-    }
+    checks::fencing_tokens_strictly_increase(&a, &b, 50).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
