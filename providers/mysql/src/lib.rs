@@ -48,10 +48,9 @@
 //! [`recommended_pool_options`] turns it off. Set an `acquire_timeout` so an unreachable server
 //! fails fast.
 
-use std::{fmt, time::Duration, time::SystemTime};
+use std::{fmt, time::Duration};
 
-use async_trait::async_trait;
-use shedlock::{Capabilities, Lock, LockConfig, LockProvider, Result};
+use shedlock::Result;
 use shedlock_sql_common::{
     Arg, ArgValues, BuilderCore, DbErrorKind, Dialect, Op, Placeholder, QuotedNames, SqlProvider,
     Stmt, StmtBuilder, bind, duration_millis_ceil, retry_transient,
@@ -170,7 +169,7 @@ impl MySqlLockProviderBuilder {
     }
 }
 
-/// A [`LockProvider`] on a MySQL or MariaDB table. Cheap to clone.
+/// A [`LockProvider`](shedlock::LockProvider) on a MySQL or MariaDB table. Cheap to clone.
 #[derive(Clone)]
 pub struct MySqlLockProvider {
     inner: SqlProvider<MySqlDialect>,
@@ -465,57 +464,14 @@ impl MySqlLockProvider {
         MySqlLockProviderBuilder { pool, core: BuilderCore::default(), flavor: Flavor::Detect }
     }
 
-    /// The `CREATE TABLE IF NOT EXISTS` statement for the configured table and columns.
-    pub fn ddl(&self) -> &str {
-        self.inner.ddl()
-    }
-
     /// The flavor in use: the configured one, or the detected one once the provider has talked
     /// to the server (`None` before that).
     pub fn flavor(&self) -> Option<Flavor> {
         self.inner.dialect().stmts.get().map(|s| s.flavor)
     }
-
-    /// Creates the lock table if it does not exist (runs [`ddl`](Self::ddl)).
-    pub async fn create_table(&self) -> Result<()> {
-        self.inner.create_table().await
-    }
-
-    /// The stored row of `name`, if any (for operators and tests).
-    pub async fn record(&self, name: &str) -> Result<Option<LockRecord>> {
-        self.inner.record(name).await
-    }
-
-    /// Deletes the row of `name`, as an operator might; returns whether there was one. The next
-    /// acquisition recreates the row with a larger fencing token.
-    pub async fn delete_record(&self, name: &str) -> Result<bool> {
-        self.inner.delete_record(name).await
-    }
-
-    /// Creates or overwrites the row of `name` with `lock_until` (and `locked_at`) set to the
-    /// given time (floored to the millisecond), a fresh owner nobody holds, and a larger fencing
-    /// token, as a process that crashed would have left it. For tests and manual repair.
-    pub async fn write_record(&self, name: &str, lock_until: SystemTime) -> Result<()> {
-        self.inner.write_record(name, lock_until).await
-    }
-
-    /// The record helpers as a shareable object (shared test support and admin tools).
-    #[doc(hidden)]
-    pub fn records(&self) -> std::sync::Arc<dyn shedlock_sql_common::RecordAdmin> {
-        self.inner.records()
-    }
 }
 
-#[async_trait]
-impl LockProvider for MySqlLockProvider {
-    async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
-        self.inner.try_lock(config).await
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-}
+shedlock_sql_common::sql_provider_api!(MySqlLockProvider, " (floored to the millisecond)");
 
 #[cfg(test)]
 mod tests {

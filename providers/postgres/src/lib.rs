@@ -42,10 +42,9 @@
 //! retryable [`Error::Unavailable`](shedlock::Error::Unavailable) once, and the pool replaces
 //! it). Set an `acquire_timeout` so an unreachable server fails fast.
 
-use std::{fmt, time::Duration, time::SystemTime};
+use std::{fmt, time::Duration};
 
-use async_trait::async_trait;
-use shedlock::{Capabilities, Lock, LockConfig, LockProvider, Result};
+use shedlock::Result;
 use shedlock_sql_common::{
     Arg, ArgValues, BuilderCore, DbErrorKind, Dialect, Op, Placeholder, QuotedNames, SqlProvider,
     Stmt, StmtBuilder, bind, duration_micros, retry_transient,
@@ -134,7 +133,7 @@ impl PostgresLockProviderBuilder {
     }
 }
 
-/// A [`LockProvider`] on a PostgreSQL table. Cheap to clone.
+/// A [`LockProvider`](shedlock::LockProvider) on a PostgreSQL table. Cheap to clone.
 #[derive(Clone)]
 pub struct PostgresLockProvider {
     inner: SqlProvider<PgDialect>,
@@ -350,54 +349,9 @@ impl PostgresLockProvider {
     pub fn builder(pool: PgPool) -> PostgresLockProviderBuilder {
         PostgresLockProviderBuilder { pool, core: BuilderCore::default() }
     }
-
-    /// The `CREATE TABLE IF NOT EXISTS` statement for the configured table and columns.
-    pub fn ddl(&self) -> &str {
-        self.inner.ddl()
-    }
-
-    /// Creates the lock table if it does not exist (runs [`ddl`](Self::ddl)).
-    pub async fn create_table(&self) -> Result<()> {
-        self.inner.create_table().await
-    }
-
-    /// The stored row of `name`, if any (for operators and tests).
-    pub async fn record(&self, name: &str) -> Result<Option<LockRecord>> {
-        self.inner.record(name).await
-    }
-
-    /// Deletes the row of `name`, as an operator might; returns whether there was one. A held
-    /// lock deleted this way is simply free; the next acquisition recreates the row with a larger
-    /// fencing token.
-    pub async fn delete_record(&self, name: &str) -> Result<bool> {
-        self.inner.delete_record(name).await
-    }
-
-    /// Creates or overwrites the row of `name` with `lock_until` (and `locked_at`) set to the
-    /// given time, a fresh owner nobody holds, and a larger fencing token, as a process that
-    /// crashed would have left it. For tests and manual repair; `lock_until` in the past frees
-    /// the lock, in the future blocks it.
-    pub async fn write_record(&self, name: &str, lock_until: SystemTime) -> Result<()> {
-        self.inner.write_record(name, lock_until).await
-    }
-
-    /// The record helpers as a shareable object (shared test support and admin tools).
-    #[doc(hidden)]
-    pub fn records(&self) -> std::sync::Arc<dyn shedlock_sql_common::RecordAdmin> {
-        self.inner.records()
-    }
 }
 
-#[async_trait]
-impl LockProvider for PostgresLockProvider {
-    async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
-        self.inner.try_lock(config).await
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-}
+shedlock_sql_common::sql_provider_api!(PostgresLockProvider, "");
 
 #[cfg(test)]
 mod tests {

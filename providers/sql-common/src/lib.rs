@@ -23,6 +23,88 @@ mod stmt;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+/// What [`sql_provider_api!`] expands to needs, reachable through this crate.
+#[doc(hidden)]
+pub mod __private {
+    pub use async_trait::async_trait;
+    pub use shedlock;
+}
+
+/// The public API a SQL provider type shares (`ddl`, `create_table`, `record`,
+/// `delete_record`, `write_record`, the hidden `records`, and [`shedlock::LockProvider`]), for a
+/// type whose field `inner` is a [`SqlProvider`]. `$time` completes the sentence on the time
+/// `write_record` stores (its precision).
+#[macro_export]
+macro_rules! sql_provider_api {
+    ($provider:ident, $time:literal) => {
+        impl $provider {
+            /// The `CREATE TABLE IF NOT EXISTS` statement for the configured table and columns.
+            pub fn ddl(&self) -> &str {
+                self.inner.ddl()
+            }
+
+            /// Creates the lock table if it does not exist (runs [`ddl`](Self::ddl)).
+            pub async fn create_table(&self) -> $crate::__private::shedlock::Result<()> {
+                self.inner.create_table().await
+            }
+
+            /// The stored row of `name`, if any (for operators and tests).
+            pub async fn record(
+                &self,
+                name: &str,
+            ) -> $crate::__private::shedlock::Result<Option<$crate::LockRecord>> {
+                self.inner.record(name).await
+            }
+
+            /// Deletes the row of `name`, as an operator might; returns whether there was one. A
+            /// held lock deleted this way is simply free; the next acquisition recreates the row
+            /// with a larger fencing token.
+            pub async fn delete_record(
+                &self,
+                name: &str,
+            ) -> $crate::__private::shedlock::Result<bool> {
+                self.inner.delete_record(name).await
+            }
+
+            #[doc = concat!(
+                "Creates or overwrites the row of `name` with `lock_until` (and `locked_at`) set \
+                 to the given time",
+                $time,
+                ", a fresh owner nobody holds, and a larger fencing token, as a process that \
+                 crashed would have left it. For tests and manual repair; `lock_until` in the \
+                 past frees the lock, in the future blocks it."
+            )]
+            pub async fn write_record(
+                &self,
+                name: &str,
+                lock_until: ::std::time::SystemTime,
+            ) -> $crate::__private::shedlock::Result<()> {
+                self.inner.write_record(name, lock_until).await
+            }
+
+            /// The record helpers as a shareable object (shared test support and admin tools).
+            #[doc(hidden)]
+            pub fn records(&self) -> ::std::sync::Arc<dyn $crate::RecordAdmin> {
+                self.inner.records()
+            }
+        }
+
+        #[$crate::__private::async_trait]
+        impl $crate::__private::shedlock::LockProvider for $provider {
+            async fn try_lock(
+                &self,
+                config: &$crate::__private::shedlock::LockConfig,
+            ) -> $crate::__private::shedlock::Result<Option<$crate::__private::shedlock::Lock>> {
+                self.inner.try_lock(config).await
+            }
+
+            fn capabilities(&self) -> $crate::__private::shedlock::Capabilities {
+                self.inner.capabilities()
+            }
+        }
+    };
+}
+
 use std::{
     collections::hash_map::RandomState,
     hash::{BuildHasher, Hasher},

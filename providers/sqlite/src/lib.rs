@@ -50,10 +50,9 @@
 #[cfg(not(any(feature = "bundled", feature = "unbundled")))]
 compile_error!("shedlock-sqlite needs the `bundled` (default) or the `unbundled` feature");
 
-use std::{fmt, path::Path, time::Duration, time::SystemTime};
+use std::{fmt, path::Path, time::Duration};
 
-use async_trait::async_trait;
-use shedlock::{Capabilities, Lock, LockConfig, LockProvider, Result};
+use shedlock::Result;
 use shedlock_sql_common::{
     Arg, ArgValues, BuilderCore, DbErrorKind, Dialect, Op, Placeholder, QuotedNames, SqlProvider,
     Stmt, StmtBuilder, bind, duration_millis_ceil,
@@ -154,7 +153,7 @@ impl SqliteLockProviderBuilder {
     }
 }
 
-/// A [`LockProvider`] on a SQLite table. Cheap to clone.
+/// A [`LockProvider`](shedlock::LockProvider) on a SQLite table. Cheap to clone.
 #[derive(Clone)]
 pub struct SqliteLockProvider {
     inner: SqlProvider<SqliteDialect>,
@@ -368,52 +367,9 @@ impl SqliteLockProvider {
     pub fn builder(pool: SqlitePool) -> SqliteLockProviderBuilder {
         SqliteLockProviderBuilder { pool, core: BuilderCore::default() }
     }
-
-    /// The `CREATE TABLE IF NOT EXISTS` statement for the configured table and columns.
-    pub fn ddl(&self) -> &str {
-        self.inner.ddl()
-    }
-
-    /// Creates the lock table if it does not exist (runs [`ddl`](Self::ddl)).
-    pub async fn create_table(&self) -> Result<()> {
-        self.inner.create_table().await
-    }
-
-    /// The stored row of `name`, if any (for operators and tests).
-    pub async fn record(&self, name: &str) -> Result<Option<LockRecord>> {
-        self.inner.record(name).await
-    }
-
-    /// Deletes the row of `name`, as an operator might; returns whether there was one. The next
-    /// acquisition recreates the row with a larger fencing token.
-    pub async fn delete_record(&self, name: &str) -> Result<bool> {
-        self.inner.delete_record(name).await
-    }
-
-    /// Creates or overwrites the row of `name` with `lock_until` (and `locked_at`) set to the
-    /// given time (floored to the millisecond), a fresh owner nobody holds, and a larger fencing
-    /// token, as a process that crashed would have left it. For tests and manual repair.
-    pub async fn write_record(&self, name: &str, lock_until: SystemTime) -> Result<()> {
-        self.inner.write_record(name, lock_until).await
-    }
-
-    /// The record helpers as a shareable object (shared test support and admin tools).
-    #[doc(hidden)]
-    pub fn records(&self) -> std::sync::Arc<dyn shedlock_sql_common::RecordAdmin> {
-        self.inner.records()
-    }
 }
 
-#[async_trait]
-impl LockProvider for SqliteLockProvider {
-    async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
-        self.inner.try_lock(config).await
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-}
+shedlock_sql_common::sql_provider_api!(SqliteLockProvider, " (floored to the millisecond)");
 
 #[cfg(test)]
 mod tests {
