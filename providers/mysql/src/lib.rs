@@ -105,48 +105,22 @@ pub struct MySqlLockProviderBuilder {
     flavor: Flavor,
 }
 
-impl MySqlLockProviderBuilder {
+shedlock_sql_common::sql_builder_setters!(MySqlLockProviderBuilder {
     /// The lock table, `table` or `database.table` (default `shedlock`). Each part must be a plain
     /// identifier (`[A-Za-z_][A-Za-z0-9_]*`, at most 63 bytes); it is quoted with backticks.
-    pub fn table(mut self, table: impl Into<String>) -> Self {
-        self.core.table = table.into();
-        self
-    }
-
-    /// The column names (validated like the table name).
-    pub fn columns(mut self, columns: Columns) -> Self {
-        self.core.columns = columns;
-        self
-    }
-
-    /// What to store in `locked_by` (informational; default `hostname/pid`). At most 255 bytes.
-    /// Ownership never depends on it: every acquisition has its own random id.
-    pub fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
-        self.core.locked_by = Some(locked_by.into());
-        self
-    }
-
+    table;
     /// The longest lock name in bytes (default 255, at most [`MAX_NAME_LEN_LIMIT`]); it sizes
     /// the `VARBINARY` name column in [`MySqlLockProvider::ddl`]. Longer names get
     /// [`Error::InvalidName`](shedlock::Error::InvalidName), never truncated.
-    pub fn max_name_len(mut self, max: usize) -> Self {
-        self.core.max_name_len = max;
-        self
-    }
-
+    max_name_len;
     /// Whose clock judges expiry (default [`TimeMode::Database`]).
-    pub fn time_mode(mut self, time: TimeMode) -> Self {
-        self.core.time = time;
-        self
-    }
-
+    time_mode;
     /// The time limit of each lock operation, including waiting for a pooled connection
     /// (default 10 s; `None`: no limit). On expiry the call returns [`Error::Timeout`](shedlock::Error::Timeout).
-    pub fn operation_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.core.timeout = timeout;
-        self
-    }
+    operation_timeout;
+});
 
+impl MySqlLockProviderBuilder {
     /// The server flavor (default [`Flavor::Detect`]).
     pub fn flavor(mut self, flavor: Flavor) -> Self {
         self.flavor = flavor;

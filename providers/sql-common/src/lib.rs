@@ -30,6 +30,57 @@ pub mod __private {
     pub use shedlock;
 }
 
+/// The setters a SQL provider builder shares, for a builder whose field `core` is a
+/// [`BuilderCore`]. The doc comments of the dialect-specific setters come from the caller.
+#[macro_export]
+macro_rules! sql_builder_setters {
+    ($builder:ident {
+        $(#[$table_doc:meta])* table;
+        $(#[$max_doc:meta])* max_name_len;
+        $(#[$time_doc:meta])* time_mode;
+        $(#[$timeout_doc:meta])* operation_timeout;
+    }) => {
+        impl $builder {
+            $(#[$table_doc])*
+            pub fn table(mut self, table: impl Into<String>) -> Self {
+                self.core.table = table.into();
+                self
+            }
+
+            /// The column names (validated like the table name).
+            pub fn columns(mut self, columns: $crate::Columns) -> Self {
+                self.core.columns = columns;
+                self
+            }
+
+            /// What to store in `locked_by` (informational; default `hostname/pid`). At most 255
+            /// bytes. Ownership never depends on it: every acquisition has its own random id.
+            pub fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
+                self.core.locked_by = Some(locked_by.into());
+                self
+            }
+
+            $(#[$max_doc])*
+            pub fn max_name_len(mut self, max: usize) -> Self {
+                self.core.max_name_len = max;
+                self
+            }
+
+            $(#[$time_doc])*
+            pub fn time_mode(mut self, time: $crate::TimeMode) -> Self {
+                self.core.time = time;
+                self
+            }
+
+            $(#[$timeout_doc])*
+            pub fn operation_timeout(mut self, timeout: Option<::std::time::Duration>) -> Self {
+                self.core.timeout = timeout;
+                self
+            }
+        }
+    };
+}
+
 /// The public API a SQL provider type shares (`ddl`, `create_table`, `record`,
 /// `delete_record`, `write_record`, the hidden `records`, and [`shedlock::LockProvider`]), for a
 /// type whose field `inner` is a [`SqlProvider`]. `$time` completes the sentence on the time

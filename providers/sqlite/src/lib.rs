@@ -99,49 +99,23 @@ pub struct SqliteLockProviderBuilder {
     core: BuilderCore,
 }
 
-impl SqliteLockProviderBuilder {
+shedlock_sql_common::sql_builder_setters!(SqliteLockProviderBuilder {
     /// The lock table, `table` or `schema.table` (an attached database; default `shedlock`).
     /// Each part must be a plain identifier (`[A-Za-z_][A-Za-z0-9_]*`, at most 63 bytes).
-    pub fn table(mut self, table: impl Into<String>) -> Self {
-        self.core.table = table.into();
-        self
-    }
-
-    /// The column names (validated like the table name).
-    pub fn columns(mut self, columns: Columns) -> Self {
-        self.core.columns = columns;
-        self
-    }
-
-    /// What to store in `locked_by` (informational; default `hostname/pid`). At most 255 bytes.
-    /// Ownership never depends on it: every acquisition has its own random id.
-    pub fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
-        self.core.locked_by = Some(locked_by.into());
-        self
-    }
-
+    table;
     /// The longest lock name in bytes (default 255, at most [`MAX_NAME_LEN_LIMIT`]). SQLite
     /// text has no declared length, so this limit is enforced by the provider: longer names get
     /// [`Error::InvalidName`](shedlock::Error::InvalidName), never truncated.
-    pub fn max_name_len(mut self, max: usize) -> Self {
-        self.core.max_name_len = max;
-        self
-    }
-
+    max_name_len;
     /// Whose clock judges expiry (default [`TimeMode::Database`]: SQLite's `'now'`).
-    pub fn time_mode(mut self, time: TimeMode) -> Self {
-        self.core.time = time;
-        self
-    }
-
+    time_mode;
     /// The time limit of each lock operation, including waiting for a pooled connection and for
     /// SQLite's write lock (default 10 s; `None`: no limit). On expiry the call returns
     /// [`Error::Timeout`](shedlock::Error::Timeout).
-    pub fn operation_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.core.timeout = timeout;
-        self
-    }
+    operation_timeout;
+});
 
+impl SqliteLockProviderBuilder {
     /// Validates the configuration and builds the provider. Invalid identifiers, `locked_by`
     /// or `max_name_len` give [`Error::Setup`](shedlock::Error::Setup). Does no I/O.
     pub fn build(self) -> Result<SqliteLockProvider> {
