@@ -53,7 +53,7 @@ use std::{fmt, time::Duration};
 use shedlock::Result;
 use shedlock_sql_common::{
     Arg, ArgValues, BuilderCore, DbErrorKind, Dialect, Op, Placeholder, QuotedNames, SqlProvider,
-    Stmt, StmtBuilder, bind, duration_millis_ceil, retry_transient,
+    Stmt, StmtBuilder, bind, duration_millis_ceil, record_from_row, retry_transient,
 };
 use sqlx::{
     AssertSqlSafe, Row,
@@ -232,18 +232,14 @@ impl Statements {
         b.sql(&format!("{prefix}UPDATE {hint}{t} SET {lu} = LEAST({lu}, GREATEST("));
         now(&mut b, database);
         b.sql(&format!(", {la} + INTERVAL ")).arg(Arg::AtLeast).sql(" MICROSECOND))");
-        b.sql(&format!(" WHERE {name} = ")).arg(Arg::Name);
-        b.sql(&format!(" AND {aid} = ")).arg(Arg::AcquisitionId);
-        b.sql(&format!(" AND {ft} = ")).arg(Arg::FencingToken);
+        b.owner_check(n);
         let unlock = b.build();
 
         b.sql(&format!("{prefix}UPDATE {hint}{t} SET {lu} = "));
         now(&mut b, database);
         b.sql(" + INTERVAL ").arg(Arg::AtMost).sql(&format!(" MICROSECOND, {la} = "));
         now(&mut b, database);
-        b.sql(&format!(" WHERE {name} = ")).arg(Arg::Name);
-        b.sql(&format!(" AND {aid} = ")).arg(Arg::AcquisitionId);
-        b.sql(&format!(" AND {ft} = ")).arg(Arg::FencingToken);
+        b.owner_check(n);
         b.sql(&format!(" AND {lu} > "));
         now(&mut b, database);
         let extend = b.build();
@@ -415,14 +411,7 @@ impl Dialect for MySqlDialect {
         row.map(|r| {
             let raw: Vec<u8> = r.try_get(0)?;
             let name = String::from_utf8(raw).map_err(|e| sqlx::Error::Decode(e.into()))?;
-            Ok(LockRecord::from_raw(
-                name,
-                r.try_get(1)?,
-                r.try_get(2)?,
-                r.try_get(3)?,
-                r.try_get(4)?,
-                r.try_get(5)?,
-            ))
+            record_from_row(&r, name)
         })
         .transpose()
     }

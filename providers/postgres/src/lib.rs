@@ -47,7 +47,7 @@ use std::{fmt, time::Duration};
 use shedlock::Result;
 use shedlock_sql_common::{
     Arg, ArgValues, BuilderCore, DbErrorKind, Dialect, Op, Placeholder, QuotedNames, SqlProvider,
-    Stmt, StmtBuilder, bind, duration_micros, retry_transient,
+    Stmt, StmtBuilder, bind, duration_micros, record_from_row, retry_transient,
 };
 use sqlx::{
     AssertSqlSafe, Row,
@@ -174,9 +174,7 @@ impl Statements {
         b.sql(&format!("UPDATE {t} SET {lu} = least({lu}, greatest("));
         now(&mut b, database);
         b.sql(&format!(", {la} + ")).arg(Arg::AtLeast).sql(" * interval '1 microsecond'))");
-        b.sql(&format!(" WHERE {name} = ")).arg(Arg::Name);
-        b.sql(&format!(" AND {aid} = ")).arg(Arg::AcquisitionId);
-        b.sql(&format!(" AND {ft} = ")).arg(Arg::FencingToken);
+        b.owner_check(n);
         let unlock = b.build();
 
         // Extend: only while still held by this acquisition.
@@ -184,9 +182,7 @@ impl Statements {
         now(&mut b, database);
         b.sql(" + ").arg(Arg::AtMost).sql(&format!(" * interval '1 microsecond', {la} = "));
         now(&mut b, database);
-        b.sql(&format!(" WHERE {name} = ")).arg(Arg::Name);
-        b.sql(&format!(" AND {aid} = ")).arg(Arg::AcquisitionId);
-        b.sql(&format!(" AND {ft} = ")).arg(Arg::FencingToken);
+        b.owner_check(n);
         b.sql(&format!(" AND {lu} > "));
         now(&mut b, database);
         let extend = b.build();
@@ -300,17 +296,7 @@ impl Dialect for PgDialect {
 
     async fn record(&self, values: &ArgValues<'_>) -> Result<Option<LockRecord>, sqlx::Error> {
         let row = bind::<Postgres>(&self.stmts.select, values).fetch_optional(&self.pool).await?;
-        row.map(|r| {
-            Ok(LockRecord::from_raw(
-                r.try_get(0)?,
-                r.try_get(1)?,
-                r.try_get(2)?,
-                r.try_get(3)?,
-                r.try_get(4)?,
-                r.try_get(5)?,
-            ))
-        })
-        .transpose()
+        row.map(|r| record_from_row(&r, r.try_get(0)?)).transpose()
     }
 
     async fn run_ddl(&self, ddl: &str) -> Result<(), sqlx::Error> {

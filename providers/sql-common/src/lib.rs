@@ -170,7 +170,7 @@ pub use error::{DbErrorKind, ErrorContext, map_sqlx_error};
 pub use ident::{Columns, MAX_IDENT_LEN, QuotedNames, TableName, validate_ident};
 pub use provider::{
     BuilderCore, DEFAULT_TIMEOUT, Dialect, Op, RecordAdmin, Settings, SqlProvider,
-    TRANSIENT_ATTEMPTS, bind, retry_transient,
+    TRANSIENT_ATTEMPTS, bind, record_from_row, retry_transient,
 };
 pub use stmt::{Arg, ArgValues, Placeholder, Stmt, StmtBuilder, Value};
 

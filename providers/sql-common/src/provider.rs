@@ -6,7 +6,10 @@ use std::{fmt, sync::Arc, time::Duration, time::SystemTime};
 
 use async_trait::async_trait;
 use shedlock::{Capabilities, Error, Lock, LockConfig, LockHandle, Result};
-use sqlx::{AssertSqlSafe, Database, Encode, Type, error::DatabaseError, query::Query};
+use sqlx::{
+    AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Row, Type, error::DatabaseError,
+    query::Query,
+};
 
 use crate::{
     ArgValues, Columns, DEFAULT_MAX_NAME_LEN, DbErrorKind, ErrorContext, LockRecord, QuotedNames,
@@ -92,6 +95,26 @@ where
         };
     }
     q
+}
+
+/// A [`LockRecord`] from a row of the dialect's select statement: `name` (decoded by the
+/// dialect), then `lock_until` and `locked_at` in microseconds since the Unix epoch,
+/// `locked_by`, `acquisition_id` and `fencing_token`.
+pub fn record_from_row<R>(row: &R, name: String) -> std::result::Result<LockRecord, sqlx::Error>
+where
+    R: Row,
+    usize: ColumnIndex<R>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+{
+    Ok(LockRecord::from_raw(
+        name,
+        row.try_get(1)?,
+        row.try_get(2)?,
+        row.try_get(3)?,
+        row.try_get(4)?,
+        row.try_get(5)?,
+    ))
 }
 
 /// Runs `f` up to [`TRANSIENT_ATTEMPTS`] times while it fails with a deadlock or serialization

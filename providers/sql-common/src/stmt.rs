@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use crate::QuotedNames;
+
 /// How a dialect writes placeholders.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Placeholder {
@@ -143,6 +145,14 @@ impl StmtBuilder {
             }
         }
         self
+    }
+
+    /// Appends the owner check of unlock and extend: ` WHERE name = ? AND acquisition_id = ?
+    /// AND fencing_token = ?` (the row is changed only while this acquisition holds it).
+    pub fn owner_check(&mut self, n: &QuotedNames) -> &mut Self {
+        self.sql(&format!(" WHERE {} = ", n.name)).arg(Arg::Name);
+        self.sql(&format!(" AND {} = ", n.acquisition_id)).arg(Arg::AcquisitionId);
+        self.sql(&format!(" AND {} = ", n.fencing_token)).arg(Arg::FencingToken)
     }
 
     /// Finishes.

@@ -55,7 +55,7 @@ use std::{fmt, path::Path, time::Duration};
 use shedlock::Result;
 use shedlock_sql_common::{
     Arg, ArgValues, BuilderCore, DbErrorKind, Dialect, Op, Placeholder, QuotedNames, SqlProvider,
-    Stmt, StmtBuilder, bind, duration_millis_ceil,
+    Stmt, StmtBuilder, bind, duration_millis_ceil, record_from_row,
 };
 use sqlx::{
     AssertSqlSafe, Row,
@@ -191,18 +191,14 @@ impl Statements {
         b.sql(&format!("UPDATE {t} SET {lu} = min({lu}, max("));
         now(&mut b, database);
         b.sql(&format!(", {la} + ")).arg(Arg::AtLeast).sql("))");
-        b.sql(&format!(" WHERE {name} = ")).arg(Arg::Name);
-        b.sql(&format!(" AND {aid} = ")).arg(Arg::AcquisitionId);
-        b.sql(&format!(" AND {ft} = ")).arg(Arg::FencingToken);
+        b.owner_check(n);
         let unlock = b.build();
 
         b.sql(&format!("UPDATE {t} SET {lu} = "));
         now(&mut b, database);
         b.sql(" + ").arg(Arg::AtMost).sql(&format!(", {la} = "));
         now(&mut b, database);
-        b.sql(&format!(" WHERE {name} = ")).arg(Arg::Name);
-        b.sql(&format!(" AND {aid} = ")).arg(Arg::AcquisitionId);
-        b.sql(&format!(" AND {ft} = ")).arg(Arg::FencingToken);
+        b.owner_check(n);
         b.sql(&format!(" AND {lu} > "));
         now(&mut b, database);
         let extend = b.build();
@@ -318,17 +314,7 @@ impl Dialect for SqliteDialect {
 
     async fn record(&self, values: &ArgValues<'_>) -> Result<Option<LockRecord>, sqlx::Error> {
         let row = bind::<Sqlite>(&self.stmts.select, values).fetch_optional(&self.pool).await?;
-        row.map(|r| {
-            Ok(LockRecord::from_raw(
-                r.try_get(0)?,
-                r.try_get(1)?,
-                r.try_get(2)?,
-                r.try_get(3)?,
-                r.try_get(4)?,
-                r.try_get(5)?,
-            ))
-        })
-        .transpose()
+        row.map(|r| record_from_row(&r, r.try_get(0)?)).transpose()
     }
 
     async fn run_ddl(&self, ddl: &str) -> Result<(), sqlx::Error> {
