@@ -306,4 +306,28 @@ pub mod checks {
             lock.unlock().await.unwrap();
         }
     }
+
+    /// `rounds` rounds in which every node races for a fresh name (each on its own task):
+    /// exactly one winner per round.
+    pub async fn racing_nodes_have_one_winner_per_round<P: LockProvider>(
+        nodes: &[Arc<P>],
+        rounds: usize,
+    ) {
+        for round in 0..rounds {
+            let name = format!("race{round}");
+            let mut tasks = Vec::new();
+            for n in nodes {
+                let n = n.clone();
+                let c = cfg(&name, 60_000, 0);
+                tasks.push(tokio::spawn(async move { n.try_lock(&c).await.map(|l| l.is_some()) }));
+            }
+            let mut winners = 0;
+            for t in tasks {
+                if t.await.unwrap().unwrap() {
+                    winners += 1;
+                }
+            }
+            assert_eq!(winners, 1, "round {round}");
+        }
+    }
 }

@@ -198,22 +198,7 @@ async fn racing_nodes_have_one_winner_per_round() {
         p.create_table().await.unwrap();
         nodes.push(Arc::new(p));
     }
-    for round in 0..30 {
-        let name = format!("race{round}");
-        let mut tasks = Vec::new();
-        for n in &nodes {
-            let n = n.clone();
-            let c = cfg(&name, 60_000, 0);
-            tasks.push(tokio::spawn(async move { n.try_lock(&c).await.map(|l| l.is_some()) }));
-        }
-        let mut winners = 0;
-        for t in tasks {
-            if t.await.unwrap().unwrap() {
-                winners += 1;
-            }
-        }
-        assert_eq!(winners, 1, "round {round}");
-    }
+    checks::racing_nodes_have_one_winner_per_round(&nodes, 30).await;
 }
 
 #[tokio::test]
