@@ -26,9 +26,10 @@ pub(crate) async fn measure(suite: &Suite) -> Figures {
     }
     if let Some(addr) = suite.hooks().backend_address() {
         match round_trips(suite, addr).await {
-            Ok((a, r)) => {
+            Ok((a, r, b)) => {
                 f.round_trips_acquire = Some(a);
                 f.round_trips_release = Some(r);
+                f.round_trips_background = Some(b);
             }
             Err(e) => tracing::warn!(%e, "round trips not measured"),
         }
@@ -71,8 +72,13 @@ async fn acquire_release(p: &Arc<dyn LockProvider>, c: &LockConfig) -> Result<()
 }
 
 /// Average client→server turnarounds per successful acquire and per release, through the
-/// fault proxy.
-async fn round_trips(suite: &Suite, upstream: std::net::SocketAddr) -> Result<(f64, f64), String> {
+/// fault proxy, on the call path: the traffic is allowed to settle before each call, and what
+/// arrives after a call has returned (e.g. a connection pool pinging a connection it got back)
+/// is counted apart, as background round trips per acquire+release cycle.
+async fn round_trips(
+    suite: &Suite,
+    upstream: std::net::SocketAddr,
+) -> Result<(f64, f64, f64), String> {
     let proxy = FaultProxy::start(upstream).await.map_err(|e| e.to_string())?;
     let p = suite
         .instance_with(InstanceOptions::new(0).with_address(proxy.addr()))
@@ -85,17 +91,36 @@ async fn round_trips(suite: &Suite, upstream: std::net::SocketAddr) -> Result<(f
         return Err("the instance did not connect through the proxy".into());
     }
     let n = suite.options().round_trip_samples.max(1);
-    let (mut acq, mut rel) = (0u64, 0u64);
+    let (mut acq, mut rel, mut background) = (0u64, 0u64, 0u64);
     for _ in 0..n {
         let c = cfg(suite).await?;
+        settle(&proxy).await;
         let r0 = proxy.round_trips();
         let l =
             bounded(p.try_lock(&c)).await?.map_err(|e| e.to_string())?.ok_or("fresh name held")?;
         let r1 = proxy.round_trips();
-        bounded(l.unlock()).await?.map_err(|e| e.to_string())?;
+        settle(&proxy).await;
         let r2 = proxy.round_trips();
+        bounded(l.unlock()).await?.map_err(|e| e.to_string())?;
+        let r3 = proxy.round_trips();
+        settle(&proxy).await;
+        let r4 = proxy.round_trips();
         acq += r1 - r0;
-        rel += r2 - r1;
+        rel += r3 - r2;
+        background += (r2 - r1) + (r4 - r3);
     }
-    Ok((acq as f64 / n as f64, rel as f64 / n as f64))
+    let n = n as f64;
+    Ok((acq as f64 / n, rel as f64 / n, background as f64 / n))
+}
+
+/// Waits until no new round trip has started for 20 ms (at most about 1 s), so that traffic a
+/// client sends after a call returned is not counted against the next call.
+async fn settle(proxy: &FaultProxy) {
+    for _ in 0..50 {
+        let before = proxy.round_trips();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if proxy.round_trips() == before {
+            return;
+        }
+    }
 }

@@ -116,6 +116,10 @@ pub struct Figures {
     pub round_trips_acquire: Option<f64>,
     /// Round trips per release.
     pub round_trips_release: Option<f64>,
+    /// Round trips the client started after its calls had returned (e.g. a connection pool
+    /// checking a connection it got back), per acquire+release cycle. Shown in the Markdown
+    /// report; not part of the JSON schema.
+    pub round_trips_background: Option<f64>,
     /// For client-time providers: the largest injected skew at which no exclusion violation was
     /// seen (C18), in milliseconds. `None` for server-time providers or when C18 did not run.
     pub skew_bound_ms: Option<f64>,
@@ -268,6 +272,10 @@ impl Report {
         s.push_str(&format!("| acquire p99 | {} |\n", num(f.acquire_p99_us, "µs")));
         s.push_str(&format!("| round trips per acquire | {} |\n", num(f.round_trips_acquire, "")));
         s.push_str(&format!("| round trips per release | {} |\n", num(f.round_trips_release, "")));
+        s.push_str(&format!(
+            "| background round trips per acquire+release (after the calls returned) | {} |\n",
+            num(f.round_trips_background, "")
+        ));
         s.push_str(&format!("| skew bound | {} |\n", num(f.skew_bound_ms, "ms")));
         s
     }

@@ -250,6 +250,7 @@ impl Suite {
         f.acquire_p99_us = figures.acquire_p99_us;
         f.round_trips_acquire = figures.round_trips_acquire;
         f.round_trips_release = figures.round_trips_release;
+        f.round_trips_background = figures.round_trips_background;
     }
 
     /// Records the measured skew bound (C18).
