@@ -39,7 +39,8 @@ pub enum Mode {
 /// Dropping it (or [`stop`](Self::stop)) stops the servers and removes their temp dir. A
 /// watchdog process also stops them if this process dies without dropping it (a panic with
 /// `panic = "abort"`, a signal, or a `static` such as [`shared`](crate::shared)).
-#[derive(Debug)]
+///
+/// Its `Debug` output hides a password in the URL (a URL given by the environment may carry one).
 pub struct Service {
     backend: Backend,
     url: String,
@@ -48,6 +49,52 @@ pub struct Service {
     ready_timeout: Duration,
     started_in: Duration,
     inner: Mutex<Inner>,
+}
+
+impl std::fmt::Debug for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service")
+            .field("backend", &self.backend)
+            .field("url", &redact_url(&self.url))
+            .field("addrs", &self.addrs)
+            .field("mode", &self.mode)
+            .field("ready_timeout", &self.ready_timeout)
+            .field("started_in", &self.started_in)
+            .field("inner", &self.inner)
+            .finish()
+    }
+}
+
+/// `scheme://user:secret@host/...` as `scheme://user:***@host/...`; other URLs unchanged.
+pub(crate) fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let Some((userinfo, host)) = authority.rsplit_once('@') else { return url.to_owned() };
+    match userinfo.split_once(':') {
+        Some((user, _secret)) => format!("{scheme}://{user}:***@{host}{tail}"),
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod redact_tests {
+    use super::redact_url;
+
+    #[test]
+    fn passwords_in_urls_are_hidden() {
+        assert_eq!(
+            redact_url("postgres://app:s3cr3t@db:5432/x?sslmode=disable"),
+            "postgres://app:***@db:5432/x?sslmode=disable"
+        );
+        assert_eq!(
+            redact_url("mysql://root@127.0.0.1:3306/shedlock"),
+            "mysql://root@127.0.0.1:3306/shedlock"
+        );
+        assert_eq!(redact_url("redis://:pw@h:6379"), "redis://:***@h:6379");
+        assert_eq!(redact_url("127.0.0.1:2181"), "127.0.0.1:2181");
+        assert_eq!(redact_url("http://h:1/p@q"), "http://h:1/p@q");
+    }
 }
 
 #[derive(Debug)]
@@ -540,7 +587,7 @@ impl Service {
         LaunchError::NotOwned {
             backend: self.backend.name(),
             action,
-            url: self.url.clone(),
+            url: redact_url(&self.url),
             env_var: self.backend.env_var(),
         }
     }
