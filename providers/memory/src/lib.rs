@@ -1,7 +1,7 @@
 //! The in-memory reference provider for [`shedlock`].
 //!
 //! A [`MemoryServer`] plays the part of a shared backend; each [`MemoryLockProvider`] built on it is
-//! one application node with its own client and, optionally, its own (skewed) [`Clock`]. It supports
+//! one application node with its own client and, optionally, its own (skewed) [`Clock`](shedlock::Clock). It supports
 //! every capability — extend, fencing tokens, owner-checked unlock and extend, server time — and is
 //! the model the conformance kit compares real providers against. It is not a distributed lock: all
 //! nodes must live in one process.
