@@ -12,6 +12,7 @@ use std::{
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use shedlock::{LockConfig, LockProvider, LockingExecutor};
+use shedlock_benches::{contended_round, cycle};
 use shedlock_memory::{MemoryLockProvider, MemoryServer};
 
 fn cfg(name: &str) -> LockConfig {
@@ -36,12 +37,7 @@ fn bench(c: &mut Criterion) {
     let server = MemoryServer::new();
     let node = MemoryLockProvider::new(&server);
     let c1 = cfg("job");
-    g.bench_function("try_lock_unlock", |b| {
-        b.to_async(&rt).iter(|| async {
-            let lock = node.try_lock(&c1).await.unwrap().unwrap();
-            lock.unlock().await.unwrap();
-        })
-    });
+    g.bench_function("try_lock_unlock", |b| b.to_async(&rt).iter(|| cycle(&node, &c1)));
 
     let executor = LockingExecutor::new(Arc::new(node.clone()));
     g.bench_function("executor_execute", |b| {
@@ -49,27 +45,14 @@ fn bench(c: &mut Criterion) {
             .iter(|| async { executor.execute(&c1, || async { black_box(1) }).await.unwrap() })
     });
 
-    // N nodes race for one fresh name each round; exactly one wins and releases.
+    // N nodes race for one name each round; exactly one wins and releases.
+    let contended = cfg("contended");
     for n in [2usize, 8] {
-        let nodes: Vec<_> = (0..n).map(|_| MemoryLockProvider::new(&server)).collect();
+        let nodes: Vec<Arc<dyn LockProvider>> = (0..n)
+            .map(|_| Arc::new(MemoryLockProvider::new(&server)) as Arc<dyn LockProvider>)
+            .collect();
         g.bench_with_input(BenchmarkId::new("contended_round", n), &nodes, |b, nodes| {
-            b.to_async(&rt).iter(|| async {
-                let c = cfg("contended");
-                let mut tasks = Vec::with_capacity(nodes.len());
-                for p in nodes {
-                    let (p, c) = (p.clone(), c.clone());
-                    tasks.push(tokio::spawn(async move { p.try_lock(&c).await.unwrap() }));
-                }
-                let mut won = Vec::new();
-                for t in tasks {
-                    won.extend(t.await.unwrap());
-                }
-                let winners = won.len();
-                for lock in won {
-                    lock.unlock().await.unwrap();
-                }
-                assert_eq!(winners, 1);
-            })
+            b.to_async(&rt).iter(|| contended_round(nodes, &contended))
         });
     }
     g.finish();

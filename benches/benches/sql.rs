@@ -9,33 +9,13 @@ use std::{sync::Arc, time::Duration};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use shedlock::{LockConfig, LockProvider};
+use shedlock_benches::{contended_round, cycle};
 use shedlock_launcher::Backend;
 use shedlock_postgres::PostgresLockProvider;
 use shedlock_sqlite::SqliteLockProvider;
 
 fn cfg(name: &str) -> LockConfig {
     LockConfig::new(name, Duration::from_secs(60), Duration::ZERO).unwrap()
-}
-
-async fn cycle(p: &dyn LockProvider, c: &LockConfig) {
-    let lock = p.try_lock(c).await.unwrap().expect("free");
-    lock.unlock().await.unwrap();
-}
-
-async fn contended_round(nodes: &[Arc<dyn LockProvider>], c: &LockConfig) {
-    let mut tasks = Vec::with_capacity(nodes.len());
-    for p in nodes {
-        let (p, c) = (p.clone(), c.clone());
-        tasks.push(tokio::spawn(async move { p.try_lock(&c).await.unwrap() }));
-    }
-    let mut won = Vec::new();
-    for t in tasks {
-        won.extend(t.await.unwrap());
-    }
-    assert_eq!(won.len(), 1, "exactly one winner");
-    for lock in won {
-        lock.unlock().await.unwrap();
-    }
 }
 
 fn postgres(c: &mut Criterion) {
