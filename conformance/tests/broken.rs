@@ -13,7 +13,9 @@ use std::{
 };
 
 use async_trait::async_trait;
-use shedlock::{BoxError, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result};
+use shedlock::{
+    Acquisition, BoxError, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
+};
 use shedlock_conformance::{
     InstanceOptions, Options, Outcome, ProviderFactory, Suite, Verdict, checks,
 };
@@ -64,6 +66,7 @@ fn key(bug: Bug, name: &str) -> String {
 #[async_trait]
 impl LockProvider for Broken {
     async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
+        let acquisition = Acquisition::begin(config);
         let k = key(self.bug, config.name());
         let now = SystemTime::now();
         let until = if self.bug == Bug::NeverExpires {
@@ -91,7 +94,7 @@ impl LockProvider for Broken {
             recs.insert(k.clone(), Rec { until, locked_at: now, owner });
         }
         let token = if self.bug == Bug::TokenNotMonotonic { 1_000_000 - owner } else { owner };
-        Ok(Some(Lock::new(config.clone(), Handle { p: self.clone(), key: k, owner, token })))
+        acquisition.grant(Handle { p: self.clone(), key: k, owner, token }).await.map(Some)
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -16,7 +16,9 @@ use std::{
 };
 
 use async_trait::async_trait;
-use shedlock::{BoxError, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result};
+use shedlock::{
+    Acquisition, BoxError, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
+};
 use shedlock_conformance::{InstanceOptions, Options, Outcome, ProviderFactory, Suite, checks};
 
 /// Whole seconds since the epoch.
@@ -51,17 +53,20 @@ struct Seconds {
 #[async_trait]
 impl LockProvider for Seconds {
     async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
+        let acquisition = Acquisition::begin(config);
         let now = now_s();
         let owner = self.backend.next.fetch_add(1, Ordering::SeqCst) + 1;
-        let mut recs = self.backend.recs.lock().unwrap();
-        if recs.get(config.name()).is_some_and(|r| r.until > now) {
-            return Ok(None);
+        {
+            let mut recs = self.backend.recs.lock().unwrap();
+            if recs.get(config.name()).is_some_and(|r| r.until > now) {
+                return Ok(None);
+            }
+            recs.insert(
+                config.name().to_owned(),
+                Rec { until: now + ttl(config.lock_at_most_for()), locked_at: now, owner },
+            );
         }
-        recs.insert(
-            config.name().to_owned(),
-            Rec { until: now + ttl(config.lock_at_most_for()), locked_at: now, owner },
-        );
-        Ok(Some(Lock::new(config.clone(), Handle { p: self.clone(), owner })))
+        acquisition.grant(Handle { p: self.clone(), owner }).await.map(Some)
     }
 
     fn capabilities(&self) -> Capabilities {

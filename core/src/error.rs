@@ -116,6 +116,23 @@ pub enum Error {
         /// The lock name.
         name: String,
     },
+    /// The backend granted the lock, but its answer arrived after the lock's lease could have
+    /// ended (an instant taken before the request was sent plus `lock_at_most_for`): by then the
+    /// backend may have expired the lock and handed it to another instance, so it is not reported
+    /// as held. It was released (owner-checked, best effort). Retrying may help; a
+    /// `lock_at_most_for` well above the backend's round-trip time avoids it.
+    #[error(
+        "lock {name:?} was granted after its lease could have ended: the answer took {elapsed:?}, \
+         lock_at_most_for is {lock_at_most_for:?}; it was released and is not held"
+    )]
+    LeaseExpiredInFlight {
+        /// The lock name.
+        name: String,
+        /// How long the acquire took, from before the request was sent to the answer.
+        elapsed: Duration,
+        /// The configured `lock_at_most_for`.
+        lock_at_most_for: Duration,
+    },
     /// [`assert_locked`](crate::assert_locked) or
     /// [`extend_active_lock`](crate::extend_active_lock) was called outside a task that holds a
     /// lock.
@@ -126,7 +143,10 @@ pub enum Error {
 impl Error {
     /// Whether trying the same call again later may succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::Unavailable { .. } | Error::Timeout { .. })
+        matches!(
+            self,
+            Error::Unavailable { .. } | Error::Timeout { .. } | Error::LeaseExpiredInFlight { .. }
+        )
     }
 
     /// Wraps a client error as [`Error::Unavailable`].

@@ -16,7 +16,8 @@ use tracing::Instrument;
 use crate::{
     config::LockConfig,
     error::{Error, Result},
-    provider::{Lock, LockProvider, LostSignal},
+    lease::LostSignal,
+    provider::{Lock, LockProvider},
 };
 
 /// What [`LockingExecutor::execute`] did.
@@ -79,6 +80,12 @@ pub enum ExecutionEvent<'a> {
         /// Whether it panicked.
         panicked: bool,
     },
+    /// The lock was lost while the task ran: its lease ended without a successful extension, or
+    /// an extension found it taken. Another instance may have run the task meanwhile.
+    Lost {
+        /// The lock name.
+        name: &'a str,
+    },
     /// Trying the lock or releasing it failed.
     Failed {
         /// The lock name.
@@ -112,7 +119,7 @@ struct ActiveLock {
     name: Arc<str>,
     parent: Option<Arc<ActiveLock>>,
     lock: tokio::sync::Mutex<Option<Lock>>,
-    lost: Option<LostSignal>,
+    lost: LostSignal,
 }
 
 impl ActiveLock {
@@ -237,6 +244,7 @@ impl LockingExecutor {
         tracing::debug!(lock = name, ?fencing_token, "lock acquired");
         self.emit(ExecutionEvent::Acquired { name, fencing_token });
         let lost = lock.lost_signal();
+        let lost_signal = lost.clone();
         let active = Arc::new(ActiveLock {
             name: Arc::from(name),
             parent,
@@ -249,6 +257,10 @@ impl LockingExecutor {
         let started = tokio::time::Instant::now();
         let outcome = ACTIVE.scope(active, CatchUnwind::new(task())).await;
         let duration = started.elapsed();
+        if lost_signal.is_lost() {
+            tracing::warn!(lock = name, ?duration, "the lock was lost while the task ran");
+            self.emit(ExecutionEvent::Lost { name });
+        }
 
         let release = match guard.active.take() {
             Some(active) => release(active).await,
@@ -348,10 +360,12 @@ pub fn active_lock_name() -> Option<String> {
     ACTIVE.try_with(|a| a.name.to_string()).ok()
 }
 
-/// The lost-lock signal of the innermost lock held by the current task, when its provider has one
-/// (e.g. a [`KeepAliveProvider`](crate::KeepAliveProvider)).
+/// The lost-lock signal of the innermost lock held by the current task (`None` outside a locked
+/// task). It fires when the lock's lease ends without a successful extension (extend it with
+/// [`extend_active_lock`], or use a [`KeepAliveProvider`](crate::KeepAliveProvider)) or when an
+/// extension finds the lock taken.
 pub fn active_lock_lost_signal() -> Option<LostSignal> {
-    ACTIVE.try_with(|a| a.lost.clone()).ok().flatten()
+    ACTIVE.try_with(|a| a.lost.clone()).ok()
 }
 
 /// Extends the innermost lock held by the current task (see [`Lock::extend`]). Fails with

@@ -1,37 +1,35 @@
 //! Keep-alive: extend a lock for as long as its task runs.
 
-use std::{
-    sync::Arc,
-    time::{Duration, SystemTime},
-};
+use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;
-use tokio::{sync::Mutex, task::JoinHandle};
+use tokio::{sync::Mutex, task::JoinHandle, time::Instant};
 
 use crate::{
-    clock::{SharedClock, system_clock},
     config::LockConfig,
     error::{Error, Result},
-    provider::{Capabilities, Lock, LockHandle, LockProvider, LostNotifier, LostSignal},
+    lease::Lease,
+    provider::{Capabilities, Lock, LockHandle, LockProvider},
 };
 
 /// Wraps an extend-capable provider so that every lock it hands out is extended by
 /// `lock_at_most_for` every `lock_at_most_for / 2` until it is released.
 ///
 /// A long task then keeps its lock, while a dead holder's lock still frees within
-/// `lock_at_most_for`. When an extension fails, or this node's clock shows the lock was already
-/// past its deadline before the extension could run (e.g. a paused process), the keep-alive stops
-/// and the lock's [`LostSignal`] fires: the task can await or poll it via
-/// [`Lock::lost_signal`] or [`active_lock_lost_signal`](crate::active_lock_lost_signal).
+/// `lock_at_most_for`. The lock's [`LostSignal`](crate::LostSignal) fires, and the keep-alive
+/// stops, when an extension finds the lock taken, or when the lock's lease ends without a
+/// successful extension (extensions that fail for a transient reason are retried until then; a
+/// process paused past the deadline finds its lease already ended and does not extend). The task
+/// can await or poll the signal via [`Lock::lost_signal`] or
+/// [`active_lock_lost_signal`](crate::active_lock_lost_signal).
 #[derive(Clone)]
 pub struct KeepAliveProvider {
     inner: Arc<dyn LockProvider>,
-    clock: SharedClock,
 }
 
 impl std::fmt::Debug for KeepAliveProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KeepAliveProvider").field("clock", &self.clock).finish_non_exhaustive()
+        f.debug_struct("KeepAliveProvider").finish_non_exhaustive()
     }
 }
 
@@ -41,36 +39,22 @@ impl KeepAliveProvider {
         if !inner.capabilities().extend {
             return Err(Error::Unsupported { backend: "keep-alive", operation: "extend" });
         }
-        Ok(Self { inner, clock: system_clock() })
-    }
-
-    /// Sets the clock used to judge whether the lock is past its deadline (default: system).
-    #[must_use]
-    pub fn with_clock(mut self, clock: SharedClock) -> Self {
-        self.clock = clock;
-        self
+        Ok(Self { inner })
     }
 }
 
 #[async_trait]
 impl LockProvider for KeepAliveProvider {
     async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
-        let requested_at = self.clock.now();
         let Some(lock) = self.inner.try_lock(config).await? else { return Ok(None) };
         let token = lock.fencing_token();
-        let shared = Arc::new(Mutex::new(Some(lock)));
-        let (notifier, signal) = LostSignal::channel();
-        let task = tokio::spawn(keep_alive(
-            shared.clone(),
-            config.clone(),
-            self.clock.clone(),
-            requested_at,
-            notifier,
-        ));
-        Ok(Some(Lock::new(
-            config.clone(),
-            KeepAliveHandle { shared, task: Some(task), signal, token },
-        )))
+        let lease = lock.lease().clone();
+        let config = config.clone();
+        Ok(Some(lock.wrap(move |inner| {
+            let shared = Arc::new(Mutex::new(Some(inner)));
+            let task = tokio::spawn(keep_alive(shared.clone(), config, lease));
+            KeepAliveHandle { shared, task: Some(task), token }
+        })))
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -78,39 +62,41 @@ impl LockProvider for KeepAliveProvider {
     }
 }
 
-async fn keep_alive(
-    shared: Arc<Mutex<Option<Lock>>>,
-    original: LockConfig,
-    clock: SharedClock,
-    acquired_at: SystemTime,
-    notifier: LostNotifier,
-) {
+/// The smallest pause between two extension attempts after a transient failure.
+const RETRY_PAUSE: Duration = Duration::from_millis(10);
+
+async fn keep_alive(shared: Arc<Mutex<Option<Lock>>>, original: LockConfig, lease: Lease) {
     let at_most = original.lock_at_most_for();
-    let at_least_until = add(acquired_at, original.lock_at_least_for());
+    // The acquisition began lock_at_most_for before its first deadline.
+    let acquired = lease.valid_until().checked_sub(at_most).unwrap_or_else(Instant::now);
+    let at_least_until = acquired.checked_add(original.lock_at_least_for()).unwrap_or(acquired);
     let period = (at_most / 2).max(Duration::from_millis(1));
-    let mut deadline = add(acquired_at, at_most);
+    let mut next = Instant::now() + period;
     loop {
-        tokio::time::sleep(period).await;
+        tokio::time::sleep_until(next).await;
         let mut slot = shared.lock().await;
         let Some(lock) = slot.as_mut() else { return };
-        let now = clock.now();
-        if now >= deadline {
+        if lock.is_lost() {
             tracing::warn!(
                 lock = original.name(),
-                "lock passed its deadline before keep-alive could extend it"
+                "lock lease ended before keep-alive could extend it; lock lost"
             );
-            notifier.notify_lost();
             return;
         }
-        let at_least = at_least_until.duration_since(now).unwrap_or(Duration::ZERO).min(at_most);
+        let now = Instant::now();
+        let at_least = at_least_until.saturating_duration_since(now).min(at_most);
         match lock.extend(at_most, at_least).await {
             Ok(()) => {
-                deadline = add(now, at_most);
                 tracing::trace!(lock = original.name(), "keep-alive extended the lock");
+                next = Instant::now() + period;
+            }
+            Err(error) if error.is_retryable() && !lock.is_lost() => {
+                let pause = (lock.remaining() / 4).max(RETRY_PAUSE).min(period);
+                tracing::warn!(lock = original.name(), %error, ?pause, "keep-alive extension failed; retrying");
+                next = Instant::now() + pause;
             }
             Err(error) => {
                 tracing::warn!(lock = original.name(), %error, "keep-alive extension failed; lock lost");
-                notifier.notify_lost();
                 return;
             }
         }
@@ -120,7 +106,6 @@ async fn keep_alive(
 struct KeepAliveHandle {
     shared: Arc<Mutex<Option<Lock>>>,
     task: Option<JoinHandle<()>>,
-    signal: LostSignal,
     token: Option<u64>,
 }
 
@@ -164,13 +149,4 @@ impl LockHandle for KeepAliveHandle {
     fn fencing_token(&self) -> Option<u64> {
         self.token
     }
-
-    fn lost_signal(&self) -> Option<LostSignal> {
-        Some(self.signal.clone())
-    }
-}
-
-/// `t + d`, saturating at `t` for absurd durations instead of panicking.
-fn add(t: SystemTime, d: Duration) -> SystemTime {
-    t.checked_add(d).unwrap_or(t)
 }

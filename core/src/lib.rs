@@ -16,6 +16,7 @@ mod duration;
 mod error;
 mod executor;
 mod keepalive;
+mod lease;
 mod provider;
 mod scheduler;
 
@@ -30,5 +31,6 @@ pub use executor::{
     active_lock_name, assert_locked, extend_active_lock,
 };
 pub use keepalive::KeepAliveProvider;
-pub use provider::{Capabilities, Lock, LockHandle, LockProvider, LostNotifier, LostSignal};
+pub use lease::{Acquisition, Lease, LostSignal};
+pub use provider::{Capabilities, Lock, LockHandle, LockProvider};
 pub use scheduler::{Schedule, ScheduleError, Scheduler};

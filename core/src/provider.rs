@@ -4,8 +4,13 @@
 use std::{fmt, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
+use tokio::time::Instant;
 
-use crate::{config::LockConfig, error::Error, error::Result};
+use crate::{
+    config::LockConfig,
+    error::{Error, Result},
+    lease::{Lease, LostSignal},
+};
 
 /// A lock backend. Implementations must be cheap to share (`Arc<dyn LockProvider>` works) and must
 /// never block the async runtime.
@@ -58,31 +63,45 @@ pub trait LockHandle: Send + Sync + 'static {
     fn fencing_token(&self) -> Option<u64> {
         None
     }
-
-    /// A signal that fires when the lock is known to be lost (e.g. a keep-alive extension failed).
-    fn lost_signal(&self) -> Option<LostSignal> {
-        None
-    }
 }
 
 /// A held lock. Release it with [`unlock`](Lock::unlock), which consumes it so it cannot be
 /// released twice. Dropping it without unlocking leaves the lock held until `lock_at_most_for`
 /// has passed (the safe default); the [`LockingExecutor`](crate::LockingExecutor) always releases.
+///
+/// A `Lock` knows how long it is surely held: its [`Lease`] ends at an instant taken before the
+/// acquire request was sent plus `lock_at_most_for` ([`valid_until`](Lock::valid_until)), and
+/// successful extensions move it forward. Providers build locks only through
+/// [`Acquisition::grant`](crate::Acquisition::grant), which never hands out a lock whose lease
+/// has already ended.
 #[must_use = "a lock that is dropped stays held until lock_at_most_for has passed"]
 pub struct Lock {
     config: LockConfig,
     handle: Box<dyn LockHandle>,
+    lease: Lease,
 }
 
 impl Lock {
-    /// Wraps a provider's handle. Called by providers.
-    pub fn new(config: LockConfig, handle: impl LockHandle) -> Self {
-        Self { config, handle: Box::new(handle) }
+    pub(crate) fn from_lease(
+        config: LockConfig,
+        handle: Box<dyn LockHandle>,
+        lease: Lease,
+    ) -> Self {
+        Self { config, handle, lease }
     }
 
-    /// Wraps a boxed provider handle. Called by providers that wrap other providers.
-    pub fn from_boxed(config: LockConfig, handle: Box<dyn LockHandle>) -> Self {
-        Self { config, handle }
+    /// Wraps this lock into another one whose handle owns it (a provider that decorates another
+    /// provider, such as [`KeepAliveProvider`](crate::KeepAliveProvider)). The new lock shares
+    /// this lock's lease, so extensions through either move the same deadline.
+    pub fn wrap<H: LockHandle>(self, wrapper: impl FnOnce(Lock) -> H) -> Lock {
+        let config = self.config.clone();
+        let lease = self.lease.clone();
+        Lock { config, handle: Box::new(wrapper(self)), lease }
+    }
+
+    /// Replaces the handle by a wrapper around it, keeping the configuration and the lease.
+    pub fn map_handle<H: LockHandle>(self, wrapper: impl FnOnce(Box<dyn LockHandle>) -> H) -> Lock {
+        Lock { config: self.config, handle: Box::new(wrapper(self.handle)), lease: self.lease }
     }
 
     /// The configuration currently in force (updated by successful extensions).
@@ -95,14 +114,38 @@ impl Lock {
         self.config.name()
     }
 
+    /// The instant (on tokio's monotonic clock) until which this lock is surely held: the start
+    /// of the acquire (or of the last successful extension) plus its `lock_at_most_for`.
+    pub fn valid_until(&self) -> Instant {
+        self.lease.valid_until()
+    }
+
+    /// How long this lock is still surely held; zero once its lease has ended or it is known to
+    /// be lost.
+    pub fn remaining(&self) -> Duration {
+        self.lease.remaining()
+    }
+
+    /// Whether this lock is known to be lost (see [`LostSignal`]).
+    pub fn is_lost(&self) -> bool {
+        self.lease.is_lost()
+    }
+
+    /// The lease of this lock.
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
     /// Releases the lock (honouring `lock_at_least_for`).
     pub async fn unlock(mut self) -> Result<()> {
+        self.lease.mark_released();
         self.handle.unlock(&self.config).await
     }
 
     /// Extends the lock: it is now held until `lock_at_most_for` from now, and an unlock keeps
     /// it until `lock_at_least_for` from now. Fails with [`Error::LockLost`] when the lock was
-    /// lost, [`Error::Unsupported`] when the provider cannot extend, and
+    /// lost (also when its lease ended before the extension could be confirmed: the lock may have
+    /// been free in between), [`Error::Unsupported`] when the provider cannot extend, and
     /// [`Error::InvalidConfig`] for invalid durations.
     pub async fn extend(
         &mut self,
@@ -110,7 +153,22 @@ impl Lock {
         lock_at_least_for: Duration,
     ) -> Result<()> {
         let next = self.config.with_durations(lock_at_most_for, lock_at_least_for)?;
-        self.handle.extend(&next).await?;
+        let lost = || Error::LockLost { name: self.config.name().to_owned() };
+        if self.lease.is_lost() {
+            return Err(lost());
+        }
+        let sent = Instant::now();
+        match self.handle.extend(&next).await {
+            Ok(()) => {}
+            Err(e @ Error::LockLost { .. }) => {
+                self.lease.mark_lost();
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        }
+        if !self.lease.extended(sent, lock_at_most_for) {
+            return Err(lost());
+        }
         self.config = next;
         Ok(())
     }
@@ -120,14 +178,10 @@ impl Lock {
         self.handle.fencing_token()
     }
 
-    /// A signal that fires when this lock is known to be lost (keep-alive locks).
-    pub fn lost_signal(&self) -> Option<LostSignal> {
-        self.handle.lost_signal()
-    }
-
-    /// Unwraps into the configuration and the provider handle.
-    pub fn into_parts(self) -> (LockConfig, Box<dyn LockHandle>) {
-        (self.config, self.handle)
+    /// A signal that fires when this lock is lost: its lease ends without a successful extension,
+    /// or an extension finds it taken.
+    pub fn lost_signal(&self) -> LostSignal {
+        self.lease.lost_signal()
     }
 }
 
@@ -136,49 +190,8 @@ impl fmt::Debug for Lock {
         f.debug_struct("Lock")
             .field("config", &self.config)
             .field("fencing_token", &self.fencing_token())
+            .field("lease", &self.lease)
             .finish_non_exhaustive()
-    }
-}
-
-/// A signal that a lock was lost. Clone it freely; await [`LostSignal::lost`] or poll
-/// [`LostSignal::is_lost`].
-#[derive(Debug, Clone)]
-pub struct LostSignal {
-    rx: tokio::sync::watch::Receiver<bool>,
-}
-
-/// The sending side of a [`LostSignal`].
-#[derive(Debug)]
-pub struct LostNotifier {
-    tx: tokio::sync::watch::Sender<bool>,
-}
-
-impl LostSignal {
-    /// A connected notifier and signal.
-    pub fn channel() -> (LostNotifier, LostSignal) {
-        let (tx, rx) = tokio::sync::watch::channel(false);
-        (LostNotifier { tx }, LostSignal { rx })
-    }
-
-    /// Whether the lock is known to be lost.
-    pub fn is_lost(&self) -> bool {
-        *self.rx.borrow()
-    }
-
-    /// Completes when the lock is lost. Never completes if the notifier is dropped without
-    /// signalling (the lock was released normally).
-    pub async fn lost(&self) {
-        let mut rx = self.rx.clone();
-        if rx.wait_for(|lost| *lost).await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    }
-}
-
-impl LostNotifier {
-    /// Signals that the lock is lost.
-    pub fn notify_lost(&self) {
-        self.tx.send_replace(true);
     }
 }
 

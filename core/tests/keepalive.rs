@@ -6,40 +6,49 @@
 use std::{
     sync::{
         Arc,
-        atomic::{AtomicUsize, Ordering},
+        atomic::{AtomicU64, AtomicUsize, Ordering},
     },
-    time::{Duration, SystemTime},
+    time::Duration,
 };
 
 use async_trait::async_trait;
 use shedlock::{
     Capabilities, Error, KeepAliveProvider, Lock, LockConfig, LockHandle, LockProvider,
-    LockingExecutor, ManualClock, Result, SharedClock, TokioClock, active_lock_lost_signal,
+    LockingExecutor, Result, SharedClock, TokioClock, active_lock_lost_signal,
 };
 use shedlock_memory::{MemoryLockProvider, MemoryServer};
 
 const AT_MOST: Duration = Duration::from_secs(10);
 
 /// Counts the extensions that reach the underlying provider.
+/// Counts the extensions that reach the underlying provider; each one first stalls for
+/// `stall_ms` (a process pause or a slow link), then reaches the backend, unless `timeouts` is
+/// positive: then it is used up by one and the extension fails with a (retryable) timeout.
 struct Counting {
     inner: MemoryLockProvider,
     extends: Arc<AtomicUsize>,
+    stall_ms: Arc<AtomicU64>,
+    timeouts: Arc<AtomicUsize>,
     extend_capable: bool,
 }
 
 struct CountingHandle {
     lock: Option<Lock>,
     extends: Arc<AtomicUsize>,
+    stall_ms: Arc<AtomicU64>,
+    timeouts: Arc<AtomicUsize>,
 }
 
 #[async_trait]
 impl LockProvider for Counting {
     async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
         Ok(self.inner.try_lock(config).await?.map(|lock| {
-            Lock::new(
-                config.clone(),
-                CountingHandle { lock: Some(lock), extends: self.extends.clone() },
-            )
+            lock.wrap(|inner| CountingHandle {
+                lock: Some(inner),
+                extends: self.extends.clone(),
+                stall_ms: self.stall_ms.clone(),
+                timeouts: self.timeouts.clone(),
+            })
         }))
     }
     fn capabilities(&self) -> Capabilities {
@@ -57,6 +66,18 @@ impl LockHandle for CountingHandle {
     }
     async fn extend(&mut self, config: &LockConfig) -> Result<()> {
         self.extends.fetch_add(1, Ordering::SeqCst);
+        let stall = self.stall_ms.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(stall)).await;
+        if self
+            .timeouts
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(Error::Timeout {
+                operation: "extend",
+                after: Duration::from_millis(stall),
+            });
+        }
         match self.lock.as_mut() {
             Some(l) => l.extend(config.lock_at_most_for(), config.lock_at_least_for()).await,
             None => Err(Error::LockLost { name: config.name().into() }),
@@ -68,23 +89,27 @@ struct Fixture {
     server: MemoryServer,
     keep_alive: KeepAliveProvider,
     extends: Arc<AtomicUsize>,
+    stall_ms: Arc<AtomicU64>,
+    timeouts: Arc<AtomicUsize>,
     other: MemoryLockProvider,
 }
 
-fn fixture(keep_alive_clock: Option<SharedClock>) -> Fixture {
+fn fixture() -> Fixture {
     let clock: SharedClock = Arc::new(TokioClock::new());
     let server = MemoryServer::with_clock(clock.clone());
     let extends = Arc::new(AtomicUsize::new(0));
+    let stall_ms = Arc::new(AtomicU64::new(0));
+    let timeouts = Arc::new(AtomicUsize::new(0));
     let counting = Counting {
         inner: MemoryLockProvider::new(&server),
         extends: extends.clone(),
+        stall_ms: stall_ms.clone(),
+        timeouts: timeouts.clone(),
         extend_capable: true,
     };
-    let keep_alive = KeepAliveProvider::new(Arc::new(counting))
-        .unwrap()
-        .with_clock(keep_alive_clock.unwrap_or(clock));
+    let keep_alive = KeepAliveProvider::new(Arc::new(counting)).unwrap();
     let other = MemoryLockProvider::new(&server);
-    Fixture { server, keep_alive, extends, other }
+    Fixture { server, keep_alive, extends, stall_ms, timeouts, other }
 }
 
 fn cfg(name: &str) -> LockConfig {
@@ -103,13 +128,13 @@ async fn held_elsewhere(other: &MemoryLockProvider, name: &str) -> bool {
 
 #[tokio::test(start_paused = true)]
 async fn extends_every_half_period_while_the_task_runs() {
-    let f = fixture(None);
+    let f = fixture();
     let lock = f.keep_alive.try_lock(&cfg("long")).await.unwrap().unwrap();
     // 32 s is 3.2 times lock_at_most_for: extensions at 5, 10, ..., 30 s.
     tokio::time::sleep(Duration::from_secs(32)).await;
     assert_eq!(f.extends.load(Ordering::SeqCst), 6);
     assert!(held_elsewhere(&f.other, "long").await, "kept alive past lock_at_most_for");
-    let signal = lock.lost_signal().unwrap();
+    let signal = lock.lost_signal();
     lock.unlock().await.unwrap();
     assert!(!held_elsewhere(&f.other, "long").await, "released on unlock");
     // No more extensions after unlock, and the lock was not reported lost.
@@ -120,9 +145,9 @@ async fn extends_every_half_period_while_the_task_runs() {
 
 #[tokio::test(start_paused = true)]
 async fn signals_lost_when_an_extension_fails() {
-    let f = fixture(None);
+    let f = fixture();
     let lock = f.keep_alive.try_lock(&cfg("stolen")).await.unwrap().unwrap();
-    let signal = lock.lost_signal().unwrap();
+    let signal = lock.lost_signal();
     // An operator deletes the record and another node takes the lock.
     assert!(f.server.delete_record("stolen"));
     let thief = f.other.try_lock(&cfg("stolen")).await.unwrap().unwrap();
@@ -138,21 +163,61 @@ async fn signals_lost_when_an_extension_fails() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn signals_lost_without_extending_when_past_the_deadline() {
-    // The keep-alive's own clock jumps past the deadline, as after a long process pause.
-    let pause = ManualClock::new(SystemTime::now());
-    let f = fixture(Some(Arc::new(pause.clone())));
+async fn signals_lost_at_the_lease_deadline_when_an_extension_stalls_past_it() {
+    // The first extension (at 5 s) stalls for 7 s, as a paused process or a slow link would: its
+    // answer comes at 12 s, after the lease ended at 10 s, when another node may hold the lock.
+    let f = fixture();
+    f.stall_ms.store(7_000, Ordering::SeqCst);
+    let start = tokio::time::Instant::now();
     let lock = f.keep_alive.try_lock(&cfg("paused")).await.unwrap().unwrap();
-    pause.advance(AT_MOST + Duration::from_millis(1));
-    let signal = lock.lost_signal().unwrap();
+    assert_eq!(lock.valid_until(), start + AT_MOST);
+    let signal = lock.lost_signal();
     signal.lost().await;
-    assert_eq!(f.extends.load(Ordering::SeqCst), 0, "no extension once the deadline passed");
+    assert_eq!(start.elapsed(), AT_MOST, "fired at the lease deadline, not at the late answer");
+    // The late answer (a success on the backend) does not revive the lock, and the keep-alive
+    // stops: no second extension.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert!(lock.is_lost() && signal.is_lost());
+    assert_eq!(lock.remaining(), Duration::ZERO);
+    assert_eq!(f.extends.load(Ordering::SeqCst), 1);
+    lock.unlock().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn retries_timed_out_extensions_while_the_lease_lasts() {
+    // Two extensions time out (after 1 s each); the third succeeds before the lease ends at 10 s.
+    let f = fixture();
+    f.stall_ms.store(1_000, Ordering::SeqCst);
+    f.timeouts.store(2, Ordering::SeqCst);
+    let start = tokio::time::Instant::now();
+    let lock = f.keep_alive.try_lock(&cfg("flaky")).await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert!(f.extends.load(Ordering::SeqCst) >= 3);
+    assert!(!lock.is_lost(), "a timed-out extension that is retried in time loses nothing");
+    assert!(lock.valid_until() > start + AT_MOST, "the successful retry moved the deadline");
+    assert!(held_elsewhere(&f.other, "flaky").await);
+    lock.unlock().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn signals_lost_at_the_deadline_when_every_extension_times_out() {
+    let f = fixture();
+    f.stall_ms.store(1_000, Ordering::SeqCst);
+    f.timeouts.store(usize::MAX, Ordering::SeqCst);
+    let start = tokio::time::Instant::now();
+    let lock = f.keep_alive.try_lock(&cfg("down")).await.unwrap().unwrap();
+    lock.lost_signal().lost().await;
+    assert_eq!(start.elapsed(), AT_MOST);
+    let tried = f.extends.load(Ordering::SeqCst);
+    assert!(tried >= 2, "retried before giving up ({tried})");
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(f.extends.load(Ordering::SeqCst), tried, "no extension after the lease ended");
     lock.unlock().await.unwrap();
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_dead_holder_frees_the_lock_within_at_most() {
-    let f = fixture(None);
+    let f = fixture();
     let lock = f.keep_alive.try_lock(&cfg("dead")).await.unwrap().unwrap();
     tokio::time::sleep(Duration::from_secs(12)).await;
     let extended = f.extends.load(Ordering::SeqCst);
@@ -168,7 +233,7 @@ async fn a_dead_holder_frees_the_lock_within_at_most() {
 
 #[tokio::test(start_paused = true)]
 async fn the_task_sees_the_lost_signal_through_the_executor() {
-    let f = fixture(None);
+    let f = fixture();
     let server = f.server.clone();
     let executor = LockingExecutor::new(Arc::new(f.keep_alive.clone()));
     let out = executor
@@ -185,7 +250,7 @@ async fn the_task_sees_the_lost_signal_through_the_executor() {
 
 #[tokio::test(start_paused = true)]
 async fn keeps_lock_at_least_for_of_the_original_acquisition() {
-    let f = fixture(None);
+    let f = fixture();
     let c = LockConfig::new("least", AT_MOST, Duration::from_secs(8)).unwrap();
     let lock = f.keep_alive.try_lock(&c).await.unwrap().unwrap();
     tokio::time::sleep(Duration::from_secs(6)).await; // one extension at 5 s
@@ -203,6 +268,8 @@ fn rejects_providers_that_cannot_extend() {
     let p = Counting {
         inner: MemoryLockProvider::new(&server),
         extends: Arc::default(),
+        stall_ms: Arc::default(),
+        timeouts: Arc::default(),
         extend_capable: false,
     };
     assert!(matches!(KeepAliveProvider::new(Arc::new(p)), Err(Error::Unsupported { .. })));

@@ -11,7 +11,7 @@ use std::{
 use async_trait::async_trait;
 use shedlock::{
     Capabilities, Error, KeepAliveProvider, Lock, LockConfig, LockHandle, LockProvider,
-    LockingExecutor, LostSignal, Result as ShedResult, TaskResult, assert_locked,
+    LockingExecutor, Result as ShedResult, TaskResult, assert_locked,
 };
 
 use super::{
@@ -42,11 +42,11 @@ struct StallingHandle {
 impl LockProvider for Stalling {
     async fn try_lock(&self, config: &LockConfig) -> ShedResult<Option<Lock>> {
         let Some(lock) = self.inner.try_lock(config).await? else { return Ok(None) };
-        let (cfg, inner) = lock.into_parts();
-        Ok(Some(Lock::new(
-            cfg,
-            StallingHandle { inner, pause: self.pause.clone(), stall: self.stall },
-        )))
+        Ok(Some(lock.map_handle(|inner| StallingHandle {
+            inner,
+            pause: self.pause.clone(),
+            stall: self.stall,
+        })))
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -69,10 +69,6 @@ impl LockHandle for StallingHandle {
 
     fn fencing_token(&self) -> Option<u64> {
         self.inner.fencing_token()
-    }
-
-    fn lost_signal(&self) -> Option<LostSignal> {
-        self.inner.lost_signal()
     }
 }
 
@@ -105,7 +101,7 @@ async fn c22(suite: &Suite) -> R {
         .ok_or_else(|| Verdict::fail("keep-alive try_lock found a fresh name held"))?;
     expect_held_until(suite, &p[1], &cfg, a0, l * 3, "keep-alive lock over 3 lock_at_most_for")
         .await?;
-    if lock.lost_signal().is_some_and(|s| s.is_lost()) {
+    if lock.is_lost() {
         bail!("the keep-alive lock signalled lost although every extension should have succeeded");
     }
     let released = Instant::now();
@@ -168,7 +164,7 @@ async fn c22(suite: &Suite) -> R {
         .await?
         .map_err(|e| Verdict::fail(format!("keep-alive try_lock failed: {e}")))?
         .ok_or_else(|| Verdict::fail("keep-alive try_lock found a fresh name held"))?;
-    let Some(signal) = lock.lost_signal() else { bail!("keep-alive lock has no lost signal") };
+    let signal = lock.lost_signal();
     pause.store(true, Ordering::SeqCst);
     let paused = Instant::now();
     if suite.capabilities().owner_checked {

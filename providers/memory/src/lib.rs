@@ -34,8 +34,8 @@ use std::{
 
 use async_trait::async_trait;
 use shedlock::{
-    Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result, SharedClock,
-    system_clock,
+    Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
+    SharedClock, system_clock,
 };
 
 const BACKEND: &str = "memory";
@@ -211,6 +211,7 @@ impl LockProvider for MemoryLockProvider {
                 });
             }
         }
+        let acquisition = Acquisition::begin(config);
         let now = self.now();
         let lock_until = add(now, config.lock_at_most_for());
         let owner = self.server.inner.next_owner.fetch_add(1, Ordering::Relaxed);
@@ -229,7 +230,7 @@ impl LockProvider for MemoryLockProvider {
             );
             token
         };
-        Ok(Some(Lock::new(config.clone(), MemoryHandle { node: self.clone(), owner, token })))
+        acquisition.grant(MemoryHandle { node: self.clone(), owner, token }).await.map(Some)
     }
 
     fn capabilities(&self) -> Capabilities {

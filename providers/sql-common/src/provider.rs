@@ -5,7 +5,7 @@
 use std::{fmt, sync::Arc, time::Duration, time::SystemTime};
 
 use async_trait::async_trait;
-use shedlock::{Capabilities, Error, Lock, LockConfig, LockHandle, Result};
+use shedlock::{Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, Result};
 use sqlx::{
     AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Row, Type, error::DatabaseError,
     query::Query,
@@ -358,6 +358,7 @@ impl<D: Dialect> SqlProvider<D> {
             at_most: D::duration(config.lock_at_most_for()),
             ..inner.values(name)
         };
+        let acquisition = Acquisition::begin(config);
         let token = with_timeout("try_lock", inner.timeout, async {
             inner.dialect.acquire(&values).await.map_err(|e| inner.err(Some(name), e))
         })
@@ -370,7 +371,7 @@ impl<D: Dialect> SqlProvider<D> {
                     acquisition_id: values.acquisition_id,
                     token,
                 };
-                Ok(Some(Lock::new(config.clone(), handle)))
+                acquisition.grant(handle).await.map(Some)
             }
             None => {
                 tracing::trace!(lock = name, "{} lock held elsewhere", D::BACKEND);

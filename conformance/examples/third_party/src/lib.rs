@@ -23,7 +23,9 @@ use std::{
 };
 
 use async_trait::async_trait;
-use shedlock::{Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result};
+use shedlock::{
+    Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
+};
 use shedlock_memory::{MemoryLockProvider, MemoryServer};
 use tokio::{
     io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
@@ -281,6 +283,7 @@ impl LockProvider for ToyLockProvider {
                 reason: format!("longer than {MAX_NAME_LEN} bytes"),
             });
         }
+        let acquisition = Acquisition::begin(config);
         let request = format!(
             "LOCK {} {} {}",
             config.lock_at_most_for().as_millis(),
@@ -296,7 +299,7 @@ impl LockProvider for ToyLockProvider {
         let token = parts.next().and_then(|s| s.parse().ok());
         match (reply.starts_with("OK "), id, token) {
             (true, Some(id), Some(token)) => {
-                Ok(Some(Lock::new(config.clone(), ToyHandle { provider: self.clone(), id, token })))
+                acquisition.grant(ToyHandle { provider: self.clone(), id, token }).await.map(Some)
             }
             _ => Err(Error::backend(BACKEND, format!("unexpected reply {reply:?}"))),
         }
