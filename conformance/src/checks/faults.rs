@@ -21,8 +21,16 @@ async fn guarded<T: Send + 'static>(
     what: &str,
     fut: impl Future<Output = T> + Send + 'static,
 ) -> Result<(T, Duration), Verdict> {
+    guarded_for(suite.options().fault_bound, what, fut).await
+}
+
+/// [`guarded`] with its own bound.
+async fn guarded_for<T: Send + 'static>(
+    bound: Duration,
+    what: &str,
+    fut: impl Future<Output = T> + Send + 'static,
+) -> Result<(T, Duration), Verdict> {
     let started = Instant::now();
-    let bound = suite.options().fault_bound;
     let h = tokio::spawn(fut);
     match tokio::time::timeout(bound, h).await {
         Err(_) => Err(Verdict::fail(format!("{what} hung: no answer within {} ms", ms(bound)))),
@@ -215,8 +223,12 @@ async fn c24(suite: &Suite) -> R {
     .await?;
     unlock(suite, l).await?;
 
-    // 3. Later calls on the same instance work again.
+    // 3. A slow link: answers delayed in both directions.
     let recovered = recover(suite, &x).await?;
+    notes.push(slow_link(suite, &proxy, &x, &direct, &mut worst).await?);
+
+    // 4. Later calls on the same instance work again.
+    let recovered = recovered.max(recover(suite, &x).await?);
     Ok(format!(
         "{}; slowest failing call {} ms (bound {} ms); recovered again after {} ms",
         notes.join("; "),
@@ -226,12 +238,116 @@ async fn c24(suite: &Suite) -> R {
     ))
 }
 
+/// C24 on a slow link (the proxy delays every chunk by `d`, both ways):
+///
+/// - `d` small against `lock_at_most_for`: the lock is granted, and its lease is measured from
+///   before the request was sent, so it ends no later than the call's start plus
+///   `lock_at_most_for` plus `d` (a provider that starts the lease when the answer arrives is at
+///   least `2 d` late);
+/// - `d` greater than `lock_at_most_for`: the answer arrives after the lease could have ended, when
+///   the backend may already have expired the lock and handed it to another node: `try_lock` must
+///   not report it acquired (a typed error, `LeaseExpiredInFlight` from `Acquisition::grant`), and
+///   the name frees within `lock_at_most_for`.
+async fn slow_link(
+    suite: &Suite,
+    proxy: &FaultProxy,
+    x: &Arc<dyn LockProvider>,
+    direct: &Arc<dyn LockProvider>,
+    worst: &mut Duration,
+) -> Result<String, Verdict> {
+    let t = suite.timing();
+    let lease = t.at_most * 2;
+
+    let d = lease / 12;
+    let cfg = suite.config(&suite.lock_name("c24d"), lease, Duration::ZERO)?;
+    proxy.set_delay(d);
+    let (x4, c4) = (x.clone(), cfg.clone());
+    let call_started = tokio::time::Instant::now();
+    let (r, took) =
+        guarded(suite, "try_lock on a slow link", async move { x4.try_lock(&c4).await }).await?;
+    proxy.set_delay(Duration::ZERO);
+    let lock = match r {
+        Ok(Some(l)) => l,
+        Ok(None) => {
+            bail!("try_lock on a slow link ({} ms each way) found a fresh name held", ms(d))
+        }
+        Err(e) => bail!(
+            "try_lock on a slow link ({} ms each way, lock_at_most_for {} ms) failed after {} ms: {e}",
+            ms(d),
+            ms(lease),
+            took.as_millis()
+        ),
+    };
+    let late_by = lock.valid_until().saturating_duration_since(call_started + lease);
+    let _ = bounded(suite, "unlock", lock.unlock()).await?;
+    if late_by > d {
+        bail!(
+            "the lock's lease ends {} ms after the call's start plus lock_at_most_for, on a link \
+             that delays each way by {} ms: it was measured from the answer, not from before the \
+             request (begin the Acquisition before sending)",
+            late_by.as_millis(),
+            ms(d)
+        );
+    }
+
+    // Any exchange is at least one chunk each way, so one round trip already takes longer than
+    // the lease. The bound leaves room for two round trips (e.g. a pool's checkout ping).
+    let d = (lease + t.slack) / 2;
+    let cfg = suite.config(&suite.lock_name("c24e"), lease, Duration::ZERO)?;
+    proxy.set_delay(d);
+    let (x5, c5) = (x.clone(), cfg.clone());
+    let bound = suite.options().fault_bound.max(d * 4 + t.slack);
+    let (r, took) = guarded_for(bound, "try_lock on a link slower than the lease", async move {
+        x5.try_lock(&c5).await
+    })
+    .await?;
+    proxy.set_delay(Duration::ZERO);
+    *worst = (*worst).max(took);
+    let answered = Instant::now();
+    let outcome = match r {
+        Ok(Some(l)) => {
+            drop(l);
+            bail!(
+                "try_lock answered acquired after {} ms, longer than lock_at_most_for ({} ms): the \
+                 lease may have ended while the answer was in flight, and another node may hold \
+                 the lock (build locks with Acquisition::begin before the request and grant after)",
+                took.as_millis(),
+                ms(lease)
+            )
+        }
+        Ok(None) => bail!(
+            "try_lock on a link slower than the lease found a fresh name held ({} ms)",
+            took.as_millis()
+        ),
+        Err(e) => kind(&e),
+    };
+    // Whatever the backend did, the name frees within lock_at_most_for of the answer.
+    let (l, _) = poll_acquire(
+        suite,
+        direct,
+        &cfg,
+        answered,
+        Duration::ZERO,
+        lease + t.slack,
+        "after an answer slower than the lease",
+    )
+    .await?;
+    unlock(suite, l).await?;
+    Ok(format!(
+        "slow link: lease within {} ms of the request; an answer after {} ms (lock_at_most_for {} ms) gave {outcome}",
+        ms(lease / 12),
+        took.as_millis(),
+        ms(lease)
+    ))
+}
+
 fn kind(e: &Error) -> String {
     let k = match e {
         Error::Unavailable { .. } => "Unavailable",
         Error::Backend { .. } => "Backend",
         Error::Timeout { .. } => "Timeout",
         Error::LockLost { .. } => "LockLost",
+        Error::LeaseExpiredInFlight { .. } => "LeaseExpiredInFlight",
         _ => "other",
     };
     format!("typed error {k}")
