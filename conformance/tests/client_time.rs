@@ -7,7 +7,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use shedlock::{BoxError, LockProvider};
+use shedlock::{BoxError, LockProvider, system_clock};
 use shedlock_conformance::{InstanceOptions, Options, Outcome, ProviderFactory, Suite, checks};
 use shedlock_memory::{MemoryLockProvider, MemoryServer, TimeSource};
 
@@ -23,11 +23,10 @@ impl ProviderFactory for ClientTime {
     }
 
     async fn create(&self, options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError> {
-        let mut p = MemoryLockProvider::new(&self.server).with_time_source(TimeSource::Client);
-        if self.honour_clock {
-            p = p.with_clock(options.clock_or_system());
-        }
-        Ok(Arc::new(p))
+        let clock = if self.honour_clock { options.clock_or_system() } else { system_clock() };
+        Ok(Arc::new(
+            MemoryLockProvider::new(&self.server).with_time_source(TimeSource::Client(clock)),
+        ))
     }
 }
 

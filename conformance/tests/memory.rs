@@ -26,11 +26,9 @@ impl ProviderFactory for Memory {
     }
 
     async fn create(&self, options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError> {
-        let mut p = MemoryLockProvider::new(&self.server);
-        if let Some(clock) = options.clock {
-            p = p.with_clock(clock);
-        }
-        Ok(Arc::new(p))
+        // Server time: the server's clock judges expiry, so the instance's clock is not used.
+        let _ = options;
+        Ok(Arc::new(MemoryLockProvider::new(&self.server)))
     }
 
     fn hooks(&self) -> Hooks {

@@ -8,6 +8,10 @@
 //! (`shedlock-memory`, `shedlock-postgres`, ...), and `shedlock-conformance` proves that a
 //! backend is safe.
 //!
+//! Provider authors build locks with [`Acquisition`] and find the backend-neutral helpers every
+//! provider needs (owner ids, name checks, timeouts, retries, time conversions, [`TimeSource`]) in
+//! [`support`].
+//!
 //! The core does no I/O.
 
 mod clock;
@@ -19,6 +23,7 @@ mod keepalive;
 mod lease;
 mod provider;
 mod scheduler;
+pub mod support;
 
 pub use clock::{
     Clock, ManualClock, SharedClock, SkewedClock, SystemClock, TokioClock, system_clock,
@@ -34,3 +39,4 @@ pub use keepalive::KeepAliveProvider;
 pub use lease::{Acquisition, Lease, LostSignal};
 pub use provider::{Capabilities, Lock, LockHandle, LockProvider};
 pub use scheduler::{Schedule, ScheduleError, Scheduler};
+pub use support::TimeSource;

@@ -38,19 +38,9 @@ use shedlock::{
     SharedClock, system_clock,
 };
 
-const BACKEND: &str = "memory";
+pub use shedlock::TimeSource;
 
-/// Whose clock judges expiry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum TimeSource {
-    /// The server's clock (the [`MemoryServer`]'s): clock skew between nodes cannot break
-    /// exclusion. Declares `server_time`.
-    #[default]
-    Server,
-    /// Each node's own clock, as client-time backends do. Skew between nodes can break exclusion;
-    /// useful to show what the conformance kit's skew checks detect.
-    Client,
-}
+const BACKEND: &str = "memory";
 
 /// One stored lock record, as a backend row would hold it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,7 +138,6 @@ impl MemoryServer {
 #[derive(Debug, Clone)]
 pub struct MemoryLockProvider {
     server: MemoryServer,
-    clock: SharedClock,
     time: TimeSource,
     max_name_len: Option<usize>,
 }
@@ -156,22 +145,13 @@ pub struct MemoryLockProvider {
 impl MemoryLockProvider {
     /// A node on `server`, with the system clock and server time.
     pub fn new(server: &MemoryServer) -> Self {
-        Self {
-            server: server.clone(),
-            clock: system_clock(),
-            time: TimeSource::Server,
-            max_name_len: None,
-        }
+        Self { server: server.clone(), time: TimeSource::Server, max_name_len: None }
     }
 
-    /// Sets this node's clock (used for expiry only with [`TimeSource::Client`]).
-    #[must_use]
-    pub fn with_clock(mut self, clock: SharedClock) -> Self {
-        self.clock = clock;
-        self
-    }
-
-    /// Sets whose clock judges expiry.
+    /// Sets whose clock judges expiry: the server's (the default; declares `server_time`), or
+    /// this node's own clock with [`TimeSource::Client`], as client-time backends do (skew between
+    /// nodes can then break exclusion: useful to show what the conformance kit's skew checks
+    /// detect).
     #[must_use]
     pub fn with_time_source(mut self, time: TimeSource) -> Self {
         self.time = time;
@@ -192,9 +172,9 @@ impl MemoryLockProvider {
     }
 
     fn now(&self) -> SystemTime {
-        match self.time {
+        match &self.time {
             TimeSource::Server => self.server.now(),
-            TimeSource::Client => self.clock.now(),
+            TimeSource::Client(clock) => clock.now(),
         }
     }
 }
@@ -238,7 +218,7 @@ impl LockProvider for MemoryLockProvider {
             .with_extend(true)
             .with_fencing(true)
             .with_owner_checked(true)
-            .with_server_time(self.time == TimeSource::Server)
+            .with_server_time(self.time.is_server())
             .with_granularity(Duration::from_millis(1))
             .with_max_name_len(self.max_name_len)
     }

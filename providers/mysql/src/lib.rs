@@ -12,7 +12,7 @@
 //!   both in autocommit. See [`Flavor`].
 //! - **Database time, UTC, explicitly**: times are `DATETIME(3)` computed with
 //!   `UTC_TIMESTAMP(3)`; the session `time_zone` is never consulted (ShedLock #91).
-//!   [`TimeMode::Client`] uses the instance's own [`Clock`](shedlock::Clock) instead.
+//!   [`TimeSource::Client`] uses the instance's own [`Clock`](shedlock::Clock) instead.
 //! - Each statement runs with `sql_mode = 'STRICT_ALL_TABLES'` (MariaDB `SET STATEMENT … FOR`,
 //!   MySQL `SET_VAR` hint), so a name too long for the column is an error, never truncated into
 //!   a collision, whatever the session's mode.
@@ -51,9 +51,10 @@
 use std::{fmt, time::Duration};
 
 use shedlock::Result;
+use shedlock::support::duration_millis_ceil;
 use shedlock_sql_common::{
     Arg, ArgValues, BuilderCore, DbErrorKind, Dialect, Op, Placeholder, QuotedNames, SqlProvider,
-    Stmt, StmtBuilder, bind, duration_millis_ceil, record_from_row, retry_transient,
+    Stmt, StmtBuilder, bind, record_from_row, retry_transient,
 };
 use sqlx::{
     AssertSqlSafe, Row,
@@ -62,7 +63,8 @@ use sqlx::{
 };
 use tokio::sync::OnceCell;
 
-pub use shedlock_sql_common::{Columns, DEFAULT_MAX_NAME_LEN, LockRecord, TimeMode};
+pub use shedlock::TimeSource;
+pub use shedlock_sql_common::{Columns, DEFAULT_MAX_NAME_LEN, LockRecord};
 
 const BACKEND: &str = "mysql";
 /// The largest `max_name_len` accepted: the name is an InnoDB primary key, limited to 3072
@@ -113,8 +115,8 @@ shedlock_sql_common::sql_builder_setters!(MySqlLockProviderBuilder {
     /// the `VARBINARY` name column in [`MySqlLockProvider::ddl`]. Longer names get
     /// [`Error::InvalidName`](shedlock::Error::InvalidName), never truncated.
     max_name_len;
-    /// Whose clock judges expiry (default [`TimeMode::Database`]).
-    time_mode;
+    /// Whose clock judges expiry (default [`TimeSource::Server`]).
+    time_source;
     /// The time limit of each lock operation, including waiting for a pooled connection
     /// (default 10 s; `None`: no limit). On expiry the call returns [`Error::Timeout`](shedlock::Error::Timeout).
     operation_timeout;
@@ -131,7 +133,7 @@ impl MySqlLockProviderBuilder {
     /// or `max_name_len` give [`Error::Setup`](shedlock::Error::Setup). Does no I/O.
     pub fn build(self) -> Result<MySqlLockProvider> {
         let settings = self.core.validate(BACKEND, '`', MAX_NAME_LEN_LIMIT)?;
-        let database = settings.time.is_database();
+        let database = settings.time.is_server();
         let stmts = OnceCell::new();
         if self.flavor != Flavor::Detect {
             let _ = stmts.set(Statements::new(&settings.names, database, self.flavor));

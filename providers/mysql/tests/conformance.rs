@@ -19,7 +19,7 @@ use std::{
 use shedlock::{BoxError, LockProvider};
 use shedlock_conformance::{Hooks, InstanceOptions, Options, ProviderFactory};
 use shedlock_launcher::{Backend, Service};
-use shedlock_mysql::{Flavor, MySqlLockProvider, TimeMode, recommended_pool_options};
+use shedlock_mysql::{Flavor, MySqlLockProvider, TimeSource, recommended_pool_options};
 use shedlock_sql_common::testing;
 use sqlx::mysql::MySqlConnectOptions;
 
@@ -82,7 +82,7 @@ impl ProviderFactory for Maria {
             .flavor(self.flavor)
             .operation_timeout(Some(Duration::from_secs(3)));
         if self.client_time {
-            b = b.time_mode(TimeMode::Client(options.clock_or_system()));
+            b = b.time_source(TimeSource::Client(options.clock_or_system()));
         }
         Ok(Arc::new(b.build()?))
     }

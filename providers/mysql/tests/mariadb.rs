@@ -19,7 +19,7 @@ use std::{
 
 use common::{CountingProxy, unique};
 use shedlock::{Error, LockConfig, LockProvider, SkewedClock, system_clock};
-use shedlock_mysql::{Columns, Flavor, MySqlLockProvider, TimeMode, recommended_pool_options};
+use shedlock_mysql::{Columns, Flavor, MySqlLockProvider, TimeSource, recommended_pool_options};
 use shedlock_sql_common::testing::{cfg, checks};
 use sqlx::{Executor, MySqlPool, mysql::MySqlConnectOptions};
 use tokio::sync::OnceCell;
@@ -460,13 +460,13 @@ async fn database_time_ignores_client_skew_client_time_does_not() {
     let behind = Arc::new(SkewedClock::behind(system_clock(), Duration::from_secs(3600)));
     let slow = MySqlLockProvider::builder(pool().await)
         .table(&table)
-        .time_mode(TimeMode::Client(behind))
+        .time_source(TimeSource::Client(behind))
         .build()
         .unwrap();
     slow.create_table().await.unwrap();
     let right = MySqlLockProvider::builder(pool().await)
         .table(&table)
-        .time_mode(TimeMode::Client(system_clock()))
+        .time_source(TimeSource::Client(system_clock()))
         .build()
         .unwrap();
     assert!(!slow.capabilities().server_time);

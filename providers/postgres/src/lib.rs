@@ -4,7 +4,7 @@
 //!   `INSERT … ON CONFLICT (name) DO UPDATE … WHERE lock_until <= now RETURNING fencing_token`.
 //!   No duplicate-key noise in the server log, no INSERT-then-UPDATE, no "row exists" cache.
 //! - **Database time** by default: `lock_until` is computed in SQL from the server's `now()`,
-//!   so client clock skew cannot break exclusion. [`TimeMode::Client`] uses the instance's own
+//!   so client clock skew cannot break exclusion. [`TimeSource::Client`] uses the instance's own
 //!   [`Clock`](shedlock::Clock) instead (ShedLock's default behaviour), for comparison.
 //! - **Owner-checked** unlock and extend: they change the row only if this acquisition still
 //!   owns it (its random `acquisition_id` and its fencing token both match).
@@ -45,9 +45,10 @@
 use std::{fmt, time::Duration};
 
 use shedlock::Result;
+use shedlock::support::duration_micros;
 use shedlock_sql_common::{
     Arg, ArgValues, BuilderCore, DbErrorKind, Dialect, Op, Placeholder, QuotedNames, SqlProvider,
-    Stmt, StmtBuilder, bind, duration_micros, record_from_row, retry_transient,
+    Stmt, StmtBuilder, bind, record_from_row, retry_transient,
 };
 use sqlx::{
     AssertSqlSafe, Row,
@@ -55,7 +56,8 @@ use sqlx::{
     postgres::{PgPool, PgPoolOptions, Postgres},
 };
 
-pub use shedlock_sql_common::{Columns, DEFAULT_MAX_NAME_LEN, LockRecord, TimeMode};
+pub use shedlock::TimeSource;
+pub use shedlock_sql_common::{Columns, DEFAULT_MAX_NAME_LEN, LockRecord};
 
 const BACKEND: &str = "postgres";
 /// The largest `max_name_len` accepted: names are a b-tree key, which PostgreSQL limits to
@@ -88,8 +90,8 @@ shedlock_sql_common::sql_builder_setters!(PostgresLockProviderBuilder {
     /// the name column in [`PostgresLockProvider::ddl`]. Longer names get
     /// [`Error::InvalidName`](shedlock::Error::InvalidName), never truncated.
     max_name_len;
-    /// Whose clock judges expiry (default [`TimeMode::Database`]).
-    time_mode;
+    /// Whose clock judges expiry (default [`TimeSource::Server`]).
+    time_source;
     /// The time limit of each lock operation, including waiting for a pooled connection
     /// (default 10 s; `None`: no limit). On expiry the call returns [`Error::Timeout`](shedlock::Error::Timeout).
     operation_timeout;
@@ -100,7 +102,7 @@ impl PostgresLockProviderBuilder {
     /// or `max_name_len` give [`Error::Setup`](shedlock::Error::Setup). Does no I/O.
     pub fn build(self) -> Result<PostgresLockProvider> {
         let settings = self.core.validate(BACKEND, '"', MAX_NAME_LEN_LIMIT)?;
-        let stmts = Statements::new(&settings.names, settings.time.is_database());
+        let stmts = Statements::new(&settings.names, settings.time.is_server());
         let ddl = ddl(&settings.names, settings.max_name_len);
         let dialect = PgDialect { pool: self.pool, stmts };
         Ok(PostgresLockProvider { inner: SqlProvider::new(dialect, settings, ddl) })

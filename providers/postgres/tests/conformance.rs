@@ -15,7 +15,7 @@ use std::{
 use shedlock::{BoxError, LockProvider};
 use shedlock_conformance::{Hooks, InstanceOptions, Options, ProviderFactory};
 use shedlock_launcher::{Backend, Service};
-use shedlock_postgres::{PostgresLockProvider, TimeMode, recommended_pool_options};
+use shedlock_postgres::{PostgresLockProvider, TimeSource, recommended_pool_options};
 use shedlock_sql_common::testing;
 use sqlx::postgres::PgConnectOptions;
 
@@ -78,7 +78,7 @@ impl ProviderFactory for Pg {
             .table(&self.table)
             .operation_timeout(Some(Duration::from_secs(3)));
         if self.client_time {
-            b = b.time_mode(TimeMode::Client(options.clock_or_system()));
+            b = b.time_source(TimeSource::Client(options.clock_or_system()));
         }
         Ok(Arc::new(b.build()?))
     }

@@ -15,7 +15,7 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use common::{CountingProxy, unique};
 use shedlock::{Error, LockProvider, SkewedClock, system_clock};
-use shedlock_postgres::{Columns, PostgresLockProvider, TimeMode, recommended_pool_options};
+use shedlock_postgres::{Columns, PostgresLockProvider, TimeSource, recommended_pool_options};
 use shedlock_sql_common::testing::{cfg, checks};
 use sqlx::{Connection, PgPool, postgres::PgConnectOptions};
 
@@ -379,13 +379,13 @@ async fn database_time_ignores_client_skew_client_time_does_not() {
     // for everyone else, so a correct node takes the "held" lock: the failure ShedLock #231 is.
     let slow = PostgresLockProvider::builder(pool().await)
         .table(&table)
-        .time_mode(TimeMode::Client(behind.clone()))
+        .time_source(TimeSource::Client(behind.clone()))
         .build()
         .unwrap();
     slow.create_table().await.unwrap();
     let right = PostgresLockProvider::builder(pool().await)
         .table(&table)
-        .time_mode(TimeMode::Client(system_clock()))
+        .time_source(TimeSource::Client(system_clock()))
         .build()
         .unwrap();
     assert!(!slow.capabilities().server_time);

@@ -9,9 +9,9 @@
 //!   unvalidated text is ever spliced into SQL;
 //! - a small statement builder ([`StmtBuilder`]) that records which value goes into which
 //!   placeholder, so statements are built once per provider and only bound per call;
-//! - lock-name checks ([`check_lock_name`]), the default `locked_by` ([`default_locked_by`]) and
-//!   per-acquisition owner ids ([`acquisition_id`]);
-//! - time and duration conversions and the mapping of `sqlx` errors to [`shedlock::Error`];
+//! - the mapping of `sqlx` errors to [`shedlock::Error`] (the backend-neutral helpers — owner
+//!   ids, name checks, timeouts, retries, time conversions, [`shedlock::TimeSource`] — are in
+//!   [`shedlock::support`]);
 //! - the provider flow itself ([`SqlProvider`]: builder settings, `try_lock`, the lock handle's
 //!   unlock / extend, capabilities, record helpers), generic over a [`Dialect`] that supplies
 //!   only its statements, their execution and its error classification.
@@ -37,7 +37,7 @@ macro_rules! sql_builder_setters {
     ($builder:ident {
         $(#[$table_doc:meta])* table;
         $(#[$max_doc:meta])* max_name_len;
-        $(#[$time_doc:meta])* time_mode;
+        $(#[$time_doc:meta])* time_source;
         $(#[$timeout_doc:meta])* operation_timeout;
     }) => {
         impl $builder {
@@ -67,7 +67,7 @@ macro_rules! sql_builder_setters {
             }
 
             $(#[$time_doc])*
-            pub fn time_mode(mut self, time: $crate::TimeMode) -> Self {
+            pub fn time_source(mut self, time: $crate::__private::shedlock::TimeSource) -> Self {
                 self.core.time = time;
                 self
             }
@@ -156,15 +156,7 @@ macro_rules! sql_provider_api {
     };
 }
 
-use std::{
-    collections::hash_map::RandomState,
-    hash::{BuildHasher, Hasher},
-    sync::{
-        OnceLock,
-        atomic::{AtomicU64, Ordering},
-    },
-    time::{Duration, SystemTime, UNIX_EPOCH},
-};
+use std::time::SystemTime;
 
 pub use error::{DbErrorKind, ErrorContext, map_sqlx_error};
 pub use ident::{Columns, MAX_IDENT_LEN, QuotedNames, TableName, validate_ident};
@@ -174,106 +166,13 @@ pub use provider::{
 };
 pub use stmt::{Arg, ArgValues, Placeholder, Stmt, StmtBuilder, Value};
 
-use shedlock::{Error, SharedClock};
+use shedlock::{
+    Error,
+    support::{MAX_LOCKED_BY_LEN, from_unix_micros},
+};
 
 /// The default longest lock name, in bytes (the DDL's name column holds this many characters).
 pub const DEFAULT_MAX_NAME_LEN: usize = 255;
-
-/// The longest `locked_by` value, in bytes (the DDL's `locked_by` column holds 255 characters).
-pub const MAX_LOCKED_BY_LEN: usize = 255;
-
-/// Durations longer than this are capped to it (a lock held for 1000 years is held forever; the
-/// cap keeps every computed timestamp inside every dialect's range).
-pub const MAX_DURATION: Duration = Duration::from_secs(1000 * 365 * 24 * 3600);
-
-/// Whose clock judges expiry.
-#[derive(Debug, Clone, Default)]
-pub enum TimeMode {
-    /// The database's clock: `lock_until` is computed in SQL, so client clock skew cannot break
-    /// exclusion. The default.
-    #[default]
-    Database,
-    /// This instance's own clock (the given one): `lock_until` is computed by the client, as
-    /// ShedLock's default JDBC provider does. Client clock skew can then break exclusion.
-    Client(SharedClock),
-}
-
-impl TimeMode {
-    /// Whether the database clock judges expiry.
-    pub fn is_database(&self) -> bool {
-        matches!(self, TimeMode::Database)
-    }
-
-    /// The client's current time in microseconds since the Unix epoch (`0` in database mode,
-    /// where it is not used).
-    pub fn client_now_micros(&self) -> i64 {
-        match self {
-            TimeMode::Database => 0,
-            TimeMode::Client(clock) => unix_micros(clock.now()),
-        }
-    }
-}
-
-/// Microseconds since the Unix epoch (negative before it; saturating).
-pub fn unix_micros(t: SystemTime) -> i64 {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_micros()).unwrap_or(i64::MAX),
-        Err(e) => i64::try_from(e.duration().as_micros()).map(|v| -v).unwrap_or(i64::MIN),
-    }
-}
-
-/// The time `micros` microseconds after the Unix epoch.
-pub fn from_unix_micros(micros: i64) -> SystemTime {
-    if micros >= 0 {
-        UNIX_EPOCH + Duration::from_micros(micros.unsigned_abs())
-    } else {
-        UNIX_EPOCH.checked_sub(Duration::from_micros(micros.unsigned_abs())).unwrap_or(UNIX_EPOCH)
-    }
-}
-
-/// A duration in whole microseconds, capped at [`MAX_DURATION`] and rounded up (a lock is
-/// never held for less than asked).
-pub fn duration_micros(d: Duration) -> i64 {
-    let d = d.min(MAX_DURATION);
-    let micros = d.as_micros() + u128::from(!d.subsec_nanos().is_multiple_of(1000));
-    i64::try_from(micros).unwrap_or(i64::MAX)
-}
-
-/// A duration in whole milliseconds, capped at [`MAX_DURATION`] and rounded up (a lock is
-/// never held for less than asked).
-pub fn duration_millis_ceil(d: Duration) -> i64 {
-    let d = d.min(MAX_DURATION);
-    let millis = d.as_millis() + u128::from(!d.subsec_nanos().is_multiple_of(1_000_000));
-    i64::try_from(millis).unwrap_or(i64::MAX)
-}
-
-/// Checks a lock name before it is bound: at most `max_len` bytes, and no NUL character when
-/// the dialect cannot store one (`reject_nul`). Names are never truncated or rewritten.
-pub fn check_lock_name(
-    backend: &'static str,
-    name: &str,
-    max_len: usize,
-    reject_nul: bool,
-) -> Result<(), Error> {
-    if name.len() > max_len {
-        return Err(Error::InvalidName {
-            backend,
-            name: name.to_owned(),
-            reason: format!(
-                "{} bytes long; the name column holds at most {max_len} bytes",
-                name.len()
-            ),
-        });
-    }
-    if reject_nul && name.contains('\0') {
-        return Err(Error::InvalidName {
-            backend,
-            name: name.to_owned(),
-            reason: "contains a NUL character, which this database cannot store in text".into(),
-        });
-    }
-    Ok(())
-}
 
 /// Checks a configured `locked_by` value.
 pub fn check_locked_by(backend: &'static str, locked_by: &str) -> Result<(), Error> {
@@ -299,56 +198,6 @@ pub fn check_max_name_len(backend: &'static str, max: usize, limit: usize) -> Re
         });
     }
     Ok(())
-}
-
-/// The default `locked_by`: `hostname/pid`, so two processes on one host differ (ShedLock
-/// #317). Computed once per process.
-pub fn default_locked_by() -> String {
-    static LOCKED_BY: OnceLock<String> = OnceLock::new();
-    LOCKED_BY
-        .get_or_init(|| {
-            let host = gethostname::gethostname().to_string_lossy().into_owned();
-            let host = if host.is_empty() { "unknown-host".to_owned() } else { host };
-            let mut s = format!("{host}/{}", std::process::id());
-            // Keep it storable whatever the host name is.
-            s.retain(|c| c != '\0');
-            while s.len() > MAX_LOCKED_BY_LEN {
-                s.pop();
-            }
-            s
-        })
-        .clone()
-}
-
-/// A fresh, unpredictable 64-bit id for one acquisition: the owner token that unlock and extend
-/// compare, so a stale holder (same `locked_by`, even the same process) never matches a later
-/// acquisition. Drawn from the standard library's randomly keyed SipHash over a process-wide
-/// counter and the time: distinct within a process, and colliding across processes with
-/// probability 2^-64 per pair.
-pub fn acquisition_id() -> i64 {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let mut h = RandomState::new().build_hasher();
-    h.write_u64(n);
-    h.write_i64(unix_micros(SystemTime::now()));
-    h.write_u32(std::process::id());
-    h.finish() as i64
-}
-
-/// Runs `fut` under an optional time limit, mapping expiry to [`Error::Timeout`]. Dropping the
-/// inner future on expiry is safe: every provider statement runs in autocommit.
-pub async fn with_timeout<T>(
-    operation: &'static str,
-    limit: Option<Duration>,
-    fut: impl Future<Output = Result<T, Error>>,
-) -> Result<T, Error> {
-    match limit {
-        None => fut.await,
-        Some(after) => match tokio::time::timeout(after, fut).await {
-            Ok(r) => r,
-            Err(_) => Err(Error::Timeout { operation, after }),
-        },
-    }
 }
 
 /// One lock row as stored, for inspection by operators and tests.
@@ -401,48 +250,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations_round_up_and_cap() {
-        assert_eq!(duration_micros(Duration::from_nanos(1)), 1);
-        assert_eq!(duration_micros(Duration::from_micros(5)), 5);
-        assert_eq!(duration_millis_ceil(Duration::from_micros(1001)), 2);
-        assert_eq!(duration_millis_ceil(Duration::from_millis(7)), 7);
-        assert_eq!(duration_millis_ceil(Duration::MAX), duration_millis_ceil(MAX_DURATION));
-        assert!(duration_micros(Duration::MAX) > 0);
-    }
-
-    #[test]
-    fn micros_round_trip() {
-        let t = UNIX_EPOCH + Duration::from_micros(1_764_000_000_123_456);
-        assert_eq!(from_unix_micros(unix_micros(t)), t);
-        let before = UNIX_EPOCH - Duration::from_secs(5);
-        assert_eq!(unix_micros(before), -5_000_000);
-        assert_eq!(from_unix_micros(-5_000_000), before);
-    }
-
-    #[test]
-    fn lock_names_are_checked_not_truncated() {
-        assert!(check_lock_name("x", &"a".repeat(255), 255, true).is_ok());
-        let long = "a".repeat(256);
-        match check_lock_name("x", &long, 255, true) {
-            Err(Error::InvalidName { name, .. }) => assert_eq!(name, long),
-            other => panic!("{other:?}"),
-        }
-        // Bytes, not characters: 64 four-byte characters are 256 bytes.
-        assert!(check_lock_name("x", &"😀".repeat(64), 255, true).is_err());
-        assert!(check_lock_name("x", "a\0b", 255, true).is_err());
-        assert!(check_lock_name("x", "a\0b", 255, false).is_ok());
-    }
-
-    #[test]
-    fn acquisition_ids_differ() {
-        let ids: std::collections::HashSet<i64> = (0..10_000).map(|_| acquisition_id()).collect();
-        assert_eq!(ids.len(), 10_000);
-    }
-
-    #[test]
-    fn default_locked_by_has_pid() {
-        let by = default_locked_by();
-        assert!(by.ends_with(&format!("/{}", std::process::id())), "{by}");
-        assert!(check_locked_by("x", &by).is_ok());
+    fn locked_by_and_max_name_len_are_checked() {
+        assert!(check_locked_by("x", &shedlock::support::default_locked_by()).is_ok());
+        assert!(check_locked_by("x", &"a".repeat(256)).is_err());
+        assert!(check_locked_by("x", "a\0b").is_err());
+        assert!(check_max_name_len("x", 0, 255).is_err());
+        assert!(check_max_name_len("x", 256, 255).is_err());
+        assert!(check_max_name_len("x", 255, 255).is_ok());
     }
 }

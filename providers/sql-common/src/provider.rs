@@ -5,7 +5,10 @@
 use std::{fmt, sync::Arc, time::Duration, time::SystemTime};
 
 use async_trait::async_trait;
-use shedlock::{Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, Result};
+use shedlock::{
+    Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, Result, TimeSource,
+    support::{acquisition_id, check_lock_name, default_locked_by, unix_micros, with_timeout},
+};
 use sqlx::{
     AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Row, Type, error::DatabaseError,
     query::Query,
@@ -13,8 +16,7 @@ use sqlx::{
 
 use crate::{
     ArgValues, Columns, DEFAULT_MAX_NAME_LEN, DbErrorKind, ErrorContext, LockRecord, QuotedNames,
-    Stmt, TableName, TimeMode, Value, acquisition_id, check_lock_name, check_locked_by,
-    check_max_name_len, default_locked_by, map_sqlx_error, token_u64, unix_micros, with_timeout,
+    Stmt, TableName, Value, check_locked_by, check_max_name_len, map_sqlx_error, token_u64,
 };
 
 /// The default time limit of each lock operation.
@@ -118,28 +120,18 @@ where
 }
 
 /// Runs `f` up to [`TRANSIENT_ATTEMPTS`] times while it fails with a deadlock or serialization
-/// failure (the statement was rolled back; each attempt is a fresh autocommit statement).
+/// failure (the statement was rolled back; each attempt is a fresh autocommit statement), through
+/// [`shedlock::support::retry_transient`].
 pub async fn retry_transient<T, F, Fut>(
     classify: fn(&dyn DatabaseError) -> DbErrorKind,
-    mut f: F,
+    f: F,
 ) -> std::result::Result<T, sqlx::Error>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = std::result::Result<T, sqlx::Error>>,
 {
-    let mut attempt = 1;
-    loop {
-        match f().await {
-            Ok(v) => return Ok(v),
-            Err(sqlx::Error::Database(db))
-                if attempt < TRANSIENT_ATTEMPTS
-                    && classify(db.as_ref()) == DbErrorKind::Transient =>
-            {
-                attempt += 1
-            }
-            Err(e) => return Err(e),
-        }
-    }
+    let transient = |e: &sqlx::Error| matches!(e, sqlx::Error::Database(db) if classify(db.as_ref()) == DbErrorKind::Transient);
+    shedlock::support::retry_transient(TRANSIENT_ATTEMPTS, transient, f).await
 }
 
 /// The configuration every SQL builder shares, with its defaults.
@@ -154,7 +146,7 @@ pub struct BuilderCore {
     /// The longest lock name in bytes.
     pub max_name_len: usize,
     /// Whose clock judges expiry.
-    pub time: TimeMode,
+    pub time: TimeSource,
     /// The time limit of each operation.
     pub timeout: Option<Duration>,
 }
@@ -166,7 +158,7 @@ impl Default for BuilderCore {
             columns: Columns::default(),
             locked_by: None,
             max_name_len: DEFAULT_MAX_NAME_LEN,
-            time: TimeMode::Database,
+            time: TimeSource::Server,
             timeout: Some(DEFAULT_TIMEOUT),
         }
     }
@@ -182,7 +174,7 @@ pub struct Settings {
     /// The longest lock name in bytes.
     pub max_name_len: usize,
     /// Whose clock judges expiry.
-    pub time: TimeMode,
+    pub time: TimeSource,
     /// The time limit of each operation.
     pub timeout: Option<Duration>,
 }
@@ -217,7 +209,7 @@ struct Inner<D> {
     ddl: String,
     locked_by: String,
     max_name_len: usize,
-    time: TimeMode,
+    time: TimeSource,
     timeout: Option<Duration>,
 }
 
@@ -242,7 +234,7 @@ impl<D: Dialect> Inner<D> {
         ArgValues {
             name,
             locked_by: &self.locked_by,
-            now: D::time(self.time.client_now_micros()),
+            now: D::time(self.time.client_now().map_or(0, unix_micros)),
             ..Default::default()
         }
     }
@@ -339,10 +331,10 @@ impl<D: Dialect> SqlProvider<D> {
     /// given time (in the dialect's units), a fresh owner nobody holds, and a larger token.
     pub async fn write_record(&self, name: &str, lock_until: SystemTime) -> Result<()> {
         let inner = &self.inner;
-        check_lock_name(D::BACKEND, name, inner.max_name_len, D::REJECT_NUL)?;
+        check_lock_name(D::BACKEND, name, Some(inner.max_name_len), D::REJECT_NUL)?;
         let values = ArgValues {
             until: D::time(unix_micros(lock_until)),
-            acquisition_id: acquisition_id(),
+            acquisition_id: acquisition_id() as i64,
             ..inner.values(name)
         };
         inner.execute("write_record", Op::Write, &values).await.map(|_| ())
@@ -352,9 +344,9 @@ impl<D: Dialect> SqlProvider<D> {
     pub async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
         let inner = &self.inner;
         let name = config.name();
-        check_lock_name(D::BACKEND, name, inner.max_name_len, D::REJECT_NUL)?;
+        check_lock_name(D::BACKEND, name, Some(inner.max_name_len), D::REJECT_NUL)?;
         let values = ArgValues {
-            acquisition_id: acquisition_id(),
+            acquisition_id: acquisition_id() as i64,
             at_most: D::duration(config.lock_at_most_for()),
             ..inner.values(name)
         };
@@ -386,7 +378,7 @@ impl<D: Dialect> SqlProvider<D> {
             .with_extend(true)
             .with_fencing(true)
             .with_owner_checked(true)
-            .with_server_time(self.inner.time.is_database())
+            .with_server_time(self.inner.time.is_server())
             .with_granularity(Duration::from_millis(1))
             .with_max_name_len(Some(self.inner.max_name_len))
     }

@@ -6,7 +6,7 @@
 //!   (SQLite ≥ 3.35; the bundled SQLite is used by default).
 //! - **Database time** by default: `lock_until` is computed in SQL from SQLite's `'now'`, the
 //!   host's clock, which every process using the file shares; the instance's injected
-//!   [`Clock`](shedlock::Clock) is not consulted. [`TimeMode::Client`] uses that clock instead.
+//!   [`Clock`](shedlock::Clock) is not consulted. [`TimeSource::Client`] uses that clock instead.
 //!   Times are stored as INTEGER milliseconds since the Unix epoch (UTC): no time zones.
 //! - **Owner-checked** unlock and extend (random per-acquisition id plus fencing token),
 //!   **fencing tokens** (`max(old + 1, clock in µs)`), no "row exists" cache, statements on their
@@ -53,9 +53,10 @@ compile_error!("shedlock-sqlite needs the `bundled` (default) or the `unbundled`
 use std::{fmt, path::Path, time::Duration};
 
 use shedlock::Result;
+use shedlock::support::duration_millis_ceil;
 use shedlock_sql_common::{
     Arg, ArgValues, BuilderCore, DbErrorKind, Dialect, Op, Placeholder, QuotedNames, SqlProvider,
-    Stmt, StmtBuilder, bind, duration_millis_ceil, record_from_row,
+    Stmt, StmtBuilder, bind, record_from_row,
 };
 use sqlx::{
     AssertSqlSafe, Row,
@@ -66,7 +67,8 @@ use sqlx::{
     },
 };
 
-pub use shedlock_sql_common::{Columns, DEFAULT_MAX_NAME_LEN, LockRecord, TimeMode};
+pub use shedlock::TimeSource;
+pub use shedlock_sql_common::{Columns, DEFAULT_MAX_NAME_LEN, LockRecord};
 
 const BACKEND: &str = "sqlite";
 /// The largest `max_name_len` accepted.
@@ -107,8 +109,8 @@ shedlock_sql_common::sql_builder_setters!(SqliteLockProviderBuilder {
     /// text has no declared length, so this limit is enforced by the provider: longer names get
     /// [`Error::InvalidName`](shedlock::Error::InvalidName), never truncated.
     max_name_len;
-    /// Whose clock judges expiry (default [`TimeMode::Database`]: SQLite's `'now'`).
-    time_mode;
+    /// Whose clock judges expiry (default [`TimeSource::Server`]: SQLite's `'now'`).
+    time_source;
     /// The time limit of each lock operation, including waiting for a pooled connection and for
     /// SQLite's write lock (default 10 s; `None`: no limit). On expiry the call returns
     /// [`Error::Timeout`](shedlock::Error::Timeout).
@@ -120,7 +122,7 @@ impl SqliteLockProviderBuilder {
     /// or `max_name_len` give [`Error::Setup`](shedlock::Error::Setup). Does no I/O.
     pub fn build(self) -> Result<SqliteLockProvider> {
         let settings = self.core.validate(BACKEND, '"', MAX_NAME_LEN_LIMIT)?;
-        let stmts = Statements::new(&settings.names, settings.time.is_database());
+        let stmts = Statements::new(&settings.names, settings.time.is_server());
         let ddl = ddl(&settings.names);
         let dialect = SqliteDialect { pool: self.pool, stmts };
         Ok(SqliteLockProvider { inner: SqlProvider::new(dialect, settings, ddl) })

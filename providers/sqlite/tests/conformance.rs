@@ -12,7 +12,7 @@ use shedlock::{BoxError, LockProvider};
 use shedlock_conformance::{Hooks, InstanceOptions, Options, ProviderFactory};
 use shedlock_sql_common::testing::Records;
 use shedlock_sqlite::{
-    SqliteLockProvider, TimeMode, recommended_connect_options, recommended_pool_options,
+    SqliteLockProvider, TimeSource, recommended_connect_options, recommended_pool_options,
 };
 
 struct Sqlite {
@@ -52,7 +52,7 @@ impl ProviderFactory for Sqlite {
         let mut b =
             SqliteLockProvider::builder(pool).operation_timeout(Some(Duration::from_secs(3)));
         if self.client_time {
-            b = b.time_mode(TimeMode::Client(options.clock_or_system()));
+            b = b.time_source(TimeSource::Client(options.clock_or_system()));
         }
         Ok(Arc::new(b.build()?))
     }

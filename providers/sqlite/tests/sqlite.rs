@@ -13,7 +13,7 @@ use std::{
 use shedlock::{Error, LockProvider, SkewedClock, system_clock};
 use shedlock_sql_common::testing::{cfg, checks};
 use shedlock_sqlite::{
-    Columns, SqliteLockProvider, TimeMode, recommended_connect_options, recommended_pool_options,
+    Columns, SqliteLockProvider, TimeSource, recommended_connect_options, recommended_pool_options,
 };
 use sqlx::SqlitePool;
 
@@ -224,12 +224,12 @@ async fn database_time_ignores_client_skew_client_time_does_not() {
     let path = &db.path;
     let behind = Arc::new(SkewedClock::behind(system_clock(), Duration::from_secs(3600)));
     let slow = SqliteLockProvider::builder(pool(path).await)
-        .time_mode(TimeMode::Client(behind))
+        .time_source(TimeSource::Client(behind))
         .build()
         .unwrap();
     slow.create_table().await.unwrap();
     let right = SqliteLockProvider::builder(pool(path).await)
-        .time_mode(TimeMode::Client(system_clock()))
+        .time_source(TimeSource::Client(system_clock()))
         .build()
         .unwrap();
     let _held = slow.try_lock(&cfg("c", 60_000, 0)).await.unwrap().unwrap();

@@ -1,0 +1,310 @@
+//! Backend-neutral helpers that every provider needs: owner ids, the default `locked_by`, lock
+//! name checks, time limits, retries, time and duration conversions, and whose clock judges
+//! expiry ([`TimeSource`]). Providers for SQL databases, key-value stores, document stores and
+//! consensus systems share them, so each behaves the same way on the same input.
+//!
+//! None of these does backend I/O.
+
+use std::{
+    collections::hash_map::RandomState,
+    future::Future,
+    hash::{BuildHasher, Hasher},
+    sync::{
+        OnceLock,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use crate::{clock::SharedClock, error::Error};
+
+/// Whose clock judges expiry.
+#[derive(Debug, Clone, Default)]
+pub enum TimeSource {
+    /// The backend's own clock (a database's `now()`, a key's relative TTL): clock skew between
+    /// nodes cannot break exclusion. Providers declare
+    /// [`server_time`](crate::Capabilities::server_time). The default.
+    #[default]
+    Server,
+    /// This instance's clock (the given one): the client computes `lock_until`, as ShedLock's
+    /// default JDBC provider does. Skew between nodes can then break exclusion, by up to the skew.
+    Client(SharedClock),
+}
+
+impl TimeSource {
+    /// Whether the backend's clock judges expiry.
+    pub fn is_server(&self) -> bool {
+        matches!(self, TimeSource::Server)
+    }
+
+    /// The client's current time, in client-time mode; `None` in server-time mode.
+    pub fn client_now(&self) -> Option<SystemTime> {
+        match self {
+            TimeSource::Server => None,
+            TimeSource::Client(clock) => Some(clock.now()),
+        }
+    }
+}
+
+/// Durations longer than this are capped to it (a lock held for 1000 years is held forever; the
+/// cap keeps every computed timestamp inside every backend's range).
+pub const MAX_DURATION: Duration = Duration::from_secs(1000 * 365 * 24 * 3600);
+
+/// The longest default `locked_by` value, in bytes.
+pub const MAX_LOCKED_BY_LEN: usize = 255;
+
+/// A fresh, unpredictable 64-bit id for one acquisition: the owner token that unlock and extend
+/// compare, so a stale holder (same host, even the same process) never matches a later
+/// acquisition. Drawn from the standard library's randomly keyed SipHash over a process-wide
+/// counter, the time and the process id: distinct within a process, and colliding across
+/// processes with probability 2^-64 per pair.
+pub fn acquisition_id() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let mut h = RandomState::new().build_hasher();
+    h.write_u64(n);
+    h.write_i64(unix_micros(SystemTime::now()));
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+/// The default `locked_by`: `hostname/pid`, so two processes on one host differ (ShedLock
+/// #317). At most [`MAX_LOCKED_BY_LEN`] bytes, no NUL. Computed once per process. Informational
+/// only: ownership always rests on [`acquisition_id`].
+pub fn default_locked_by() -> String {
+    static LOCKED_BY: OnceLock<String> = OnceLock::new();
+    LOCKED_BY
+        .get_or_init(|| {
+            let host = gethostname::gethostname().to_string_lossy().into_owned();
+            let host = if host.is_empty() { "unknown-host".to_owned() } else { host };
+            let mut s = format!("{host}/{}", std::process::id());
+            s.retain(|c| c != '\0');
+            while s.len() > MAX_LOCKED_BY_LEN {
+                s.pop();
+            }
+            s
+        })
+        .clone()
+}
+
+/// Checks a lock name before it reaches the backend: at most `max_len` bytes (when the backend
+/// has a limit), and no NUL character when the backend cannot store one (`reject_nul`). Names are
+/// never truncated or rewritten, since that could make two names collide: a bad name is
+/// [`Error::InvalidName`] saying why.
+pub fn check_lock_name(
+    backend: &'static str,
+    name: &str,
+    max_len: Option<usize>,
+    reject_nul: bool,
+) -> Result<(), Error> {
+    if let Some(max) = max_len.filter(|max| name.len() > *max) {
+        return Err(Error::InvalidName {
+            backend,
+            name: name.to_owned(),
+            reason: format!("{} bytes long; this backend holds at most {max} bytes", name.len()),
+        });
+    }
+    if reject_nul && name.contains('\0') {
+        return Err(Error::InvalidName {
+            backend,
+            name: name.to_owned(),
+            reason: "contains a NUL character, which this backend cannot store".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Runs `fut` under an optional time limit, mapping expiry to [`Error::Timeout`]. The inner future
+/// is dropped on expiry, so it must be cancel safe (see ARCHITECTURE.md, "Cancellation").
+pub async fn with_timeout<T>(
+    operation: &'static str,
+    limit: Option<Duration>,
+    fut: impl Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    match limit {
+        None => fut.await,
+        Some(after) => match tokio::time::timeout(after, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::Timeout { operation, after }),
+        },
+    }
+}
+
+/// Runs `f` up to `attempts` times (at least once) while it fails with an error that `transient`
+/// accepts: one the backend guarantees had no effect (a rolled-back deadlock victim, a
+/// serialization failure, a compare-and-swap conflict). Never retry an error whose effect is
+/// unknown, such as a timeout: the first attempt may have taken the lock.
+pub async fn retry_transient<T, E, F, Fut>(
+    attempts: usize,
+    transient: impl Fn(&E) -> bool,
+    mut f: F,
+) -> Result<T, E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let mut attempt = 1;
+    loop {
+        match f().await {
+            Err(e) if attempt < attempts && transient(&e) => attempt += 1,
+            other => return other,
+        }
+    }
+}
+
+/// Microseconds since the Unix epoch (negative before it; saturating).
+pub fn unix_micros(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_micros()).unwrap_or(i64::MAX),
+        Err(e) => i64::try_from(e.duration().as_micros()).map(|v| -v).unwrap_or(i64::MIN),
+    }
+}
+
+/// The time `micros` microseconds after the Unix epoch (before it when negative).
+pub fn from_unix_micros(micros: i64) -> SystemTime {
+    if micros >= 0 {
+        UNIX_EPOCH + Duration::from_micros(micros.unsigned_abs())
+    } else {
+        UNIX_EPOCH.checked_sub(Duration::from_micros(micros.unsigned_abs())).unwrap_or(UNIX_EPOCH)
+    }
+}
+
+/// Milliseconds since the Unix epoch (negative before it; saturating).
+pub fn unix_millis(t: SystemTime) -> i64 {
+    unix_micros(t).div_euclid(1000)
+}
+
+/// A duration in whole microseconds, capped at [`MAX_DURATION`] and rounded up (a lock is never
+/// held for less than asked).
+pub fn duration_micros(d: Duration) -> i64 {
+    let d = d.min(MAX_DURATION);
+    let micros = d.as_micros() + u128::from(d.subsec_nanos() % 1000 != 0);
+    i64::try_from(micros).unwrap_or(i64::MAX)
+}
+
+/// A duration in whole milliseconds, capped at [`MAX_DURATION`] and rounded up (a lock is never
+/// held for less than asked).
+pub fn duration_millis_ceil(d: Duration) -> i64 {
+    let d = d.min(MAX_DURATION);
+    let millis = d.as_millis() + u128::from(d.subsec_nanos() % 1_000_000 != 0);
+    i64::try_from(millis).unwrap_or(i64::MAX)
+}
+
+/// A duration in whole seconds, capped at [`MAX_DURATION`] and rounded up (for backends whose
+/// expiry has whole-second granularity, such as etcd leases or memcached).
+pub fn duration_secs_ceil(d: Duration) -> u64 {
+    let d = d.min(MAX_DURATION);
+    d.as_secs() + u64::from(d.subsec_nanos() != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+
+    use super::*;
+
+    #[test]
+    fn durations_round_up_and_cap() {
+        assert_eq!(duration_micros(Duration::from_nanos(1)), 1);
+        assert_eq!(duration_micros(Duration::from_micros(5)), 5);
+        assert_eq!(duration_millis_ceil(Duration::from_micros(1001)), 2);
+        assert_eq!(duration_millis_ceil(Duration::from_millis(7)), 7);
+        assert_eq!(duration_millis_ceil(Duration::MAX), duration_millis_ceil(MAX_DURATION));
+        assert!(duration_micros(Duration::MAX) > 0);
+        assert_eq!(duration_secs_ceil(Duration::from_millis(1001)), 2);
+        assert_eq!(duration_secs_ceil(Duration::from_secs(3)), 3);
+        assert_eq!(duration_secs_ceil(Duration::MAX), MAX_DURATION.as_secs());
+    }
+
+    #[test]
+    fn epoch_conversions_round_trip_on_both_sides_of_the_epoch() {
+        let t = UNIX_EPOCH + Duration::from_micros(1_764_000_000_123_456);
+        assert_eq!(from_unix_micros(unix_micros(t)), t);
+        assert_eq!(unix_millis(t), 1_764_000_000_123);
+        let before = UNIX_EPOCH - Duration::from_secs(5);
+        assert_eq!(unix_micros(before), -5_000_000);
+        assert_eq!(from_unix_micros(-5_000_000), before);
+        assert_eq!(unix_millis(UNIX_EPOCH - Duration::from_micros(1)), -1);
+    }
+
+    #[test]
+    fn lock_names_are_checked_not_truncated() {
+        assert!(check_lock_name("x", &"a".repeat(255), Some(255), true).is_ok());
+        let long = "a".repeat(256);
+        match check_lock_name("x", &long, Some(255), true) {
+            Err(Error::InvalidName { name, .. }) => assert_eq!(name, long),
+            other => panic!("{other:?}"),
+        }
+        assert!(check_lock_name("x", &long, None, true).is_ok());
+        // Bytes, not characters: 64 four-byte characters are 256 bytes.
+        assert!(check_lock_name("x", &"😀".repeat(64), Some(255), true).is_err());
+        assert!(check_lock_name("x", "a\0b", Some(255), true).is_err());
+        assert!(check_lock_name("x", "a\0b", Some(255), false).is_ok());
+    }
+
+    #[test]
+    fn acquisition_ids_differ() {
+        let ids: std::collections::HashSet<u64> = (0..10_000).map(|_| acquisition_id()).collect();
+        assert_eq!(ids.len(), 10_000);
+    }
+
+    #[test]
+    fn default_locked_by_names_the_process() {
+        let by = default_locked_by();
+        assert!(by.ends_with(&format!("/{}", std::process::id())), "{by}");
+        assert!(by.len() <= MAX_LOCKED_BY_LEN && !by.contains('\0'));
+    }
+
+    #[tokio::test]
+    async fn retries_only_transient_errors_and_at_most_the_attempts() {
+        let mut calls = 0;
+        let r: Result<(), &str> = retry_transient(
+            3,
+            |e| *e == "deadlock",
+            || {
+                calls += 1;
+                async { Err("deadlock") }
+            },
+        )
+        .await;
+        assert_eq!((r, calls), (Err("deadlock"), 3));
+        let mut calls = 0;
+        let r: Result<(), &str> = retry_transient(
+            3,
+            |e| *e == "deadlock",
+            || {
+                calls += 1;
+                async { Err("timeout") }
+            },
+        )
+        .await;
+        assert_eq!((r, calls), (Err("timeout"), 1));
+        let mut calls = 0;
+        let r = retry_transient(
+            3,
+            |e: &&str| *e == "deadlock",
+            || {
+                calls += 1;
+                let n = calls;
+                async move { if n < 2 { Err("deadlock") } else { Ok(n) } }
+            },
+        )
+        .await;
+        assert_eq!(r, Ok(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn with_timeout_maps_expiry_to_a_typed_timeout() {
+        let slow = async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Ok(1)
+        };
+        match with_timeout("try_lock", Some(Duration::from_secs(1)), slow).await {
+            Err(Error::Timeout { operation, after }) => {
+                assert_eq!((operation, after), ("try_lock", Duration::from_secs(1)));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(with_timeout("x", None, async { Ok(2) }).await.unwrap(), 2);
+    }
+}
