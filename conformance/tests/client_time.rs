@@ -24,9 +24,8 @@ impl ProviderFactory for ClientTime {
 
     async fn create(&self, options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError> {
         let clock = if self.honour_clock { options.clock_or_system() } else { system_clock() };
-        Ok(Arc::new(
-            MemoryLockProvider::new(&self.server).with_time_source(TimeSource::Client(clock)),
-        ))
+        let p = MemoryLockProvider::new(&self.server).with_time_source(TimeSource::Client);
+        Ok(Arc::new(p.with_clock(clock)))
     }
 }
 

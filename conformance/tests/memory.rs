@@ -26,9 +26,8 @@ impl ProviderFactory for Memory {
     }
 
     async fn create(&self, options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError> {
-        // Server time: the server's clock judges expiry, so the instance's clock is not used.
-        let _ = options;
-        Ok(Arc::new(MemoryLockProvider::new(&self.server)))
+        // Server time: the instance's (skewed) clock is given, and must not be consulted.
+        Ok(Arc::new(MemoryLockProvider::new(&self.server).with_clock(options.clock_or_system())))
     }
 
     fn hooks(&self) -> Hooks {

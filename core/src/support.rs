@@ -18,30 +18,35 @@ use std::{
 
 use crate::{clock::SharedClock, error::Error};
 
-/// Whose clock judges expiry.
-#[derive(Debug, Clone, Default)]
+/// Whose clock judges expiry. Every provider instance also has its own
+/// [`Clock`](crate::Clock) (injectable, the system clock by default): with
+/// [`Client`](TimeSource::Client) that clock computes `lock_until`; with
+/// [`Server`](TimeSource::Server) it must never be consulted for expiry, which tests check by
+/// giving server-time providers badly skewed clocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TimeSource {
     /// The backend's own clock (a database's `now()`, a key's relative TTL): clock skew between
     /// nodes cannot break exclusion. Providers declare
     /// [`server_time`](crate::Capabilities::server_time). The default.
     #[default]
     Server,
-    /// This instance's clock (the given one): the client computes `lock_until`, as ShedLock's
-    /// default JDBC provider does. Skew between nodes can then break exclusion, by up to the skew.
-    Client(SharedClock),
+    /// The instance's clock: the client computes `lock_until`, as ShedLock's default JDBC
+    /// provider does. Skew between nodes can then break exclusion, by up to the skew.
+    Client,
 }
 
 impl TimeSource {
     /// Whether the backend's clock judges expiry.
-    pub fn is_server(&self) -> bool {
-        matches!(self, TimeSource::Server)
+    pub fn is_server(self) -> bool {
+        self == TimeSource::Server
     }
 
-    /// The client's current time, in client-time mode; `None` in server-time mode.
-    pub fn client_now(&self) -> Option<SystemTime> {
+    /// The time by `clock` in client-time mode; `None` in server-time mode, where the clock must
+    /// not be consulted.
+    pub fn client_now(self, clock: &SharedClock) -> Option<SystemTime> {
         match self {
             TimeSource::Server => None,
-            TimeSource::Client(clock) => Some(clock.now()),
+            TimeSource::Client => Some(clock.now()),
         }
     }
 }

@@ -138,6 +138,7 @@ impl MemoryServer {
 #[derive(Debug, Clone)]
 pub struct MemoryLockProvider {
     server: MemoryServer,
+    clock: SharedClock,
     time: TimeSource,
     max_name_len: Option<usize>,
 }
@@ -145,7 +146,19 @@ pub struct MemoryLockProvider {
 impl MemoryLockProvider {
     /// A node on `server`, with the system clock and server time.
     pub fn new(server: &MemoryServer) -> Self {
-        Self { server: server.clone(), time: TimeSource::Server, max_name_len: None }
+        Self {
+            server: server.clone(),
+            clock: system_clock(),
+            time: TimeSource::Server,
+            max_name_len: None,
+        }
+    }
+
+    /// Sets this node's clock (consulted for expiry only with [`TimeSource::Client`]).
+    #[must_use]
+    pub fn with_clock(mut self, clock: SharedClock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Sets whose clock judges expiry: the server's (the default; declares `server_time`), or
@@ -172,9 +185,9 @@ impl MemoryLockProvider {
     }
 
     fn now(&self) -> SystemTime {
-        match &self.time {
+        match self.time {
             TimeSource::Server => self.server.now(),
-            TimeSource::Client(clock) => clock.now(),
+            TimeSource::Client => self.clock.now(),
         }
     }
 }

@@ -103,17 +103,17 @@ async fn client_time_mode_breaks_under_skew_and_server_time_does_not() {
     let ahead: SharedClock = Arc::new(SkewedClock::ahead(base.clone(), 3600 * S));
     let c = cfg("skew", 60 * S, Duration::ZERO);
 
-    // Server time: the server's clock judges; no node clock is consulted (none can be given).
+    // Server time: a node whose clock is an hour ahead still sees the lock held.
     let a = MemoryLockProvider::new(&server);
-    let b = MemoryLockProvider::new(&server);
+    let b = MemoryLockProvider::new(&server).with_clock(ahead.clone());
     assert!(b.capabilities().server_time);
     let held = a.try_lock(&c).await.unwrap().unwrap();
     assert!(b.try_lock(&c).await.unwrap().is_none());
     held.unlock().await.unwrap();
 
     // Client time: the same skew lets the second node take a held lock.
-    let a = MemoryLockProvider::new(&server).with_time_source(TimeSource::Client(base));
-    let b = MemoryLockProvider::new(&server).with_time_source(TimeSource::Client(ahead));
+    let a = MemoryLockProvider::new(&server).with_clock(base).with_time_source(TimeSource::Client);
+    let b = MemoryLockProvider::new(&server).with_clock(ahead).with_time_source(TimeSource::Client);
     assert!(!b.capabilities().server_time);
     let _held = a.try_lock(&cfg("skew2", 60 * S, Duration::ZERO)).await.unwrap().unwrap();
     assert!(b.try_lock(&cfg("skew2", 60 * S, Duration::ZERO)).await.unwrap().is_some());

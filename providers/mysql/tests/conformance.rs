@@ -20,7 +20,7 @@ use shedlock::{BoxError, LockProvider};
 use shedlock_conformance::{Hooks, InstanceOptions, Options, ProviderFactory};
 use shedlock_launcher::{Backend, Service};
 use shedlock_mysql::{Flavor, MySqlLockProvider, TimeSource, recommended_pool_options};
-use shedlock_sql_common::testing;
+use shedlock_test_support as testing;
 use sqlx::mysql::MySqlConnectOptions;
 
 struct Maria {
@@ -78,11 +78,14 @@ impl ProviderFactory for Maria {
             .acquire_timeout(Duration::from_secs(2))
             .connect_lazy_with(opts);
         let mut b = MySqlLockProvider::builder(pool)
+            // Every instance gets its (possibly skewed) clock; with database time it must not
+            // be consulted (C18).
+            .clock(options.clock_or_system())
             .table(&self.table)
             .flavor(self.flavor)
             .operation_timeout(Some(Duration::from_secs(3)));
         if self.client_time {
-            b = b.time_source(TimeSource::Client(options.clock_or_system()));
+            b = b.time_source(TimeSource::Client);
         }
         Ok(Arc::new(b.build()?))
     }

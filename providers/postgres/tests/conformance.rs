@@ -16,7 +16,7 @@ use shedlock::{BoxError, LockProvider};
 use shedlock_conformance::{Hooks, InstanceOptions, Options, ProviderFactory};
 use shedlock_launcher::{Backend, Service};
 use shedlock_postgres::{PostgresLockProvider, TimeSource, recommended_pool_options};
-use shedlock_sql_common::testing;
+use shedlock_test_support as testing;
 use sqlx::postgres::PgConnectOptions;
 
 struct Pg {
@@ -75,10 +75,13 @@ impl ProviderFactory for Pg {
             .acquire_timeout(Duration::from_secs(2))
             .connect_lazy_with(opts);
         let mut b = PostgresLockProvider::builder(pool)
+            // Every instance gets its (possibly skewed) clock; with database time it must not
+            // be consulted (C18).
+            .clock(options.clock_or_system())
             .table(&self.table)
             .operation_timeout(Some(Duration::from_secs(3)));
         if self.client_time {
-            b = b.time_source(TimeSource::Client(options.clock_or_system()));
+            b = b.time_source(TimeSource::Client);
         }
         Ok(Arc::new(b.build()?))
     }

@@ -2,21 +2,21 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common {
-    pub use shedlock_sql_common::testing::{CountingProxy, unique};
+    pub use shedlock_test_support::{FaultProxy, unique};
 
     /// The PostgreSQL server's URL: `$SHEDLOCK_POSTGRES_URL` if set, else a server the launcher
     /// starts once per test process. A missing server fails the test, never skips it.
     pub async fn url() -> String {
-        shedlock_sql_common::testing::url(shedlock_launcher::Backend::Postgres, "PostgreSQL").await
+        shedlock_test_support::url(shedlock_launcher::Backend::Postgres, "PostgreSQL").await
     }
 }
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use common::{CountingProxy, unique};
+use common::{FaultProxy, unique};
 use shedlock::{Error, LockProvider, SkewedClock, system_clock};
 use shedlock_postgres::{Columns, PostgresLockProvider, TimeSource, recommended_pool_options};
-use shedlock_sql_common::testing::{cfg, checks};
+use shedlock_test_support::{cfg, sql};
 use sqlx::{Connection, PgPool, postgres::PgConnectOptions};
 
 async fn pool() -> PgPool {
@@ -48,13 +48,13 @@ async fn server_addr() -> SocketAddr {
 
 #[tokio::test]
 async fn acquire_unlock_extend_are_one_round_trip_each() {
-    let proxy = CountingProxy::start(server_addr().await).await;
+    let proxy = FaultProxy::start(server_addr().await).await.unwrap();
     let opts: PgConnectOptions = common::url()
         .await
         .parse::<PgConnectOptions>()
         .unwrap()
         .host("127.0.0.1")
-        .port(proxy.addr.port());
+        .port(proxy.addr().port());
     let pool = recommended_pool_options().max_connections(1).connect_with(opts).await.unwrap();
     let p = provider_on(pool, &unique("rt")).await;
     let other = provider_on(self::pool().await, p_table(&p)).await;
@@ -70,11 +70,11 @@ async fn acquire_unlock_extend_are_one_round_trip_each() {
         // sqlx 0.9 pings every connection in the background when it returns to the pool: let
         // that finish, then count only the round trips made while the call runs.
         tokio::time::sleep(Duration::from_millis(50)).await;
-        proxy.reset();
+        let base = proxy.round_trips();
         f.await;
-        let n = proxy.round_trips();
+        let n = proxy.round_trips() - base;
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let with_release = proxy.round_trips();
+        let with_release = proxy.round_trips() - base;
         println!(
             "{what}: {n} round trip(s) on the call path, {with_release} including sqlx's release ping"
         );
@@ -131,27 +131,15 @@ fn p_table(p: &PostgresLockProvider) -> &str {
 }
 
 #[tokio::test]
-async fn one_winner_and_release() {
-    let (a, b) = two_nodes().await;
-    checks::one_winner_and_release(&a, &b).await;
-}
-
-#[tokio::test]
 async fn stale_holder_cannot_unlock_or_extend() {
     let (a, b) = two_nodes().await;
-    checks::stale_holder_cannot_unlock_or_extend(&a, &b, &*a.records()).await;
-}
-
-#[tokio::test]
-async fn extend_keeps_the_lock_and_expired_extend_fails() {
-    let (a, b) = two_nodes().await;
-    checks::extend_keeps_the_lock_and_expired_extend_fails(&a, &b).await;
+    sql::stale_holder_cannot_unlock_or_extend(&a, &b, &*a.records()).await;
 }
 
 #[tokio::test]
 async fn at_least_is_kept_from_locked_at() {
     let (a, b) = two_nodes().await;
-    checks::at_least_is_kept_from_locked_at(&a, &b, &*a.records()).await;
+    sql::at_least_is_kept_from_locked_at(&a, &b, &*a.records()).await;
 }
 
 #[tokio::test]
@@ -333,13 +321,18 @@ async fn hostile_names_are_stored_and_matched_exactly() {
 #[tokio::test]
 async fn deleted_row_is_recreated_with_a_larger_token() {
     let (a, b) = two_nodes().await;
-    checks::deleted_row_is_recreated_with_a_larger_token(&a, &b, &*a.records()).await;
+    sql::deleted_row_is_recreated_with_a_larger_token(&a, &b, &*a.records()).await;
 }
 
-#[tokio::test]
-async fn fencing_tokens_strictly_increase() {
-    let (a, b) = two_nodes().await;
-    checks::fencing_tokens_strictly_increase(&a, &b, 20).await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_nodes_have_one_winner_per_round() {
+    // Six nodes, each with its own pool, race for a fresh name on their own tasks, 30 times.
+    let table = unique("race");
+    let mut nodes = Vec::new();
+    for _ in 0..6 {
+        nodes.push(Arc::new(provider_on(pool().await, &table).await));
+    }
+    sql::racing_nodes_have_one_winner_per_round(&nodes, 30).await;
 }
 
 #[tokio::test]
@@ -373,19 +366,19 @@ async fn database_time_ignores_client_skew_client_time_does_not() {
     let table = unique("skew");
     let hour = Duration::from_secs(3600);
     let behind = Arc::new(SkewedClock::behind(system_clock(), hour));
-    let ahead = Arc::new(SkewedClock::ahead(system_clock(), hour));
 
     // Client time: a node whose clock is an hour behind writes a lock_until already in the past
     // for everyone else, so a correct node takes the "held" lock: the failure ShedLock #231 is.
     let slow = PostgresLockProvider::builder(pool().await)
         .table(&table)
-        .time_source(TimeSource::Client(behind.clone()))
+        .time_source(TimeSource::Client)
+        .clock(behind.clone())
         .build()
         .unwrap();
     slow.create_table().await.unwrap();
     let right = PostgresLockProvider::builder(pool().await)
         .table(&table)
-        .time_source(TimeSource::Client(system_clock()))
+        .time_source(TimeSource::Client)
         .build()
         .unwrap();
     assert!(!slow.capabilities().server_time);
@@ -395,13 +388,18 @@ async fn database_time_ignores_client_skew_client_time_does_not() {
         "client time breaks under skew"
     );
 
-    // Database time: the clocks are not consulted; exclusion holds.
-    let db_a = PostgresLockProvider::builder(pool().await).table(&table).build().unwrap();
-    let db_b = PostgresLockProvider::builder(pool().await).table(&table).build().unwrap();
-    assert!(db_a.capabilities().server_time);
-    let _l = db_a.try_lock(&cfg("d", 60_000, 0)).await.unwrap().unwrap();
-    assert!(db_b.try_lock(&cfg("d", 60_000, 0)).await.unwrap().is_none());
-    let _ = ahead;
+    // Database time: the same kind of skew, given to the providers, must not be consulted.
+    let holder = PostgresLockProvider::builder(pool().await)
+        .table(&table)
+        .clock(Arc::new(SkewedClock::behind(system_clock(), hour)))
+        .build()
+        .unwrap();
+    let rival = PostgresLockProvider::builder(pool().await)
+        .table(&table)
+        .clock(Arc::new(SkewedClock::ahead(system_clock(), hour)))
+        .build()
+        .unwrap();
+    sql::database_time_ignores_the_given_clocks(&holder, &rival, &*holder.records()).await;
 }
 
 #[tokio::test]

@@ -20,8 +20,6 @@ mod error;
 mod ident;
 mod provider;
 mod stmt;
-#[cfg(feature = "testing")]
-pub mod testing;
 
 /// What [`sql_provider_api!`] expands to needs, reachable through this crate.
 #[doc(hidden)]
@@ -69,6 +67,14 @@ macro_rules! sql_builder_setters {
             $(#[$time_doc])*
             pub fn time_source(mut self, time: $crate::__private::shedlock::TimeSource) -> Self {
                 self.core.time = time;
+                self
+            }
+
+            /// This instance's clock (default: the system clock). It computes `lock_until` only
+            /// with [`TimeSource::Client`](shedlock::TimeSource::Client); with server time it is
+            /// never consulted, so a skewed clock changes nothing.
+            pub fn clock(mut self, clock: $crate::__private::shedlock::SharedClock) -> Self {
+                self.core.clock = clock;
                 self
             }
 

@@ -6,8 +6,10 @@ use std::{fmt, sync::Arc, time::Duration, time::SystemTime};
 
 use async_trait::async_trait;
 use shedlock::{
-    Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, Result, TimeSource,
+    Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, Result, SharedClock,
+    TimeSource,
     support::{acquisition_id, check_lock_name, default_locked_by, unix_micros, with_timeout},
+    system_clock,
 };
 use sqlx::{
     AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Row, Type, error::DatabaseError,
@@ -147,6 +149,8 @@ pub struct BuilderCore {
     pub max_name_len: usize,
     /// Whose clock judges expiry.
     pub time: TimeSource,
+    /// The instance's clock (consulted only with [`TimeSource::Client`]).
+    pub clock: SharedClock,
     /// The time limit of each operation.
     pub timeout: Option<Duration>,
 }
@@ -159,6 +163,7 @@ impl Default for BuilderCore {
             locked_by: None,
             max_name_len: DEFAULT_MAX_NAME_LEN,
             time: TimeSource::Server,
+            clock: system_clock(),
             timeout: Some(DEFAULT_TIMEOUT),
         }
     }
@@ -175,6 +180,8 @@ pub struct Settings {
     pub max_name_len: usize,
     /// Whose clock judges expiry.
     pub time: TimeSource,
+    /// The instance's clock.
+    pub clock: SharedClock,
     /// The time limit of each operation.
     pub timeout: Option<Duration>,
 }
@@ -198,6 +205,7 @@ impl BuilderCore {
             locked_by,
             max_name_len: self.max_name_len,
             time: self.time,
+            clock: self.clock,
             timeout: self.timeout,
         })
     }
@@ -210,6 +218,7 @@ struct Inner<D> {
     locked_by: String,
     max_name_len: usize,
     time: TimeSource,
+    clock: SharedClock,
     timeout: Option<Duration>,
 }
 
@@ -234,7 +243,7 @@ impl<D: Dialect> Inner<D> {
         ArgValues {
             name,
             locked_by: &self.locked_by,
-            now: D::time(self.time.client_now().map_or(0, unix_micros)),
+            now: D::time(self.time.client_now(&self.clock).map_or(0, unix_micros)),
             ..Default::default()
         }
     }
@@ -263,6 +272,7 @@ impl<D: Dialect> SqlProvider<D> {
                 locked_by: settings.locked_by,
                 max_name_len: settings.max_name_len,
                 time: settings.time,
+                clock: settings.clock,
                 timeout: settings.timeout,
             }),
         }

@@ -10,10 +10,10 @@ use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use shedlock::{BoxError, LockProvider};
 use shedlock_conformance::{Hooks, InstanceOptions, Options, ProviderFactory};
-use shedlock_sql_common::testing::Records;
 use shedlock_sqlite::{
     SqliteLockProvider, TimeSource, recommended_connect_options, recommended_pool_options,
 };
+use shedlock_test_support::Records;
 
 struct Sqlite {
     name: &'static str,
@@ -49,10 +49,13 @@ impl ProviderFactory for Sqlite {
         let pool = recommended_pool_options()
             .max_connections(2)
             .connect_lazy_with(recommended_connect_options(&self.path));
-        let mut b =
-            SqliteLockProvider::builder(pool).operation_timeout(Some(Duration::from_secs(3)));
+        let mut b = SqliteLockProvider::builder(pool)
+            // Every instance gets its (possibly skewed) clock; with database time it must not
+            // be consulted (C18).
+            .clock(options.clock_or_system())
+            .operation_timeout(Some(Duration::from_secs(3)));
         if self.client_time {
-            b = b.time_source(TimeSource::Client(options.clock_or_system()));
+            b = b.time_source(TimeSource::Client);
         }
         Ok(Arc::new(b.build()?))
     }

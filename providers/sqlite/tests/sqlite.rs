@@ -11,10 +11,10 @@ use std::{
 };
 
 use shedlock::{Error, LockProvider, SkewedClock, system_clock};
-use shedlock_sql_common::testing::{cfg, checks};
 use shedlock_sqlite::{
     Columns, SqliteLockProvider, TimeSource, recommended_connect_options, recommended_pool_options,
 };
+use shedlock_test_support::{cfg, sql};
 use sqlx::SqlitePool;
 
 /// A fresh database file in a fresh directory under the system temp dir, removed on drop.
@@ -55,27 +55,15 @@ async fn two_nodes() -> (SqliteLockProvider, SqliteLockProvider, TempDb) {
 }
 
 #[tokio::test]
-async fn one_winner_and_release() {
-    let (a, b, _db) = two_nodes().await;
-    checks::one_winner_and_release(&a, &b).await;
-}
-
-#[tokio::test]
 async fn stale_holder_cannot_unlock_or_extend() {
     let (a, b, _db) = two_nodes().await;
-    checks::stale_holder_cannot_unlock_or_extend(&a, &b, &*a.records()).await;
-}
-
-#[tokio::test]
-async fn extend_keeps_the_lock_and_expired_extend_fails() {
-    let (a, b, _db) = two_nodes().await;
-    checks::extend_keeps_the_lock_and_expired_extend_fails(&a, &b).await;
+    sql::stale_holder_cannot_unlock_or_extend(&a, &b, &*a.records()).await;
 }
 
 #[tokio::test]
 async fn at_least_is_kept_from_locked_at() {
     let (a, b, _db) = two_nodes().await;
-    checks::at_least_is_kept_from_locked_at(&a, &b, &*a.records()).await;
+    sql::at_least_is_kept_from_locked_at(&a, &b, &*a.records()).await;
 }
 
 #[tokio::test]
@@ -179,13 +167,7 @@ async fn long_and_hostile_names() {
 #[tokio::test]
 async fn deleted_row_is_recreated_with_a_larger_token() {
     let (a, b, _db) = two_nodes().await;
-    checks::deleted_row_is_recreated_with_a_larger_token(&a, &b, &*a.records()).await;
-}
-
-#[tokio::test]
-async fn fencing_tokens_strictly_increase() {
-    let (a, b, _db) = two_nodes().await;
-    checks::fencing_tokens_strictly_increase(&a, &b, 50).await;
+    sql::deleted_row_is_recreated_with_a_larger_token(&a, &b, &*a.records()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -198,7 +180,7 @@ async fn racing_nodes_have_one_winner_per_round() {
         p.create_table().await.unwrap();
         nodes.push(Arc::new(p));
     }
-    checks::racing_nodes_have_one_winner_per_round(&nodes, 30).await;
+    sql::racing_nodes_have_one_winner_per_round(&nodes, 30).await;
 }
 
 #[tokio::test]
@@ -224,12 +206,13 @@ async fn database_time_ignores_client_skew_client_time_does_not() {
     let path = &db.path;
     let behind = Arc::new(SkewedClock::behind(system_clock(), Duration::from_secs(3600)));
     let slow = SqliteLockProvider::builder(pool(path).await)
-        .time_source(TimeSource::Client(behind))
+        .time_source(TimeSource::Client)
+        .clock(behind)
         .build()
         .unwrap();
     slow.create_table().await.unwrap();
     let right = SqliteLockProvider::builder(pool(path).await)
-        .time_source(TimeSource::Client(system_clock()))
+        .time_source(TimeSource::Client)
         .build()
         .unwrap();
     let _held = slow.try_lock(&cfg("c", 60_000, 0)).await.unwrap().unwrap();
@@ -237,10 +220,17 @@ async fn database_time_ignores_client_skew_client_time_does_not() {
         right.try_lock(&cfg("c", 60_000, 0)).await.unwrap().is_some(),
         "client time breaks under skew"
     );
-    let db_a = SqliteLockProvider::builder(pool(path).await).build().unwrap();
-    let db_b = SqliteLockProvider::builder(pool(path).await).build().unwrap();
-    let _l = db_a.try_lock(&cfg("d", 60_000, 0)).await.unwrap().unwrap();
-    assert!(db_b.try_lock(&cfg("d", 60_000, 0)).await.unwrap().is_none());
+    // Database time: the same kind of skew, given to the providers, must not be consulted.
+    let hour = Duration::from_secs(3600);
+    let holder = SqliteLockProvider::builder(pool(path).await)
+        .clock(Arc::new(SkewedClock::behind(system_clock(), hour)))
+        .build()
+        .unwrap();
+    let rival = SqliteLockProvider::builder(pool(path).await)
+        .clock(Arc::new(SkewedClock::ahead(system_clock(), hour)))
+        .build()
+        .unwrap();
+    sql::database_time_ignores_the_given_clocks(&holder, &rival, &*holder.records()).await;
 }
 
 #[tokio::test]

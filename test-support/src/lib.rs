@@ -1,6 +1,8 @@
-//! Test support shared by the SQL providers' tests (feature `testing`, used only as a
-//! dev-dependency): servers from the launcher, unique names, a round-trip counting proxy, the
-//! conformance hooks, and the lock checks every dialect runs against its real database.
+//! Test support for the shedlock providers' own tests, used only as a dev-dependency (this crate
+//! is `publish = false`, and no runtime crate depends on it): servers from the launcher, unique
+//! names, the conformance hooks, and the row-level checks every SQL dialect runs against its real
+//! database (what the conformance catalogue does not already cover). Round trips are counted with
+//! the kit's [`FaultProxy`](shedlock_conformance::tools::proxy::FaultProxy).
 //!
 //! This is test code: like tests, it panics on failure.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -9,20 +11,17 @@ use std::{
     net::SocketAddr,
     sync::{
         Arc,
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicU64, Ordering},
     },
     time::{Duration, SystemTime},
 };
 
 use shedlock::{BoxError, Error, LockConfig, LockProvider};
+pub use shedlock_conformance::tools::proxy::FaultProxy;
 use shedlock_conformance::{Hooks, RecordHooks, RestartHook};
-use shedlock_launcher::{Backend, Mode, Service};
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::{TcpListener, TcpStream},
-};
-
-use crate::RecordAdmin;
+pub use shedlock_launcher::Backend;
+use shedlock_launcher::{Mode, Service};
+use shedlock_sql_common::RecordAdmin;
 
 /// The server of `backend` (`label` names it in messages): the URL in its environment variable
 /// (e.g. `$SHEDLOCK_POSTGRES_URL`) if set, else one the launcher starts once per test process
@@ -54,84 +53,6 @@ pub fn unique(prefix: &str) -> String {
 pub fn cfg(name: &str, at_most_ms: u64, at_least_ms: u64) -> LockConfig {
     LockConfig::new(name, Duration::from_millis(at_most_ms), Duration::from_millis(at_least_ms))
         .unwrap()
-}
-
-/// A TCP proxy that counts round trips: a round trip starts each time the client sends after
-/// the server has answered (or for the first time).
-pub struct CountingProxy {
-    /// Where the proxy listens.
-    pub addr: SocketAddr,
-    turns: Arc<AtomicU64>,
-}
-
-impl CountingProxy {
-    /// Starts a proxy to `target`.
-    pub async fn start(target: SocketAddr) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let turns = Arc::new(AtomicU64::new(0));
-        let t = turns.clone();
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let server = TcpStream::connect(target).await.unwrap();
-                let turns = t.clone();
-                tokio::spawn(pump(client, server, turns));
-            }
-        });
-        Self { addr, turns }
-    }
-
-    /// Round trips since the start or the last reset.
-    pub fn round_trips(&self) -> u64 {
-        self.turns.load(Ordering::SeqCst)
-    }
-
-    /// Resets the count.
-    pub fn reset(&self) {
-        self.turns.store(0, Ordering::SeqCst);
-    }
-}
-
-async fn pump(client: TcpStream, server: TcpStream, turns: Arc<AtomicU64>) {
-    client.set_nodelay(true).ok();
-    server.set_nodelay(true).ok();
-    let (mut cr, mut cw) = client.into_split();
-    let (mut sr, mut sw) = server.into_split();
-    // true: the last bytes went server -> client (so the next client bytes open a round trip).
-    let server_spoke = Arc::new(AtomicBool::new(true));
-    let s1 = server_spoke.clone();
-    let up = async move {
-        let mut buf = vec![0u8; 65536];
-        loop {
-            let n = match cr.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => n,
-            };
-            if s1.swap(false, Ordering::SeqCst) {
-                turns.fetch_add(1, Ordering::SeqCst);
-            }
-            if sw.write_all(&buf[..n]).await.is_err() {
-                break;
-            }
-        }
-        let _ = sw.shutdown().await;
-    };
-    let down = async move {
-        let mut buf = vec![0u8; 65536];
-        loop {
-            let n = match sr.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => n,
-            };
-            // Mark before forwarding: the client can only answer what it has received.
-            server_spoke.store(true, Ordering::SeqCst);
-            if cw.write_all(&buf[..n]).await.is_err() {
-                break;
-            }
-        }
-        let _ = cw.shutdown().await;
-    };
-    tokio::join!(up, down);
 }
 
 /// The conformance kit's raw row access (C14), on a provider's record helpers.
@@ -178,34 +99,26 @@ pub fn server_hooks(
     if service.mode() == Mode::External { hooks } else { hooks.with_restart(Restart(service)) }
 }
 
-/// The lock checks every SQL provider runs against its real database. `a` and `b` are two
-/// independent providers on one table (separate pools, like two nodes); `records` are `a`'s
-/// record helpers.
-pub mod checks {
+/// The row-level checks every SQL provider runs against its real database, beyond the
+/// conformance catalogue: what the stored row looks like after each operation, and races between
+/// real connection pools. `a` and `b` are two independent providers on one table (separate pools,
+/// like two nodes); `records` are `a`'s record helpers.
+pub mod sql {
     use super::*;
 
-    /// One winner; not reentrant; free again after unlock.
-    pub async fn one_winner_and_release(a: &dyn LockProvider, b: &dyn LockProvider) {
-        let c = cfg("job", 60_000, 0);
-        let lock = a.try_lock(&c).await.unwrap().expect("free");
-        assert!(b.try_lock(&c).await.unwrap().is_none());
-        assert!(a.try_lock(&c).await.unwrap().is_none(), "not reentrant");
-        lock.unlock().await.unwrap();
-        let lock = b.try_lock(&c).await.unwrap().expect("free after unlock");
-        lock.unlock().await.unwrap();
-    }
-
-    /// A holder whose lock expired and was taken over can neither extend nor unlock it.
+    /// A holder whose row was taken over (an operator deleted it, another node took the name)
+    /// can neither extend nor unlock it: the row is unchanged. The stale holder's lease is still
+    /// running, so its extend really reaches the database and is refused by the owner check, not
+    /// by the client-side lease.
     pub async fn stale_holder_cannot_unlock_or_extend(
         a: &dyn LockProvider,
         b: &dyn LockProvider,
         records: &dyn RecordAdmin,
     ) {
         let name = "stale";
-        let mut stale = a.try_lock(&cfg(name, 200, 0)).await.unwrap().expect("free");
-        // Granularity is 1 ms and both sides use the database clock: 200 ms + 150 ms margin.
-        tokio::time::sleep(Duration::from_millis(350)).await;
-        let fresh = b.try_lock(&cfg(name, 60_000, 0)).await.unwrap().expect("expired, free");
+        let mut stale = a.try_lock(&cfg(name, 60_000, 0)).await.unwrap().expect("free");
+        assert!(records.delete_record(name).await.unwrap());
+        let fresh = b.try_lock(&cfg(name, 60_000, 0)).await.unwrap().expect("deleted, free");
         assert!(fresh.fencing_token() > stale.fencing_token());
         let before = records.record(name).await.unwrap().unwrap();
 
@@ -213,32 +126,12 @@ pub mod checks {
             Err(Error::LockLost { name: n }) => assert_eq!(n, name),
             other => panic!("stale extend must fail with LockLost, got {other:?}"),
         }
+        assert!(stale.is_lost(), "a refused extension marks the lock lost");
         stale.unlock().await.unwrap();
         let after = records.record(name).await.unwrap().unwrap();
         assert_eq!(before, after, "a stale unlock/extend must not change the row");
         assert!(a.try_lock(&cfg(name, 60_000, 0)).await.unwrap().is_none(), "new holder keeps it");
         fresh.unlock().await.unwrap();
-    }
-
-    /// Extend keeps the lock; an extend after expiry fails and does not revive it.
-    pub async fn extend_keeps_the_lock_and_expired_extend_fails(
-        a: &dyn LockProvider,
-        b: &dyn LockProvider,
-    ) {
-        let mut lock = a.try_lock(&cfg("ext", 300, 0)).await.unwrap().unwrap();
-        lock.extend(Duration::from_secs(60), Duration::ZERO).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(450)).await;
-        assert!(b.try_lock(&cfg("ext", 60_000, 0)).await.unwrap().is_none(), "extended");
-        lock.extend(Duration::from_millis(100), Duration::ZERO).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        assert!(matches!(
-            lock.extend(Duration::from_secs(60), Duration::ZERO).await,
-            Err(Error::LockLost { .. })
-        ));
-        assert!(
-            b.try_lock(&cfg("ext", 60_000, 0)).await.unwrap().is_some(),
-            "expired extend did not revive it"
-        );
     }
 
     /// Unlock keeps `lock_at_least_for`, counted from the stored `locked_at`.
@@ -290,21 +183,38 @@ pub mod checks {
         assert!(l3.fencing_token().unwrap() > t2);
     }
 
-    /// `rounds` acquisitions alternating between the nodes get strictly increasing tokens.
-    pub async fn fencing_tokens_strictly_increase(
-        a: &dyn LockProvider,
-        b: &dyn LockProvider,
-        rounds: usize,
+    /// Database time: `holder` was given a clock an hour behind and `rival` one an hour ahead.
+    /// Consulting either clock for expiry would break exclusion: the holder would write a
+    /// `lock_until` already in the past, the rival would see any lock as expired. So the rival
+    /// must find the lock held, the stored `lock_until` must be the database's now plus
+    /// `lock_at_most_for` (not an hour off), and the same after an extension by the holder.
+    pub async fn database_time_ignores_the_given_clocks(
+        holder: &dyn LockProvider,
+        rival: &dyn LockProvider,
+        records: &dyn RecordAdmin,
     ) {
-        let mut last = 0;
-        for i in 0..rounds {
-            let p = if i % 2 == 0 { a } else { b };
-            let lock = p.try_lock(&cfg("fence", 60_000, 0)).await.unwrap().unwrap();
-            let t = lock.fencing_token().unwrap();
-            assert!(t > last, "{t} > {last}");
-            last = t;
-            lock.unlock().await.unwrap();
-        }
+        assert!(holder.capabilities().server_time && rival.capabilities().server_time);
+        let name = "db-time";
+        let near = |rec: &shedlock_sql_common::LockRecord, what: &str| {
+            let expected = SystemTime::now() + Duration::from_secs(60);
+            let off = match rec.lock_until.duration_since(expected) {
+                Ok(d) => d,
+                Err(e) => e.duration(),
+            };
+            // The database and this host share one clock; 10 s covers a slow machine, an hour
+            // of skew does not fit in it.
+            assert!(off < Duration::from_secs(10), "{what}: lock_until is {off:?} off");
+        };
+        let mut lock = holder.try_lock(&cfg(name, 60_000, 0)).await.unwrap().expect("free");
+        near(&records.record(name).await.unwrap().unwrap(), "after acquire");
+        assert!(rival.try_lock(&cfg(name, 60_000, 0)).await.unwrap().is_none(), "held");
+        lock.extend(Duration::from_secs(60), Duration::ZERO).await.unwrap();
+        near(&records.record(name).await.unwrap().unwrap(), "after extend");
+        assert!(rival.try_lock(&cfg(name, 60_000, 0)).await.unwrap().is_none(), "still held");
+        lock.unlock().await.unwrap();
+        let lock = rival.try_lock(&cfg(name, 60_000, 0)).await.unwrap().expect("free after unlock");
+        near(&records.record(name).await.unwrap().unwrap(), "rival's acquire");
+        lock.unlock().await.unwrap();
     }
 
     /// `rounds` rounds in which every node races for a fresh name (each on its own task):
