@@ -339,9 +339,6 @@ pub fn run(args: &[String]) -> Result<u8, String> {
                 licenses.join(", ")
             );
         }
-        for p in &problems[plan.problems.len()..] {
-            eprintln!("xtask: package: {p}");
-        }
     } else {
         code = code_of(status).max(1);
         eprintln!("xtask: cargo package FAILED after {secs:.0} s");
