@@ -11,8 +11,12 @@
 //!   against a provider, copies its reports to `conformance/reports/` and regenerates the
 //!   README provider table.
 //! * `bench [-- <args>]` — `cargo bench` over the bench crate.
+//! * `package [--no-verify]` — `cargo package` over every crate whose `publish` is not false
+//!   (from `cargo metadata`), after checking their manifests (no surviving dependency on a
+//!   `publish = false` crate, no cycle) and before checking the `.crate` files (licenses, readme).
 
 mod conformance;
+mod package;
 mod provision;
 mod services;
 mod test_cmd;
@@ -30,6 +34,7 @@ const USAGE: &str = "usage: cargo xtask <command>
   conformance [--provider <name> | --all] [--via auto|native|docker] [--url URL]
                                        run the conformance kit, update conformance/reports and README
   bench [-- <cargo bench args>]        run the benchmarks
+  package [--no-verify]                cargo package (and build) every crate meant for crates.io, with manifest checks
 backends: postgres mariadb(mysql) sqlite redis valkey memcached nats mongodb dynamodb s3 etcd etcd-cluster zookeeper zookeeper-ensemble";
 
 fn main() -> ExitCode {
@@ -44,6 +49,7 @@ fn main() -> ExitCode {
         "services" => services::run(rest),
         "conformance" => conformance::run(rest),
         "bench" => util::bench(rest),
+        "package" => package::run(rest),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
             Ok(0)
