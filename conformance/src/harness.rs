@@ -265,25 +265,8 @@ mod tests {
         time::Duration,
     };
 
-    use shedlock::LockProvider;
-    use shedlock_memory::{MemoryLockProvider, MemoryServer};
-
     use super::*;
-    use crate::{InstanceOptions, options::Expectation};
-
-    /// The memory provider with no hooks: C24 (and C14, C25) are not applicable.
-    struct Memory(MemoryServer);
-
-    #[async_trait::async_trait]
-    impl ProviderFactory for Memory {
-        fn name(&self) -> &str {
-            "harness-unit-test"
-        }
-
-        async fn create(&self, _: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError> {
-            Ok(Arc::new(MemoryLockProvider::new(&self.0)))
-        }
-    }
+    use crate::{options::Expectation, test_support::MemoryFactory};
 
     /// Runs the harness on the checks whose test name is exactly `test`.
     fn run_one(test: &str, options: Options) -> HarnessRun {
@@ -293,7 +276,7 @@ mod tests {
             quiet: true,
             ..Arguments::default()
         };
-        let run = run_trials(args, options, || async { Ok(Memory(MemoryServer::new())) }).unwrap();
+        let run = run_trials(args, options, || async { Ok(MemoryFactory::new()) }).unwrap();
         assert_eq!(run.conclusion.num_passed + run.conclusion.num_failed, 1, "{test} ran");
         assert!(run.write_error.is_none(), "a filtered run writes no report");
         run
@@ -364,7 +347,7 @@ mod tests {
             Options::new().expect_not_applicable("C99", "no such check"),
             move || async move {
                 s.store(true, Ordering::SeqCst);
-                Ok(Memory(MemoryServer::new()))
+                Ok(MemoryFactory::new())
             },
         )
         .err()

@@ -158,6 +158,8 @@ mod harness;
 mod options;
 mod report;
 mod suite;
+#[cfg(test)]
+mod test_support;
 pub mod tools;
 
 pub use factory::{Hooks, InstanceOptions, ProviderFactory, RecordHooks, RestartHook};

@@ -50,7 +50,8 @@ async fn c09(suite: &Suite) -> R {
     };
     tokio::time::sleep_until((a0 + l / 2).into()).await;
     let (e0, _) = extend(suite, &mut lock, l, Duration::ZERO).await?;
-    // Held past the original expiry (a0 + l): poll until e0 + 3/4 l.
+    // Held past the original expiry (a0 + l): poll until e0 + 3/4 l (≥ a0 + 5/4 l). An extend
+    // slower than that window leaves no time to probe, which fails rather than passes unseen.
     expect_held_until(suite, &p[1], &cfg, e0, l * 3 / 4, "after the first extend").await?;
     let (f0, f1) = extend(suite, &mut lock, l, Duration::ZERO).await?;
     let deadline = l + f1.duration_since(f0) + t.slack;
