@@ -268,15 +268,25 @@ mod tests {
     use super::*;
     use crate::{options::Expectation, test_support::MemoryFactory};
 
-    /// Runs the harness on the checks whose test name is exactly `test`.
+    /// Runs the harness on the checks whose test name is exactly `test`. libtest's own output
+    /// (with its "FAILED" lines for the cases meant to fail) goes to a temp file, not among
+    /// this test run's lines.
     fn run_one(test: &str, options: Options) -> HarnessRun {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let log = std::env::temp_dir().join(format!(
+            "shedlock-harness-unit-{}-{}.log",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
         let args = Arguments {
             filter: Some(test.to_owned()),
             exact: true,
             quiet: true,
+            logfile: Some(log.to_string_lossy().into_owned()),
             ..Arguments::default()
         };
         let run = run_trials(args, options, || async { Ok(MemoryFactory::new()) }).unwrap();
+        let _ = std::fs::remove_file(&log);
         assert_eq!(run.conclusion.num_passed + run.conclusion.num_failed, 1, "{test} ran");
         assert!(run.write_error.is_none(), "a filtered run writes no report");
         run
@@ -343,7 +353,7 @@ mod tests {
         let started = Arc::new(AtomicBool::new(false));
         let s = started.clone();
         let err = run_trials(
-            Arguments { quiet: true, ..Arguments::default() },
+            Arguments { list: true, ..Arguments::default() },
             Options::new().expect_not_applicable("C99", "no such check"),
             move || async move {
                 s.store(true, Ordering::SeqCst);
