@@ -14,7 +14,7 @@ use crate::{
     checks,
     factory::ProviderFactory,
     options::Options,
-    report::{CheckResult, Outcome, report_dir},
+    report::{CheckResult, Outcome, Report, report_dir},
     suite::{Suite, setup_failed_report},
 };
 
@@ -89,8 +89,17 @@ impl Shared {
 /// - `setup` runs once, lazily (so `--list` starts nothing), on a multi-threaded tokio runtime
 ///   that lives until the end; the factory's `teardown` runs after the last test.
 /// - Checks run one at a time (`--test-threads 1` unless given), since they measure time.
-/// - "unsupported" and "not applicable" checks are reported `ok` by libtest; the report printed
-///   at the end (and written to [`report_dir`]`/<provider>.{md,json}`) tells them apart.
+/// - A check's test passes only when its outcome is the **expected** one: "pass", or the "not
+///   applicable" / "unsupported" declared for it in `options`
+///   ([`Options::expect_not_applicable`], [`Options::expect_unsupported`]), which the test then
+///   prints with the declared reason. A failure, an undeclared "not applicable" or
+///   "unsupported", and a pass where something else was declared (a stale declaration) fail the
+///   test. So a factory that stops offering a hook, or a provider that stops declaring a
+///   capability, turns a test red instead of silently into `ok`. Invalid declarations (an id not
+///   in the catalogue, an empty reason) make the harness exit with an error before running
+///   anything.
+/// - The report printed at the end (and written to [`report_dir`]`/<provider>.{md,json}`) has
+///   each check's outcome, its declaration and whether it was as expected.
 /// - The report files are written only by an unfiltered run, so a filtered run never replaces
 ///   a complete report with a partial one.
 /// - Standard libtest arguments work: a name filter, `--exact`, `--skip`, `--list`, `-q`.
@@ -100,18 +109,49 @@ where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = Result<P, BoxError>> + 'static,
 {
-    let mut args = Arguments::from_args();
+    let run = run_trials(Arguments::from_args(), options, setup);
+    match run {
+        Ok(run) if run.write_error.is_none() => run.conclusion.exit_code(),
+        Ok(_) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("shedlock-conformance: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// What [`run_trials`] did.
+struct HarnessRun {
+    /// libtest's tally: a check whose outcome is not the expected one is a failed test.
+    conclusion: libtest_mimic::Conclusion,
+    /// The report of the checks that ran (`None` for `--list` or when the setup failed).
+    #[cfg_attr(not(test), allow(dead_code))]
+    report: Option<Report>,
+    /// Why the report files could not be written (an unfiltered run writes them).
+    write_error: Option<String>,
+}
+
+/// The harness with explicit libtest arguments. `Err` when nothing could run (invalid
+/// declarations in `options`, no tokio runtime).
+fn run_trials<P, F, Fut>(
+    mut args: Arguments,
+    options: Options,
+    setup: F,
+) -> Result<HarnessRun, String>
+where
+    P: ProviderFactory,
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<P, BoxError>> + 'static,
+{
+    options.validate_expectations()?;
     if args.test_threads.is_none() {
         args.test_threads = Some(1);
     }
-    let rt =
-        match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
-            Ok(rt) => rt,
-            Err(e) => {
-                eprintln!("shedlock-conformance: cannot start a tokio runtime: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start a tokio runtime: {e}"))?;
     let setup: Setup = Box::new(move || {
         Box::pin(async move {
             let p = setup().await?;
@@ -131,13 +171,13 @@ where
         trials.push(Trial::test(check.test_name(), move || {
             let suite = shared.suite(&options).map_err(Failed::from)?;
             let result = shared.rt.block_on(suite.run_check(check));
-            let failed = (result.outcome == Outcome::Fail).then(|| result.detail.clone());
-            if result.outcome != Outcome::Pass && result.outcome != Outcome::Fail {
-                println!("    {} {}: {}", result.id, result.outcome.label(), result.detail);
+            if let Some(line) = expected_line(&result) {
+                println!("{line}");
             }
+            let unexpected = result.unexpected();
             shared.results.lock().unwrap_or_else(PoisonError::into_inner).push(result);
-            match failed {
-                Some(detail) => Err(Failed::from(detail)),
+            match unexpected {
+                Some(why) => Err(Failed::from(why)),
                 None => Ok(()),
             }
         }));
@@ -156,6 +196,7 @@ where
     let unfiltered = args.filter.is_none() && args.skip.is_empty() && !args.ignored;
     let conclusion = libtest_mimic::run(&args, trials);
 
+    let mut run = HarnessRun { conclusion, report: None, write_error: None };
     if !listing {
         let results =
             std::mem::take(&mut *shared.results.lock().unwrap_or_else(PoisonError::into_inner));
@@ -173,7 +214,7 @@ where
             }
             State::NotStarted(_) => None,
         };
-        if let Some(report) = report {
+        if let Some(report) = &report {
             println!("\n{}", report.to_text());
             if unfiltered {
                 match report.write_to(&report_dir()) {
@@ -181,17 +222,17 @@ where
                         println!("report written to {} and {}", md.display(), json.display())
                     }
                     Err(e) => {
-                        eprintln!(
-                            "shedlock-conformance: cannot write the report to {}: {e}",
-                            report_dir().display()
-                        );
-                        return ExitCode::FAILURE;
+                        let e =
+                            format!("cannot write the report to {}: {e}", report_dir().display());
+                        eprintln!("shedlock-conformance: {e}");
+                        run.write_error = Some(e);
                     }
                 }
             } else {
                 println!("filtered run: report files not written");
             }
         }
+        run.report = report;
         if let State::Ready(suite) = state {
             shared.rt.block_on(suite.factory().teardown());
         }
@@ -199,5 +240,156 @@ where
     if let Ok(shared) = Arc::try_unwrap(shared) {
         shared.rt.shutdown_timeout(Duration::from_secs(2));
     }
-    conclusion.exit_code()
+    Ok(run)
+}
+
+/// The line printed under a check's test for an expected "not applicable" or "unsupported"
+/// (libtest shows the test `ok`; this says why it is allowed).
+fn expected_line(result: &CheckResult) -> Option<String> {
+    match (&result.expected, result.outcome) {
+        (Some(e), o) if e.outcome == o && o != Outcome::Pass => Some(format!(
+            "    {} {} as declared ({}): {}",
+            result.id,
+            o.label(),
+            e.reason,
+            result.detail
+        )),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        sync::atomic::{AtomicBool, Ordering},
+        time::Duration,
+    };
+
+    use super::*;
+    use crate::{options::Expectation, test_support::MemoryFactory};
+
+    /// Runs the harness on the checks whose test name is exactly `test`. libtest's own output
+    /// (with its "FAILED" lines for the cases meant to fail) goes to a temp file, not among
+    /// this test run's lines.
+    fn run_one(test: &str, options: Options) -> HarnessRun {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let log = std::env::temp_dir().join(format!(
+            "shedlock-harness-unit-{}-{}.log",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        let args = Arguments {
+            filter: Some(test.to_owned()),
+            exact: true,
+            quiet: true,
+            logfile: Some(log.to_string_lossy().into_owned()),
+            ..Arguments::default()
+        };
+        let run = run_trials(args, options, || async { Ok(MemoryFactory::new()) }).unwrap();
+        let _ = std::fs::remove_file(&log);
+        assert_eq!(run.conclusion.num_passed + run.conclusion.num_failed, 1, "{test} ran");
+        assert!(run.write_error.is_none(), "a filtered run writes no report");
+        run
+    }
+
+    fn only_result(run: &HarnessRun) -> &CheckResult {
+        let report = run.report.as_ref().unwrap();
+        assert_eq!(report.results.len(), 1);
+        &report.results[0]
+    }
+
+    #[test]
+    fn an_undeclared_not_applicable_fails_its_test() {
+        let run = run_one("C24_backend_unreachable", Options::new());
+        assert_eq!(run.conclusion.num_failed, 1, "an n/a nobody declared is a regression");
+        let r = only_result(&run);
+        assert_eq!(r.outcome, Outcome::NotApplicable);
+        assert!(!r.as_expected());
+        assert!(!run.report.as_ref().unwrap().as_expected());
+    }
+
+    #[test]
+    fn a_declared_not_applicable_passes_its_test_and_is_marked_expected() {
+        let options = Options::new().expect_not_applicable("C24", "in-process: no address");
+        let run = run_one("C24_backend_unreachable", options);
+        assert_eq!(run.conclusion.num_failed, 0);
+        assert_eq!(run.conclusion.num_passed, 1);
+        let r = only_result(&run);
+        assert_eq!(r.outcome, Outcome::NotApplicable);
+        assert!(r.as_expected());
+        let json: serde_json::Value =
+            serde_json::from_str(&run.report.as_ref().unwrap().to_json()).unwrap();
+        assert_eq!(json["results"][0]["as_expected"], true);
+        assert_eq!(json["results"][0]["expected"]["reason"], "in-process: no address");
+    }
+
+    #[test]
+    fn a_declaration_of_the_other_kind_fails_the_test() {
+        let options = Options::new().expect_unsupported("C24", "wrong kind");
+        let run = run_one("C24_backend_unreachable", options);
+        assert_eq!(run.conclusion.num_failed, 1);
+        assert!(!only_result(&run).as_expected());
+    }
+
+    #[test]
+    fn a_stale_declaration_fails_the_test_of_a_check_that_passes() {
+        let options = Options::new().expect_not_applicable("C01", "stale");
+        let run = run_one("C01_lock_is_held", options);
+        assert_eq!(run.conclusion.num_failed, 1, "the check passed: the declaration is stale");
+        let r = only_result(&run);
+        assert_eq!(r.outcome, Outcome::Pass);
+        assert!(r.unexpected().unwrap().contains("stale"));
+    }
+
+    #[test]
+    fn a_pass_with_nothing_declared_passes() {
+        let run = run_one("C01_lock_is_held", Options::new());
+        assert_eq!(run.conclusion.num_passed, 1);
+        assert!(only_result(&run).as_expected());
+    }
+
+    #[test]
+    fn invalid_declarations_run_nothing() {
+        let started = Arc::new(AtomicBool::new(false));
+        let s = started.clone();
+        let err = run_trials(
+            Arguments { list: true, ..Arguments::default() },
+            Options::new().expect_not_applicable("C99", "no such check"),
+            move || async move {
+                s.store(true, Ordering::SeqCst);
+                Ok(MemoryFactory::new())
+            },
+        )
+        .err()
+        .unwrap();
+        assert!(err.contains("\"C99\" is not a check id"), "{err}");
+        assert!(!started.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn an_expected_outcome_is_printed_with_its_reason() {
+        let options = Options::new().expect_not_applicable("C24", "embedded: no address");
+        let mut r = CheckResult {
+            id: "C24",
+            name: "backend_unreachable",
+            outcome: Outcome::NotApplicable,
+            detail: "no backend address".into(),
+            duration: Duration::ZERO,
+            expected: options.expectation("C24").cloned(),
+        };
+        assert_eq!(
+            expected_line(&r).unwrap(),
+            "    C24 not applicable as declared (embedded: no address): no backend address"
+        );
+        r.outcome = Outcome::Pass;
+        assert_eq!(expected_line(&r), None);
+        r.outcome = Outcome::Unsupported;
+        assert_eq!(expected_line(&r), None, "not the declared outcome: the test fails instead");
+        r.expected = Some(Expectation {
+            id: "C24".into(),
+            outcome: Outcome::Unsupported,
+            reason: "r".into(),
+        });
+        assert!(expected_line(&r).is_some());
+    }
 }

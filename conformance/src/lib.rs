@@ -50,7 +50,10 @@
 //! }
 //!
 //! fn main() -> std::process::ExitCode {
-//!     shedlock_conformance::harness(Options::from_env(), || async {
+//!     // Declare every outcome other than pass you expect, with the reason; any other fails.
+//!     let options = Options::from_env()
+//!         .expect_not_applicable("C24", "no network address for the fault proxy");
+//!     shedlock_conformance::harness(options, || async {
 //!         // Start or connect to the backend here (runs on the kit's tokio runtime).
 //!         Ok(MyFactory {})
 //!     })
@@ -70,7 +73,10 @@
 //! A [`ProviderFactory`] builds N independent instances of the provider on one backend. The
 //! kit reads the declared [`Capabilities`](shedlock::Capabilities) from an instance; checks that
 //! need an undeclared capability are reported **unsupported**, never pass. Optional [`Hooks`]
-//! enable more checks; a check whose hook is missing is **not applicable**, with the reason:
+//! enable more checks; a check whose hook is missing is **not applicable**, with the reason.
+//! The provider's test declares which of these it expects ([`Options::expect_not_applicable`],
+//! [`Options::expect_unsupported`], each with its reason); the harness fails any other outcome
+//! than pass or the declared one, so the results guard against regressions:
 //!
 //! | hook | enables |
 //! |---|---|
@@ -119,12 +125,19 @@
 //! {"provider": "memory",
 //!  "capabilities": {"extend": true, "fencing": true, "server_time": true, "owner_checked": true,
 //!                   "granularity_ms": 1, "max_name_len": null},
-//!  "results": [{"id": "C01", "name": "lock_is_held", "outcome": "pass", "detail": "...", "duration_ms": 0}],
+//!  "results": [{"id": "C01", "name": "lock_is_held", "outcome": "pass", "detail": "...", "duration_ms": 0,
+//!               "expected": null, "as_expected": true},
+//!              {"id": "C24", "name": "backend_unreachable", "outcome": "not_applicable", "detail": "...",
+//!               "duration_ms": 0, "expected": {"outcome": "not_applicable", "reason": "..."},
+//!               "as_expected": true}],
 //!  "figures": {"acquire_p50_us": 2.1, "acquire_p99_us": 3.4, "round_trips_acquire": null,
 //!              "round_trips_release": null, "skew_bound_ms": null}}
 //! ```
 //!
-//! `outcome` is one of `pass`, `fail`, `unsupported`, `not_applicable`. Round trips are
+//! `outcome` is one of `pass`, `fail`, `unsupported`, `not_applicable`. `expected` is the
+//! declaration of [`Options::expect_not_applicable`] / [`Options::expect_unsupported`] for the
+//! check (`null`: it must pass) and `as_expected` whether the outcome matched it (see
+//! [`CheckResult::as_expected`]). Round trips are
 //! measured through the fault proxy (client→server turnarounds, see [`tools::proxy`]) and are
 //! `null` when the factory offers no backend address; `skew_bound_ms` is set for client-time
 //! providers only. [`Report::to_markdown`] has a title, a capabilities table, a results table and
@@ -145,10 +158,12 @@ mod harness;
 mod options;
 mod report;
 mod suite;
+#[cfg(test)]
+mod test_support;
 pub mod tools;
 
 pub use factory::{Hooks, InstanceOptions, ProviderFactory, RecordHooks, RestartHook};
 pub use harness::harness;
-pub use options::Options;
+pub use options::{Expectation, Options};
 pub use report::{CheckResult, Figures, Outcome, Report, Verdict, report_dir};
 pub use suite::{Suite, Timing, run};

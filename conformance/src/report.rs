@@ -9,6 +9,8 @@ use std::{
 use serde::{Deserialize, Serialize};
 use shedlock::Capabilities;
 
+use crate::options::Expectation;
+
 /// The outcome of one check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -95,12 +97,70 @@ pub struct CheckResult {
     pub detail: String,
     /// How long the check took.
     pub duration: Duration,
+    /// What the provider's test declared for this check ([`Options::expect_not_applicable`],
+    /// [`Options::expect_unsupported`]); `None`: it must pass.
+    ///
+    /// [`Options::expect_not_applicable`]: crate::Options::expect_not_applicable
+    /// [`Options::expect_unsupported`]: crate::Options::expect_unsupported
+    pub expected: Option<Expectation>,
 }
 
 impl CheckResult {
     /// The test name the harness uses: `C05_expires_after_at_most`.
     pub fn test_name(&self) -> String {
         format!("{}_{}", self.id, self.name)
+    }
+
+    /// Whether the outcome is the one the provider's test expects: a pass with nothing
+    /// declared, or exactly the declared "not applicable" / "unsupported".
+    pub fn as_expected(&self) -> bool {
+        self.unexpected().is_none()
+    }
+
+    /// Why the outcome is not the expected one (`None` when it is): a failure (its detail); a
+    /// "not applicable" or "unsupported" that was not declared, or declared as the other one;
+    /// a pass where something else was declared (the declaration is stale).
+    pub fn unexpected(&self) -> Option<String> {
+        let (id, outcome, detail) = (self.id, self.outcome, &self.detail);
+        match (outcome, &self.expected) {
+            (Outcome::Pass, None) => None,
+            (Outcome::Fail, _) => Some(detail.clone()),
+            (Outcome::Pass, Some(e)) => Some(format!(
+                "{id} passed, but the test declares it {} ({}): the declaration is stale, \
+                 remove it",
+                e.outcome.label(),
+                e.reason
+            )),
+            (o, Some(e)) if e.outcome == o => None,
+            (o, Some(e)) => Some(format!(
+                "{id} is {} ({detail}), but the test declares it {} ({})",
+                o.label(),
+                e.outcome.label(),
+                e.reason
+            )),
+            (o, None) => Some(format!(
+                "{id} is {} ({detail}), which the test does not expect: fix the factory, or \
+                 declare it with Options::{}(\"{id}\", <reason>)",
+                o.label(),
+                if o == Outcome::Unsupported {
+                    "expect_unsupported"
+                } else {
+                    "expect_not_applicable"
+                }
+            )),
+        }
+    }
+
+    /// The outcome for people, with `(expected)` after a declared "not applicable" or
+    /// "unsupported" and `(UNEXPECTED)` after any other outcome that is not as expected.
+    pub fn outcome_label(&self) -> String {
+        match (self.outcome, self.as_expected()) {
+            (Outcome::Pass | Outcome::Fail, true) | (Outcome::Fail, false) => {
+                self.outcome.label().to_owned()
+            }
+            (o, true) => format!("{} (expected)", o.label()),
+            (o, false) => format!("{} (UNEXPECTED)", o.label()),
+        }
     }
 }
 
@@ -155,6 +215,18 @@ struct JsonResult {
     outcome: Outcome,
     detail: String,
     duration_ms: u64,
+    /// The test's declaration for this check, if any.
+    #[serde(default)]
+    expected: Option<JsonExpected>,
+    /// Whether the outcome is the expected one (see [`CheckResult::as_expected`]).
+    #[serde(default)]
+    as_expected: bool,
+}
+
+#[derive(Serialize, Deserialize)]
+struct JsonExpected {
+    outcome: Outcome,
+    reason: String,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -179,9 +251,21 @@ fn ms(d: Duration) -> u64 {
 }
 
 impl Report {
-    /// Whether no check failed.
+    /// Whether no check failed. (A run can pass and still not be as expected: see
+    /// [`as_expected`](Self::as_expected).)
     pub fn passed(&self) -> bool {
         self.results.iter().all(|r| r.outcome != Outcome::Fail)
+    }
+
+    /// Whether every check's outcome is the expected one ([`CheckResult::as_expected`]): what
+    /// the harness and `cargo xtask conformance` require.
+    pub fn as_expected(&self) -> bool {
+        self.results.iter().all(CheckResult::as_expected)
+    }
+
+    /// The checks whose outcome is not the expected one.
+    pub fn unexpected(&self) -> Vec<&CheckResult> {
+        self.results.iter().filter(|r| !r.as_expected()).collect()
     }
 
     /// The result of check `id` (e.g. `"C05"`), if it ran.
@@ -216,6 +300,11 @@ impl Report {
                     outcome: r.outcome,
                     detail: r.detail.clone(),
                     duration_ms: ms(r.duration),
+                    expected: r
+                        .expected
+                        .as_ref()
+                        .map(|e| JsonExpected { outcome: e.outcome, reason: e.reason.clone() }),
+                    as_expected: r.as_expected(),
                 })
                 .collect(),
             figures: JsonFigures {
@@ -244,22 +333,15 @@ impl Report {
             "| max_name_len | {} |\n",
             c.max_name_len.map_or_else(|| "unlimited".to_owned(), |n| format!("{n} bytes"))
         ));
-        let count = |o: Outcome| self.results.iter().filter(|r| r.outcome == o).count();
-        s.push_str(&format!(
-            "\n## Results\n\n{} pass, {} fail, {} unsupported, {} not applicable\n\n",
-            count(Outcome::Pass),
-            count(Outcome::Fail),
-            count(Outcome::Unsupported),
-            count(Outcome::NotApplicable)
-        ));
+        s.push_str(&format!("\n## Results\n\n{}\n\n", self.summary()));
         s.push_str("| id | check | outcome | detail | ms |\n|---|---|---|---|---|\n");
         for r in &self.results {
             s.push_str(&format!(
                 "| {} | {} | {} | {} | {} |\n",
                 r.id,
                 r.name,
-                r.outcome.label(),
-                md_cell(&r.detail),
+                r.outcome_label(),
+                md_cell(&detail_with_reason(r)),
                 ms(r.duration)
             ));
         }
@@ -280,39 +362,58 @@ impl Report {
         s
     }
 
+    /// `25 pass, 0 fail, 0 unsupported, 2 not applicable (2 expected)`, plus `, N NOT AS
+    /// EXPECTED` when some outcome is not the expected one.
+    pub fn summary(&self) -> String {
+        let count = |o: Outcome| self.results.iter().filter(|r| r.outcome == o).count();
+        let declared = self
+            .results
+            .iter()
+            .filter(|r| r.outcome != Outcome::Pass && r.expected.is_some() && r.as_expected())
+            .count();
+        let mut s = format!(
+            "{} pass, {} fail, {} unsupported, {} not applicable",
+            count(Outcome::Pass),
+            count(Outcome::Fail),
+            count(Outcome::Unsupported),
+            count(Outcome::NotApplicable)
+        );
+        if declared > 0 {
+            s.push_str(&format!(" ({declared} expected)"));
+        }
+        let unexpected = self.unexpected().len();
+        if unexpected > 0 {
+            s.push_str(&format!(", {unexpected} NOT AS EXPECTED"));
+        }
+        s
+    }
+
     /// One line per check, then the capabilities and figures, for a terminal.
     pub fn to_text(&self) -> String {
         let c = &self.capabilities;
         let mut s = format!(
             "conformance report for {}: extend={} fencing={} server_time={} owner_checked={} \
-             granularity={}ms max_name_len={:?}\n",
+             granularity={} ms max_name_len={}\n",
             self.provider,
             c.extend,
             c.fencing,
             c.server_time,
             c.owner_checked,
             ms(c.granularity),
-            c.max_name_len
+            c.max_name_len.map_or_else(|| "unlimited".to_owned(), |n| format!("{n} bytes"))
         );
         for r in &self.results {
             s.push_str(&format!(
-                "  {:<4} {:<34} {:<14} {:>6} ms  {}\n",
+                "  {:<4} {:<34} {:<27} {:>6} ms  {}\n",
                 r.id,
                 r.name,
-                r.outcome.label(),
+                r.outcome_label(),
                 ms(r.duration),
-                r.detail
+                detail_with_reason(r)
             ));
         }
-        let f = &self.figures;
-        s.push_str(&format!(
-            "  figures: acquire p50={:?}us p99={:?}us round_trips acquire={:?} release={:?} skew_bound_ms={:?}\n",
-            f.acquire_p50_us.map(round2),
-            f.acquire_p99_us.map(round2),
-            f.round_trips_acquire.map(round2),
-            f.round_trips_release.map(round2),
-            f.skew_bound_ms
-        ));
+        s.push_str(&format!("  {}\n", self.summary()));
+        s.push_str(&format!("  figures: {}\n", self.figures.to_text()));
         s
     }
 
@@ -330,6 +431,32 @@ impl Report {
     /// Writes the report to [`report_dir`].
     pub fn write(&self) -> std::io::Result<(PathBuf, PathBuf)> {
         self.write_to(&report_dir())
+    }
+}
+
+impl Figures {
+    /// The figures on one line, for people: `acquire p50 175.4 µs, p99 274 µs, round trips per
+    /// acquire n/a, per release n/a, skew bound n/a`.
+    pub fn to_text(&self) -> String {
+        let num = |v: Option<f64>, unit: &str| {
+            v.map_or_else(|| "n/a".to_owned(), |v| format!("{}{unit}", round2(v)))
+        };
+        format!(
+            "acquire p50 {}, p99 {}, round trips per acquire {}, per release {}, skew bound {}",
+            num(self.acquire_p50_us, " µs"),
+            num(self.acquire_p99_us, " µs"),
+            num(self.round_trips_acquire, ""),
+            num(self.round_trips_release, ""),
+            num(self.skew_bound_ms, " ms")
+        )
+    }
+}
+
+/// The detail, followed by the declared reason when there is a declaration.
+fn detail_with_reason(r: &CheckResult) -> String {
+    match &r.expected {
+        Some(e) => format!("{} [declared {}: {}]", r.detail, e.outcome.label(), e.reason),
+        None => r.detail.clone(),
     }
 }
 
@@ -409,6 +536,7 @@ mod tests {
                     outcome: Outcome::Pass,
                     detail: "ok | fine\nreally".into(),
                     duration: Duration::from_millis(12),
+                    expected: None,
                 },
                 CheckResult {
                     id: "C24",
@@ -416,6 +544,11 @@ mod tests {
                     outcome: Outcome::NotApplicable,
                     detail: "no address".into(),
                     duration: Duration::ZERO,
+                    expected: Some(Expectation {
+                        id: "C24".into(),
+                        outcome: Outcome::NotApplicable,
+                        reason: "embedded".into(),
+                    }),
                 },
             ],
             figures: Figures {
@@ -439,7 +572,16 @@ mod tests {
             keys(&v["capabilities"]),
             ["extend", "fencing", "granularity_ms", "max_name_len", "owner_checked", "server_time"]
         );
-        assert_eq!(keys(&v["results"][0]), ["detail", "duration_ms", "id", "name", "outcome"]);
+        // `expected` and `as_expected` were added after the first schema (fields only added).
+        assert_eq!(
+            keys(&v["results"][0]),
+            ["as_expected", "detail", "duration_ms", "expected", "id", "name", "outcome"]
+        );
+        assert!(v["results"][0]["expected"].is_null());
+        assert_eq!(v["results"][0]["as_expected"], true);
+        assert_eq!(v["results"][1]["expected"]["outcome"], "not_applicable");
+        assert_eq!(v["results"][1]["expected"]["reason"], "embedded");
+        assert_eq!(v["results"][1]["as_expected"], true);
         assert_eq!(
             keys(&v["figures"]),
             [
@@ -467,9 +609,103 @@ mod tests {
         assert!(md.starts_with("# Conformance report: p\n"));
         assert!(md.contains("| extend | yes |"));
         assert!(md.contains("| C01 | lock_is_held | pass | ok \\| fine really | 12 |"), "{md}");
-        assert!(md.contains("| C24 | backend_unreachable | not applicable |"));
+        assert!(
+            md.contains(
+                "| C24 | backend_unreachable | not applicable (expected) | no address \
+                 [declared not applicable: embedded] |"
+            ),
+            "{md}"
+        );
+        assert!(md.contains("1 pass, 0 fail, 0 unsupported, 1 not applicable (1 expected)\n"));
         assert!(md.contains("| acquire p50 | 2.5 µs |"));
         assert!(md.contains("| round trips per acquire | n/a |"));
+    }
+
+    fn result(outcome: Outcome, expected: Option<Outcome>) -> CheckResult {
+        CheckResult {
+            id: "C24",
+            name: "backend_unreachable",
+            outcome,
+            detail: "the detail".into(),
+            duration: Duration::ZERO,
+            expected: expected.map(|outcome| Expectation {
+                id: "C24".into(),
+                outcome,
+                reason: "the reason".into(),
+            }),
+        }
+    }
+
+    #[test]
+    fn only_the_declared_non_pass_outcomes_are_as_expected() {
+        use Outcome::*;
+        for (outcome, expected, ok) in [
+            (Pass, None, true),
+            (Fail, None, false),
+            (Unsupported, None, false),
+            (NotApplicable, None, false),
+            (NotApplicable, Some(NotApplicable), true),
+            (Unsupported, Some(Unsupported), true),
+            (NotApplicable, Some(Unsupported), false),
+            (Unsupported, Some(NotApplicable), false),
+            (Pass, Some(NotApplicable), false),
+            (Pass, Some(Unsupported), false),
+            (Fail, Some(NotApplicable), false),
+        ] {
+            let r = result(outcome, expected);
+            assert_eq!(r.as_expected(), ok, "{outcome:?} with {expected:?} declared");
+            assert_eq!(r.unexpected().is_none(), ok);
+        }
+        let stale = result(Pass, Some(NotApplicable)).unexpected().unwrap();
+        assert!(stale.contains("C24 passed, but the test declares it not applicable"), "{stale}");
+        assert!(stale.contains("stale"), "{stale}");
+        let silent = result(NotApplicable, None).unexpected().unwrap();
+        assert!(silent.contains("not applicable (the detail), which the test does not expect"));
+        assert!(silent.contains("Options::expect_not_applicable(\"C24\""), "{silent}");
+        let silent = result(Unsupported, None).unexpected().unwrap();
+        assert!(silent.contains("Options::expect_unsupported(\"C24\""), "{silent}");
+        let other = result(Unsupported, Some(NotApplicable)).unexpected().unwrap();
+        assert!(other.contains("but the test declares it not applicable (the reason)"), "{other}");
+        assert_eq!(result(Fail, None).unexpected().unwrap(), "the detail");
+        assert_eq!(
+            result(NotApplicable, Some(NotApplicable)).outcome_label(),
+            "not applicable (expected)"
+        );
+        assert_eq!(result(NotApplicable, None).outcome_label(), "not applicable (UNEXPECTED)");
+        assert_eq!(result(Pass, Some(NotApplicable)).outcome_label(), "pass (UNEXPECTED)");
+        assert_eq!(result(Fail, None).outcome_label(), "FAIL");
+    }
+
+    #[test]
+    fn a_report_is_as_expected_only_if_every_result_is() {
+        let mut r = sample();
+        assert!(r.as_expected());
+        r.results[1].expected = None;
+        assert!(r.passed(), "nothing failed");
+        assert!(!r.as_expected());
+        assert_eq!(r.unexpected().len(), 1);
+        assert!(r.summary().ends_with(", 1 NOT AS EXPECTED"), "{}", r.summary());
+        let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert_eq!(v["results"][1]["as_expected"], false);
+        assert!(v["results"][1]["expected"].is_null());
+    }
+
+    #[test]
+    fn the_text_report_has_no_debug_formatting() {
+        let mut r = sample();
+        r.capabilities = r.capabilities.with_max_name_len(Some(255));
+        let t = r.to_text();
+        assert!(!t.contains("Some("), "{t}");
+        assert!(!t.contains("None"), "{t}");
+        assert!(t.contains("max_name_len=255 bytes"), "{t}");
+        assert!(t.contains("not applicable (expected)"), "{t}");
+        assert!(
+            t.contains(
+                "figures: acquire p50 2.5 µs, p99 9 µs, round trips per acquire n/a, per \
+                 release n/a, skew bound n/a"
+            ),
+            "{t}"
+        );
     }
 
     #[test]

@@ -198,7 +198,8 @@ impl Suite {
             .map_err(|e| Verdict::fail(format!("kit built an invalid config: {e}")))
     }
 
-    /// Runs one check, timing it. A check that panics is a failure.
+    /// Runs one check, timing it. A check that panics is a failure. The result carries the
+    /// declaration of [`Options::expected`] for this check, if any.
     pub async fn run_check(&self, check: &Check) -> CheckResult {
         let started = Instant::now();
         let verdict = CatchPanic(Box::pin((check.run)(self))).await;
@@ -212,6 +213,7 @@ impl Suite {
             outcome: verdict.outcome,
             detail: verdict.detail,
             duration: started.elapsed(),
+            expected: self.options.expectation(check.id).cloned(),
         }
     }
 
@@ -304,6 +306,7 @@ pub(crate) fn setup_failed_report(provider: &str, error: &str) -> Report {
                 outcome: Outcome::Fail,
                 detail: format!("the factory could not build an instance: {error}"),
                 duration: Duration::ZERO,
+                expected: None,
             })
             .collect(),
         figures: Figures::default(),

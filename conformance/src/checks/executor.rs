@@ -26,10 +26,10 @@ use crate::{report::Verdict, suite::Suite};
 
 /// Wraps a provider so that, once `pause` is set, every extend first stalls for `stall` (as a
 /// process paused by a GC or a stalled network would) and then reaches the real backend.
-struct Stalling {
-    inner: Arc<dyn LockProvider>,
-    pause: Arc<AtomicBool>,
-    stall: Duration,
+pub(crate) struct Stalling {
+    pub(crate) inner: Arc<dyn LockProvider>,
+    pub(crate) pause: Arc<AtomicBool>,
+    pub(crate) stall: Duration,
 }
 
 struct StallingHandle {

@@ -1,9 +1,13 @@
 //! C09–C11: extend (capability `extend`).
 
-use std::time::{Duration, Instant};
+use std::{
+    sync::{Arc, atomic::AtomicBool},
+    time::{Duration, Instant},
+};
 
-use shedlock::{Error, Lock};
+use shedlock::{Error, Lock, LockProvider};
 
+use super::executor::Stalling;
 use super::util::{
     R, at, bounded, expect_held_until, finish, instances, ms, must_lock, poll_acquire,
     timed_try_lock, unlock,
@@ -50,7 +54,8 @@ async fn c09(suite: &Suite) -> R {
     };
     tokio::time::sleep_until((a0 + l / 2).into()).await;
     let (e0, _) = extend(suite, &mut lock, l, Duration::ZERO).await?;
-    // Held past the original expiry (a0 + l): poll until e0 + 3/4 l.
+    // Held past the original expiry (a0 + l): poll until e0 + 3/4 l (≥ a0 + 5/4 l). An extend
+    // slower than that window leaves no time to probe, which fails rather than passes unseen.
     expect_held_until(suite, &p[1], &cfg, e0, l * 3 / 4, "after the first extend").await?;
     let (f0, f1) = extend(suite, &mut lock, l, Duration::ZERO).await?;
     let deadline = l + f1.duration_since(f0) + t.slack;
@@ -69,7 +74,10 @@ async fn c09(suite: &Suite) -> R {
 }
 
 /// C10: extending an expired lock fails (with [`Error::LockLost`]) and does not make the lock
-/// held.
+/// held: both an extend called after the lock expired (refused by the lock's lease, whatever the
+/// backend would say) and an extend sent in time that reaches the backend only after the lock
+/// expired there (a stalled process or link: the backend itself must refuse it, or the stale
+/// holder would hold the lock again).
 pub async fn c10_extend_expired_fails(suite: &Suite) -> Verdict {
     finish(c10(suite).await)
 }
@@ -102,7 +110,34 @@ async fn c10(suite: &Suite) -> R {
     let l2 = must_lock(suite, &p[1], &cfg, "after the failed extend").await?;
     unlock(suite, l2).await?;
     drop(lock);
-    Ok("extend of an expired lock gave LockLost and left the name free".into())
+
+    // The extend leaves in time but reaches the backend after the lock expired there.
+    let stall = t.at_most + t.slack;
+    let stalling: Arc<dyn LockProvider> =
+        Arc::new(Stalling { inner: p[0].clone(), pause: Arc::new(AtomicBool::new(true)), stall });
+    let cfg = suite.config(&suite.lock_name("c10b"), t.at_most, Duration::ZERO)?;
+    let mut lock = must_lock(suite, &stalling, &cfg, "lock to extend late").await?;
+    match bounded(suite, "late extend", lock.extend(t.at_most * 10, Duration::ZERO)).await? {
+        Err(Error::LockLost { .. }) => {}
+        Ok(()) => bail!("an extend answered after the lock's lease ended reported success"),
+        Err(e) => {
+            bail!("an extend that reached the backend after expiry gave {e:?}, expected LockLost")
+        }
+    }
+    let l3 = must_lock(
+        suite,
+        &p[1],
+        &cfg,
+        "after an extend that reached the backend after the lock expired (it revived the lock)",
+    )
+    .await?;
+    unlock(suite, l3).await?;
+    drop(lock);
+    Ok(format!(
+        "extend of an expired lock gave LockLost and left the name free; an extend reaching the \
+         backend {} ms after the lock expired there was refused too",
+        ms(t.slack)
+    ))
 }
 
 /// C11: `lock_at_least_for` given to extend is honoured on unlock.

@@ -10,7 +10,9 @@
 //! ```
 //!
 //! [`catalogue`] lists them by id, in order; the ids and meanings are those of the conformance
-//! catalogue (`CONFORMANCE.md`).
+//! catalogue: the table "The checks" in the [crate documentation](crate#the-checks), also in
+//! the kit's `README.md` (`conformance/README.md` in the repository), which says per check what
+//! it proves and what it needs.
 
 use std::{future::Future, pin::Pin};
 

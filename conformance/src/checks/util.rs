@@ -185,6 +185,11 @@ pub(crate) async fn poll_acquire(
 /// Polls `try_lock` on `p` until `origin + until`; any success whose call ended before
 /// `origin + until - early` fails the check (the lock should be held). A success after that is
 /// released and ignored.
+///
+/// At least one probe must be made: if `origin + until` is already (nearly) past when this is
+/// called — the caller was slow, e.g. an `extend` that took longer than the window, or the
+/// machine stalled — no `try_lock` would run and "held until" would pass without a single
+/// observation. That is reported as a failure (the check proved nothing), never as a pass.
 pub(crate) async fn expect_held_until(
     suite: &Suite,
     p: &Arc<dyn LockProvider>,
@@ -194,14 +199,27 @@ pub(crate) async fn expect_held_until(
     what: &str,
 ) -> Result<(), Verdict> {
     let t = suite.timing();
+    let deadline = origin + until;
+    let mut probes = 0u32;
     loop {
-        if Instant::now() + t.poll >= origin + until {
+        let now = Instant::now();
+        // The first probe is made whenever any time is left; later ones while a poll fits.
+        if now >= deadline || (probes > 0 && now + t.poll >= deadline) {
+            if probes == 0 {
+                bail!(
+                    "{what}: no try_lock probe could be made before +{} ms (it was already \
+                     +{} ms): that the lock stays held was never observed",
+                    ms(until),
+                    at(origin, now)
+                );
+            }
             return Ok(());
         }
         let (r, _b0, b1) = timed_try_lock(suite, p, cfg).await?;
+        probes += 1;
         if let Some(lock) = r {
             let _ = bounded(suite, "unlock", lock.unlock()).await;
-            if b1 + t.early < origin + until {
+            if b1 + t.early < deadline {
                 bail!(
                     "{what}: acquired at +{} ms, but the lock must stay held until +{} ms",
                     at(origin, b1),
@@ -221,4 +239,56 @@ pub(crate) fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
     }
     let rank = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
     sorted.get(rank.min(sorted.len() - 1)).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Options, Outcome, test_support::memory_suite};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn held_until_observes_a_held_lock() {
+        let suite = memory_suite(Options::new()).await;
+        let p = suite.instances(2).await.unwrap();
+        let cfg = suite.config("held", Duration::from_secs(60), Duration::ZERO).unwrap();
+        let lock = p[0].try_lock(&cfg).await.unwrap().unwrap();
+        let origin = Instant::now();
+        expect_held_until(&suite, &p[1], &cfg, origin, Duration::from_millis(100), "held")
+            .await
+            .unwrap();
+        assert!(origin.elapsed() >= Duration::from_millis(100) - suite.timing().poll);
+        lock.unlock().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn held_until_fails_on_a_free_lock() {
+        let suite = memory_suite(Options::new()).await;
+        let p = suite.instances(1).await.unwrap();
+        let cfg = suite.config("free", Duration::from_secs(60), Duration::ZERO).unwrap();
+        let v = expect_held_until(&suite, &p[0], &cfg, Instant::now(), Duration::from_secs(1), "x")
+            .await
+            .unwrap_err();
+        assert_eq!(v.outcome, Outcome::Fail);
+        assert!(v.detail.contains("acquired at +"), "{}", v.detail);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn held_until_with_no_time_left_fails_instead_of_passing_unobserved() {
+        let suite = memory_suite(Options::new()).await;
+        let p = suite.instances(1).await.unwrap();
+        // The lock is free: any probe would fail the check. Before the fix, a window that had
+        // already closed made no probe at all and passed.
+        let cfg = suite.config("late", Duration::from_secs(60), Duration::ZERO).unwrap();
+        let origin = Instant::now() - Duration::from_secs(1);
+        let v = expect_held_until(&suite, &p[0], &cfg, origin, Duration::from_millis(300), "late")
+            .await
+            .unwrap_err();
+        assert_eq!(v.outcome, Outcome::Fail);
+        assert!(
+            v.detail.contains("late: no try_lock probe could be made before +300 ms"),
+            "{}",
+            v.detail
+        );
+        assert!(v.detail.contains("never observed"), "{}", v.detail);
+    }
 }

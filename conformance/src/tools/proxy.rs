@@ -179,13 +179,18 @@ async fn serve(client: TcpStream, state: Arc<State>) {
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
     let last = Arc::new(std::sync::atomic::AtomicU8::new(TO_CLIENT));
+    let epoch = *cut.borrow();
     let (cr, cw) = client.into_split();
     let (sr, sw) = server.into_split();
-    let up = pump(cr, sw, state.clone(), last.clone(), TO_SERVER);
-    let down = pump(sr, cw, state.clone(), last, TO_CLIENT);
+    let up = pump(cr, sw, state.clone(), last.clone(), TO_SERVER, epoch);
+    let down = pump(sr, cw, state.clone(), last, TO_CLIENT, epoch);
+    // The cut is polled first, and each pump checks it again right before forwarding a chunk: a
+    // chunk read in the same poll as a cut (on a multi-thread runtime the other side may answer
+    // within that poll) is never forwarded.
     tokio::select! {
-        _ = async { tokio::join!(up, down) } => {}
+        biased;
         _ = cut.changed() => {}
+        _ = async { tokio::join!(up, down) } => {}
     }
 }
 
@@ -195,6 +200,7 @@ async fn pump(
     state: Arc<State>,
     last: Arc<std::sync::atomic::AtomicU8>,
     dir: u8,
+    epoch: u64,
 ) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
@@ -209,6 +215,9 @@ async fn pump(
         let delay = state.delay_us.load(Ordering::SeqCst);
         if delay > 0 {
             tokio::time::sleep(Duration::from_micros(delay)).await;
+        }
+        if *state.cut.borrow() != epoch {
+            break;
         }
         if to.write_all(&buf[..n]).await.is_err() {
             break;

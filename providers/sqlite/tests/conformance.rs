@@ -3,7 +3,8 @@
 //! host). `SHEDLOCK_SQL_TIME=client` runs the client-time mode instead (`sqlite-client-time`).
 //!
 //! SQLite is embedded: there is no server address for the kit's fault proxy (C24) and no server
-//! to restart (C25), so those report "not applicable".
+//! to restart (C25), so those report "not applicable" — declared below as expected, so that any
+//! other non-pass outcome fails the run.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::{path::PathBuf, sync::Arc, time::Duration};
@@ -70,5 +71,8 @@ impl ProviderFactory for Sqlite {
 }
 
 fn main() -> std::process::ExitCode {
-    shedlock_conformance::harness(Options::from_env(), || async { Sqlite::new().await })
+    let options = Options::from_env()
+        .expect_not_applicable("C24", "SQLite is embedded: no network address to cut")
+        .expect_not_applicable("C25", "SQLite is embedded: no server to restart");
+    shedlock_conformance::harness(options, || async { Sqlite::new().await })
 }

@@ -69,6 +69,11 @@ impl RestartHook for Restart {
 }
 
 fn main() -> std::process::ExitCode {
+    // Every check applies to the toy, so every check must pass. A provider that cannot offer a
+    // hook or does not declare a capability declares the outcome it expects instead, with the
+    // reason, e.g. `Options::from_env().expect_not_applicable("C24", "embedded: no network
+    // address to cut")` or `.expect_unsupported("C20", "no fencing tokens")`; any other outcome
+    // than pass or the declared one fails its test.
     shedlock_conformance::harness(Options::from_env(), || async {
         let server = ToyServer::start().await?;
         Ok(ToyFactory { server: Arc::new(server) })
