@@ -16,6 +16,7 @@
 //!   unlock / extend, capabilities, record helpers), generic over a [`Dialect`] that supplies
 //!   only its statements, their execution and its error classification.
 
+mod conn;
 mod error;
 mod ident;
 mod provider;
@@ -166,6 +167,7 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
+pub use conn::LockConn;
 pub use error::{DbErrorKind, ErrorContext, map_sqlx_error};
 pub use ident::{Columns, MAX_IDENT_LEN, QuotedNames, TableName, validate_ident};
 pub use provider::{
