@@ -106,6 +106,18 @@ pub fn server_hooks(
 pub mod sql {
     use super::*;
 
+    /// One winner; not reentrant; free again after unlock. For provider modes the conformance
+    /// run does not cover (e.g. pooled statements instead of the dedicated connection).
+    pub async fn one_winner_and_release(a: &dyn LockProvider, b: &dyn LockProvider) {
+        let c = cfg("job", 60_000, 0);
+        let lock = a.try_lock(&c).await.unwrap().expect("free");
+        assert!(b.try_lock(&c).await.unwrap().is_none());
+        assert!(a.try_lock(&c).await.unwrap().is_none(), "not reentrant");
+        lock.unlock().await.unwrap();
+        let lock = b.try_lock(&c).await.unwrap().expect("free after unlock");
+        lock.unlock().await.unwrap();
+    }
+
     /// A holder whose row was taken over (an operator deleted it, another node took the name)
     /// can neither extend nor unlock it: the row is unchanged. The stale holder's lease is still
     /// running, so its extend really reaches the database and is refused by the owner check, not

@@ -19,7 +19,8 @@
 //! - Names are `VARBINARY`: compared byte for byte (no case folding, no trailing-space padding,
 //!   no charset conversion).
 //! - **Owner-checked** unlock and extend, **fencing tokens** (`greatest(old + 1, server clock in
-//!   µs)`), no "row exists" cache, statements on their own pooled connection in autocommit.
+//!   µs)`), no "row exists" cache, statements in autocommit on a connection of the provider's own
+//!   (see [Connections](#connections)).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -41,20 +42,38 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Connections
+//!
+//! A statement on a pooled sqlx 0.9 connection is not one round trip: sqlx pings every
+//! connection when it goes back to the pool (always), and with `test_before_acquire(true)`
+//! (sqlx's default) once more at checkout. So by default the provider takes **one connection of
+//! its own** from your pool, detaches it (the pool may then open one more than its
+//! `max_connections`) and runs lock statements on it: one round trip each on MariaDB, nothing
+//! after. A statement that finds it busy (another lock call of this provider in flight) uses a
+//! pooled connection instead of queueing. A failed connection is dropped and the next call opens
+//! a fresh one; a connection the server closed while idle (`KILL`, restart, `wait_timeout`:
+//! MariaDB says nothing, the client sees EOF) therefore fails one call with the retryable
+//! [`Error::Unavailable`](shedlock::Error::Unavailable): the statement is not repeated blindly,
+//! since it may have run. A call cancelled mid-statement drops the connection. The connection
+//! follows the pool's `max_lifetime` and `idle_timeout` (10 minutes by default, well under the
+//! server's `wait_timeout`) and goes when the pool is closed.
+//! [`dedicated_connection(false)`](MySqlLockProviderBuilder::dedicated_connection) runs every
+//! statement on a pooled connection instead (one server connection fewer, two or three round
+//! trips per operation).
+//!
 //! # Pool settings
 //!
-//! The provider never changes your pool. sqlx's default `test_before_acquire(true)` pings the
-//! server on every checkout, one extra round trip per lock operation; for a pool used for locks,
-//! [`recommended_pool_options`] turns it off. Set an `acquire_timeout` so an unreachable server
-//! fails fast.
+//! The provider never changes your pool. [`recommended_pool_options`] turns off
+//! `test_before_acquire` (saving a round trip on the pooled path) and sets an `acquire_timeout`
+//! so an unreachable server fails fast.
 
 use std::{fmt, time::Duration};
 
 use shedlock::Result;
 use shedlock::support::duration_millis_ceil;
 use shedlock_sql_common::{
-    Arg, ArgValues, BuilderCore, DbErrorKind, Dialect, Op, Placeholder, QuotedNames, SqlProvider,
-    Stmt, StmtBuilder, bind, record_from_row, retry_transient,
+    Arg, ArgValues, BuilderCore, DbErrorKind, Dialect, LockConn, Op, Placeholder, QuotedNames,
+    SqlProvider, Stmt, StmtBuilder, record_from_row, retry_transient,
 };
 use sqlx::{
     AssertSqlSafe, Row,
@@ -91,7 +110,8 @@ pub enum Flavor {
 }
 
 /// Pool options suited to a pool used for locks: no ping before each checkout (saves a round
-/// trip per operation), 5 s acquire timeout, at most 4 connections.
+/// trip whenever a statement runs on a pooled connection; the provider's own connection is
+/// pinged once when it is taken idle from such a pool), 5 s acquire timeout, at most 4 connections.
 pub fn recommended_pool_options() -> MySqlPoolOptions {
     MySqlPoolOptions::new()
         .max_connections(4)
@@ -105,6 +125,7 @@ pub struct MySqlLockProviderBuilder {
     pool: MySqlPool,
     core: BuilderCore,
     flavor: Flavor,
+    dedicated: bool,
 }
 
 shedlock_sql_common::sql_builder_setters!(MySqlLockProviderBuilder {
@@ -129,6 +150,21 @@ impl MySqlLockProviderBuilder {
         self
     }
 
+    /// Whether lock statements run on a connection of the provider's own (default `true`) or
+    /// each on a connection checked out of the pool (`false`). See
+    /// [Connections](crate#connections).
+    ///
+    /// `true`: one round trip per lock operation (two for the MySQL flavor's acquire), nothing after it, and one server
+    /// connection more than the pool's own (the dedicated one is detached from the pool).
+    /// `false`: no extra connection, but sqlx 0.9 pings each pooled connection when it returns
+    /// to the pool, and with `test_before_acquire(true)` before checkout too: two or three
+    /// round trips per operation. Both are equally safe: a statement never runs on a connection
+    /// left in an unknown state, and every call runs in autocommit.
+    pub fn dedicated_connection(mut self, dedicated: bool) -> Self {
+        self.dedicated = dedicated;
+        self
+    }
+
     /// Validates the configuration and builds the provider. Invalid identifiers, `locked_by`
     /// or `max_name_len` give [`Error::Setup`](shedlock::Error::Setup). Does no I/O.
     pub fn build(self) -> Result<MySqlLockProvider> {
@@ -139,8 +175,8 @@ impl MySqlLockProviderBuilder {
             let _ = stmts.set(Statements::new(&settings.names, database, self.flavor));
         }
         let ddl = ddl(&settings.names, settings.max_name_len);
-        let dialect =
-            MySqlDialect { pool: self.pool, names: settings.names.clone(), database, stmts };
+        let conn = LockConn::new(self.pool, self.dedicated);
+        let dialect = MySqlDialect { conn, names: settings.names.clone(), database, stmts };
         Ok(MySqlLockProvider { inner: SqlProvider::new(dialect, settings, ddl) })
     }
 }
@@ -330,10 +366,11 @@ fn floor_ms_micros(micros: i64) -> i64 {
     micros.div_euclid(1000) * 1000
 }
 
-/// The MySQL / MariaDB primitives: the pool and the statements of the flavor (built on first use
-/// when the flavor is detected). Times are microseconds on millisecond boundaries.
+/// The MySQL / MariaDB primitives: where lock statements run, and the statements of the flavor
+/// (built on first use when the flavor is detected). Times are microseconds on millisecond
+/// boundaries.
 struct MySqlDialect {
-    pool: MySqlPool,
+    conn: LockConn<MySql>,
     names: QuotedNames,
     database: bool,
     stmts: OnceCell<Statements>,
@@ -344,7 +381,7 @@ impl MySqlDialect {
         self.stmts
             .get_or_try_init(|| async {
                 let version: String =
-                    sqlx::query_scalar("SELECT VERSION()").fetch_one(&self.pool).await?;
+                    sqlx::query_scalar("SELECT VERSION()").fetch_one(self.conn.pool()).await?;
                 let flavor = flavor_of(&version);
                 tracing::debug!(%version, ?flavor, "mysql flavor detected");
                 Ok(Statements::new(&self.names, self.database, flavor))
@@ -376,11 +413,10 @@ impl Dialect for MySqlDialect {
         let row = retry_transient(classify, || async {
             let row = match stmts.flavor {
                 Flavor::MySql => {
-                    let mut conn = self.pool.acquire().await?;
-                    bind::<MySql>(&stmts.acquire, values).execute(&mut *conn).await?;
-                    bind::<MySql>(&stmts.owner, values).fetch_optional(&mut *conn).await?
+                    let (upsert, owner) = (&stmts.acquire, &stmts.owner);
+                    self.conn.execute_then_fetch_optional(classify, upsert, owner, values).await?
                 }
-                _ => bind::<MySql>(&stmts.acquire, values).fetch_optional(&self.pool).await?,
+                _ => self.conn.fetch_optional(classify, &stmts.acquire, values).await?,
             };
             row.map(|r| Ok((r.try_get::<i64, _>(0)?, r.try_get::<i64, _>(1)?))).transpose()
         })
@@ -401,15 +437,13 @@ impl Dialect for MySqlDialect {
             Op::Delete => &stmts.delete,
             Op::Write => &stmts.write,
         };
-        retry_transient(classify, || async {
-            bind::<MySql>(stmt, values).execute(&self.pool).await.map(|r| r.rows_affected())
-        })
-        .await
+        let r = retry_transient(classify, || self.conn.execute(classify, stmt, values)).await?;
+        Ok(r.rows_affected())
     }
 
     async fn record(&self, values: &ArgValues<'_>) -> Result<Option<LockRecord>, sqlx::Error> {
         let stmts = self.stmts().await?;
-        let row = bind::<MySql>(&stmts.select, values).fetch_optional(&self.pool).await?;
+        let row = self.conn.fetch_optional(classify, &stmts.select, values).await?;
         row.map(|r| {
             let raw: Vec<u8> = r.try_get(0)?;
             let name = String::from_utf8(raw).map_err(|e| sqlx::Error::Decode(e.into()))?;
@@ -419,14 +453,20 @@ impl Dialect for MySqlDialect {
     }
 
     async fn run_ddl(&self, ddl: &str) -> Result<(), sqlx::Error> {
-        sqlx::raw_sql(AssertSqlSafe(ddl.to_owned())).execute(&self.pool).await.map(|_| ())
+        sqlx::raw_sql(AssertSqlSafe(ddl.to_owned())).execute(self.conn.pool()).await.map(|_| ())
     }
 }
 
 impl MySqlLockProvider {
-    /// Starts a builder on the caller's pool. Lock statements take their own connection from it.
+    /// Starts a builder on the caller's pool. Lock statements run on a connection taken from it
+    /// (see [Connections](crate#connections)).
     pub fn builder(pool: MySqlPool) -> MySqlLockProviderBuilder {
-        MySqlLockProviderBuilder { pool, core: BuilderCore::default(), flavor: Flavor::Detect }
+        MySqlLockProviderBuilder {
+            pool,
+            core: BuilderCore::default(),
+            flavor: Flavor::Detect,
+            dedicated: true,
+        }
     }
 
     /// The flavor in use: the configured one, or the detected one once the provider has talked

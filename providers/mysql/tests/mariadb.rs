@@ -98,17 +98,18 @@ async fn round_trips(flavor: Flavor) -> Vec<u64> {
 
     let name = unique("n");
     let measure = async |what: &str, f: std::pin::Pin<Box<dyn Future<Output = ()> + '_>>| {
-        // sqlx 0.9 pings every connection in the background when it returns to the pool: let
-        // that finish, then count only the round trips made while the call runs.
         tokio::time::sleep(Duration::from_millis(50)).await;
         let base = proxy.round_trips();
         f.await;
         let n = proxy.round_trips() - base;
+        // Nothing after the call either: the dedicated connection never goes back to the pool,
+        // so there is no release ping (a pooled connection gets one from sqlx 0.9).
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let with_release = proxy.round_trips() - base;
+        let after = proxy.round_trips() - base;
         println!(
-            "{flavor:?} {what}: {n} round trip(s) on the call path, {with_release} including sqlx's release ping"
+            "{flavor:?} {what}: {n} round trip(s) on the call path, {after} including what followed"
         );
+        assert_eq!(after, n, "{flavor:?} {what}: traffic after the call returned");
         n
     };
     let mut counts = Vec::new();
@@ -529,4 +530,160 @@ async fn dropped_acquire_leaves_no_bad_connection() {
     for i in 0..30u64 {
         assert!(p.try_lock(&cfg(&format!("c{i}"), 60_000, 0)).await.unwrap().is_some(), "c{i}");
     }
+}
+
+/// Options for a pool that connects through `proxy` to its own database `db` (created here), so
+/// that the server's process list tells its connections apart.
+async fn via(proxy: SocketAddr, db: &str) -> MySqlConnectOptions {
+    let admin = pool().await;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE IF NOT EXISTS {db}")))
+        .execute(&admin)
+        .await
+        .unwrap();
+    common::url()
+        .await
+        .parse::<MySqlConnectOptions>()
+        .unwrap()
+        .host("127.0.0.1")
+        .port(proxy.port())
+        .database(db)
+}
+
+#[tokio::test]
+async fn pooled_statements_still_work() {
+    for flavor in [Flavor::MariaDb, Flavor::MySql] {
+        let table = table();
+        let node = async || {
+            let p = MySqlLockProvider::builder(pool().await)
+                .table(&table)
+                .flavor(flavor)
+                .dedicated_connection(false)
+                .build()
+                .unwrap();
+            p.create_table().await.unwrap();
+            p
+        };
+        let (a, b) = (node().await, node().await);
+        sql::one_winner_and_release(&a, &b).await;
+        sql::stale_holder_cannot_unlock_or_extend(&a, &b, &*a.records()).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_operations_on_one_provider_do_not_queue() {
+    ensure_db().await;
+    let pool = recommended_pool_options().max_connections(2).connect(&common::url().await).await;
+    let p = Arc::new(provider_on(pool.unwrap(), &table(), Flavor::Detect).await);
+    // 40 locks at once: one runs on the dedicated connection, the others on the pool.
+    let tasks: Vec<_> = (0..40)
+        .map(|i| {
+            let p = p.clone();
+            tokio::spawn(async move { p.try_lock(&cfg(&format!("c{i}"), 60_000, 0)).await })
+        })
+        .collect();
+    let mut locks = Vec::new();
+    for t in tasks {
+        locks.push(t.await.unwrap().unwrap().expect("a fresh name"));
+    }
+    for l in locks {
+        l.unlock().await.unwrap();
+    }
+    assert!(p.try_lock(&cfg("c0", 60_000, 0)).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn a_killed_connection_is_replaced() {
+    // The server kills the provider's idle connection (KILL, as an operator or a restart
+    // would): the next call may fail with a retryable error (MariaDB closes the socket without
+    // a word, so the outcome of a statement sent on it is unknown and it is not repeated), and
+    // the call after that works on a fresh connection.
+    let proxy = FaultProxy::start(server_addr().await).await.unwrap();
+    let db = unique("kill");
+    let pool = recommended_pool_options().connect_lazy_with(via(proxy.addr(), &db).await);
+    let p = provider_on(pool, &table(), Flavor::Detect).await;
+    let admin = self::pool().await;
+    for round in 0..3 {
+        let l = p.try_lock(&cfg(&format!("before{round}"), 60_000, 0)).await.unwrap().unwrap();
+        l.unlock().await.unwrap();
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "SELECT id FROM information_schema.processlist WHERE db = ? AND id <> CONNECTION_ID()",
+        )
+        .bind(&db)
+        .fetch_all(&admin)
+        .await
+        .unwrap();
+        assert!(!ids.is_empty(), "round {round}: the provider's connection was not found");
+        for id in ids {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!("KILL CONNECTION {id}")))
+                .execute(&admin)
+                .await
+                .unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let name = format!("after{round}");
+        let r = p.try_lock(&cfg(&name, 60_000, 0)).await;
+        println!("round {round}: the call after KILL: {:?}", r.as_ref().map(Option::is_some));
+        match r {
+            Ok(l) => l.expect("a fresh name").unlock().await.unwrap(),
+            Err(e) => {
+                assert!(matches!(e, Error::Unavailable { .. }), "{e:?}");
+                // Whether or not it ran, the name is free or ours: the retry takes it.
+                let l = p.try_lock(&cfg(&name, 60_000, 0)).await.unwrap();
+                if let Some(l) = l {
+                    l.unlock().await.unwrap();
+                }
+                let l = p.try_lock(&cfg(&unique("fresh"), 60_000, 0)).await.unwrap();
+                l.expect("works again").unlock().await.unwrap();
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_connection_lost_mid_statement_fails_once_then_recovers() {
+    let proxy =
+        shedlock_conformance::tools::proxy::FaultProxy::start(server_addr().await).await.unwrap();
+    ensure_db().await;
+    let opts = via(proxy.addr(), DB).await;
+    let p =
+        provider_on(recommended_pool_options().connect_lazy_with(opts), &table(), Flavor::Detect)
+            .await;
+    let l = p.try_lock(&cfg("warm", 60_000, 0)).await.unwrap().unwrap();
+    l.unlock().await.unwrap();
+    let before = proxy.connections();
+    proxy.cut_all();
+    let err = p.try_lock(&cfg("x", 60_000, 0)).await.unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+    let l = p.try_lock(&cfg("x", 60_000, 0)).await.unwrap().expect("nothing took it");
+    l.unlock().await.unwrap();
+    assert!(proxy.connections() > before, "a fresh connection");
+}
+
+#[tokio::test]
+async fn the_dedicated_connection_follows_the_pool_idle_timeout_and_closing() {
+    let proxy =
+        shedlock_conformance::tools::proxy::FaultProxy::start(server_addr().await).await.unwrap();
+    ensure_db().await;
+    let pool = recommended_pool_options()
+        .idle_timeout(Duration::from_millis(300))
+        .connect_lazy_with(via(proxy.addr(), DB).await);
+    // The table is created elsewhere, so that only the dedicated connection uses this pool.
+    let table = table();
+    provider_on(self::pool().await, &table, Flavor::MariaDb).await;
+    let p = MySqlLockProvider::builder(pool.clone()).table(&table).flavor(Flavor::MariaDb).build();
+    let p = p.unwrap();
+    let cycle = async |name: &str| {
+        let l = p.try_lock(&cfg(name, 60_000, 0)).await.unwrap().unwrap();
+        l.unlock().await.unwrap();
+    };
+    cycle("a").await;
+    let n = proxy.connections();
+    cycle("b").await;
+    assert_eq!(proxy.connections(), n, "reused while fresh");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cycle("c").await;
+    assert_eq!(proxy.connections(), n + 1, "replaced after idle_timeout");
+    pool.close().await;
+    let err = p.try_lock(&cfg("d", 60_000, 0)).await.unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
 }

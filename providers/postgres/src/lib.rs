@@ -11,8 +11,8 @@
 //! - **Fencing tokens**: every acquisition gets a token greater than every earlier one for the
 //!   name: `greatest(old + 1, server clock in µs)`, so even a row deleted and recreated gets a
 //!   larger token unless the server clock was stepped back.
-//! - Lock statements run on a connection of their own from the pool, in autocommit, never inside
-//!   a caller's transaction.
+//! - Lock statements run on a connection of the provider's own, taken from the pool (see
+//!   [Connections](#connections)), in autocommit, never inside a caller's transaction.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -34,21 +34,38 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Connections
+//!
+//! A statement on a pooled sqlx 0.9 connection is not one round trip: sqlx pings every
+//! connection when it goes back to the pool (always; the kit's proxy sees it as 1.6–2
+//! turnarounds per operation), and with `test_before_acquire(true)` (sqlx's default) once more
+//! at checkout. So by default the provider takes **one connection of its own** from your pool,
+//! detaches it (the pool may then open one more than its `max_connections`) and runs lock
+//! statements on it: one round trip each, nothing after. A statement that finds it busy (another
+//! lock call of this provider in flight) uses a pooled connection instead of queueing. A failed
+//! connection is dropped and replaced by the next call; when the server ended it (restart,
+//! `pg_terminate_backend`: PostgreSQL says so with FATAL 57P01) the statement is retried at
+//! once on a fresh one, since it never ran. A connection lost without a word (reset, EOF) fails
+//! that one call with the retryable [`Error::Unavailable`](shedlock::Error::Unavailable),
+//! because the statement may have run. A call cancelled mid-statement drops the connection. The
+//! connection follows the pool's `max_lifetime` and `idle_timeout` and goes when the pool is
+//! closed. [`dedicated_connection(false)`](PostgresLockProviderBuilder::dedicated_connection)
+//! runs every statement on a pooled connection instead (one server connection fewer, two or
+//! three round trips per operation).
+//!
 //! # Pool settings
 //!
-//! The provider never changes your pool. sqlx's default `test_before_acquire(true)` pings the
-//! server on every checkout, one extra round trip per lock operation; for a pool used for locks,
-//! [`recommended_pool_options`] turns it off (a broken connection then surfaces as a
-//! retryable [`Error::Unavailable`](shedlock::Error::Unavailable) once, and the pool replaces
-//! it). Set an `acquire_timeout` so an unreachable server fails fast.
+//! The provider never changes your pool. [`recommended_pool_options`] turns off
+//! `test_before_acquire` (saving a round trip on the pooled path) and sets an `acquire_timeout`
+//! so an unreachable server fails fast.
 
 use std::{fmt, time::Duration};
 
 use shedlock::Result;
 use shedlock::support::duration_micros;
 use shedlock_sql_common::{
-    Arg, ArgValues, BuilderCore, DbErrorKind, Dialect, Op, Placeholder, QuotedNames, SqlProvider,
-    Stmt, StmtBuilder, bind, record_from_row, retry_transient,
+    Arg, ArgValues, BuilderCore, DbErrorKind, Dialect, LockConn, Op, Placeholder, QuotedNames,
+    SqlProvider, Stmt, StmtBuilder, record_from_row, retry_transient,
 };
 use sqlx::{
     AssertSqlSafe, Row,
@@ -65,8 +82,9 @@ const BACKEND: &str = "postgres";
 pub const MAX_NAME_LEN_LIMIT: usize = 2000;
 
 /// Pool options suited to a pool used for locks: no ping before each checkout (saves a round
-/// trip per operation), 5 s acquire timeout, at most 4 connections. Start from these and adjust;
-/// the provider works with any pool.
+/// trip whenever a statement runs on a pooled connection; the provider's own connection is
+/// pinged once when it is taken idle from such a pool), 5 s acquire timeout, at most 4 connections. Start from these
+/// and adjust; the provider works with any pool.
 pub fn recommended_pool_options() -> PgPoolOptions {
     PgPoolOptions::new()
         .max_connections(4)
@@ -79,6 +97,7 @@ pub fn recommended_pool_options() -> PgPoolOptions {
 pub struct PostgresLockProviderBuilder {
     pool: PgPool,
     core: BuilderCore,
+    dedicated: bool,
 }
 
 shedlock_sql_common::sql_builder_setters!(PostgresLockProviderBuilder {
@@ -98,13 +117,28 @@ shedlock_sql_common::sql_builder_setters!(PostgresLockProviderBuilder {
 });
 
 impl PostgresLockProviderBuilder {
+    /// Whether lock statements run on a connection of the provider's own (default `true`) or
+    /// each on a connection checked out of the pool (`false`). See
+    /// [Connections](crate#connections).
+    ///
+    /// `true`: one round trip per lock operation, nothing after it, and one server
+    /// connection more than the pool's own (the dedicated one is detached from the pool).
+    /// `false`: no extra connection, but sqlx 0.9 pings each pooled connection when it returns
+    /// to the pool, and with `test_before_acquire(true)` before checkout too: two or three
+    /// round trips per operation. Both are equally safe: a statement never runs on a connection
+    /// left in an unknown state, and every call runs in autocommit.
+    pub fn dedicated_connection(mut self, dedicated: bool) -> Self {
+        self.dedicated = dedicated;
+        self
+    }
+
     /// Validates the configuration and builds the provider. Invalid identifiers, `locked_by`
     /// or `max_name_len` give [`Error::Setup`](shedlock::Error::Setup). Does no I/O.
     pub fn build(self) -> Result<PostgresLockProvider> {
         let settings = self.core.validate(BACKEND, '"', MAX_NAME_LEN_LIMIT)?;
         let stmts = Statements::new(&settings.names, settings.time.is_server());
         let ddl = ddl(&settings.names, settings.max_name_len);
-        let dialect = PgDialect { pool: self.pool, stmts };
+        let dialect = PgDialect { conn: LockConn::new(self.pool, self.dedicated), stmts };
         Ok(PostgresLockProvider { inner: SqlProvider::new(dialect, settings, ddl) })
     }
 }
@@ -156,7 +190,9 @@ impl Statements {
         );
         let mut b = StmtBuilder::new(Placeholder::Dollar);
 
-        // Acquire: one statement whether or not the row exists.
+        // Acquire: one statement whether or not the row exists. The row is taken when it is
+        // free, or when it already belongs to this very acquisition: a repeat of the statement
+        // after a lost answer (see `LockConn`) then gets the lock it took, not "held".
         b.sql(&format!("INSERT INTO {t} AS cur ({name}, {lu}, {la}, {lb}, {aid}, {ft}) VALUES ("))
             .arg(Arg::Name)
             .sql(", ");
@@ -168,7 +204,7 @@ impl Statements {
             ", {SERVER_MICROS}) ON CONFLICT ({name}) DO UPDATE SET {lu} = EXCLUDED.{lu}, \
              {la} = EXCLUDED.{la}, {lb} = EXCLUDED.{lb}, {aid} = EXCLUDED.{aid}, \
              {ft} = greatest(cur.{ft} + 1, EXCLUDED.{ft}) \
-             WHERE cur.{lu} <= EXCLUDED.{la} RETURNING {ft}"
+             WHERE cur.{lu} <= EXCLUDED.{la} OR cur.{aid} = EXCLUDED.{aid} RETURNING {ft}"
         ));
         let acquire = b.build();
 
@@ -252,9 +288,9 @@ fn classify(e: &dyn DatabaseError) -> DbErrorKind {
     }
 }
 
-/// The PostgreSQL primitives: the pool and the statements built for it.
+/// The PostgreSQL primitives: where lock statements run, and the statements built for it.
 struct PgDialect {
-    pool: PgPool,
+    conn: LockConn<Postgres>,
     stmts: Statements,
 }
 
@@ -275,12 +311,11 @@ impl Dialect for PgDialect {
     }
 
     async fn acquire(&self, values: &ArgValues<'_>) -> Result<Option<i64>, sqlx::Error> {
-        retry_transient(classify, || async {
-            let row =
-                bind::<Postgres>(&self.stmts.acquire, values).fetch_optional(&self.pool).await?;
-            row.map(|r| r.try_get::<i64, _>(0)).transpose()
+        let row = retry_transient(classify, || {
+            self.conn.fetch_optional(classify, &self.stmts.acquire, values)
         })
-        .await
+        .await?;
+        row.map(|r| r.try_get::<i64, _>(0)).transpose()
     }
 
     async fn execute(&self, op: Op, values: &ArgValues<'_>) -> Result<u64, sqlx::Error> {
@@ -290,26 +325,25 @@ impl Dialect for PgDialect {
             Op::Delete => &self.stmts.delete,
             Op::Write => &self.stmts.write,
         };
-        retry_transient(classify, || async {
-            bind::<Postgres>(stmt, values).execute(&self.pool).await.map(|r| r.rows_affected())
-        })
-        .await
+        let r = retry_transient(classify, || self.conn.execute(classify, stmt, values)).await?;
+        Ok(r.rows_affected())
     }
 
     async fn record(&self, values: &ArgValues<'_>) -> Result<Option<LockRecord>, sqlx::Error> {
-        let row = bind::<Postgres>(&self.stmts.select, values).fetch_optional(&self.pool).await?;
+        let row = self.conn.fetch_optional(classify, &self.stmts.select, values).await?;
         row.map(|r| record_from_row(&r, r.try_get(0)?)).transpose()
     }
 
     async fn run_ddl(&self, ddl: &str) -> Result<(), sqlx::Error> {
-        sqlx::raw_sql(AssertSqlSafe(ddl.to_owned())).execute(&self.pool).await.map(|_| ())
+        sqlx::raw_sql(AssertSqlSafe(ddl.to_owned())).execute(self.conn.pool()).await.map(|_| ())
     }
 }
 
 impl PostgresLockProvider {
-    /// Starts a builder on the caller's pool. Lock statements take their own connection from it.
+    /// Starts a builder on the caller's pool. Lock statements run on a connection taken from it
+    /// (see [Connections](crate#connections)).
     pub fn builder(pool: PgPool) -> PostgresLockProviderBuilder {
-        PostgresLockProviderBuilder { pool, core: BuilderCore::default() }
+        PostgresLockProviderBuilder { pool, core: BuilderCore::default(), dedicated: true }
     }
 }
 
@@ -332,6 +366,13 @@ mod tests {
         assert!(sql.starts_with("INSERT INTO \"shedlock\" AS cur"), "{sql}");
         assert!(sql.contains("ON CONFLICT (\"name\") DO UPDATE"), "{sql}");
         assert!(sql.ends_with("RETURNING \"fencing_token\""), "{sql}");
+        assert!(
+            sql.contains(
+                "WHERE cur.\"lock_until\" <= EXCLUDED.\"locked_at\" \
+                 OR cur.\"acquisition_id\" = EXCLUDED.\"acquisition_id\""
+            ),
+            "{sql}"
+        );
         assert_eq!(s.acquire.args(), &[Arg::Name, Arg::AtMost, Arg::LockedBy, Arg::AcquisitionId]);
         let c = Statements::new(&names(), false);
         assert!(c.acquire.args().contains(&Arg::Now));

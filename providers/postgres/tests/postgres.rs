@@ -67,17 +67,16 @@ async fn acquire_unlock_extend_are_one_round_trip_each() {
 
     let name = unique("n");
     let measure = async |what: &str, f: std::pin::Pin<Box<dyn Future<Output = ()> + '_>>| {
-        // sqlx 0.9 pings every connection in the background when it returns to the pool: let
-        // that finish, then count only the round trips made while the call runs.
         tokio::time::sleep(Duration::from_millis(50)).await;
         let base = proxy.round_trips();
         f.await;
         let n = proxy.round_trips() - base;
+        // Nothing after the call either: the dedicated connection never goes back to the pool,
+        // so there is no release ping (a pooled connection gets one from sqlx 0.9).
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let with_release = proxy.round_trips() - base;
-        println!(
-            "{what}: {n} round trip(s) on the call path, {with_release} including sqlx's release ping"
-        );
+        let after = proxy.round_trips() - base;
+        println!("{what}: {n} round trip(s) on the call path, {after} including what followed");
+        assert_eq!(after, n, "{what}: traffic after the call returned");
         n
     };
     // Row absent: insert path.
@@ -439,4 +438,127 @@ async fn dropped_acquire_leaves_no_bad_connection() {
     for i in 0..30u64 {
         assert!(p.try_lock(&cfg(&format!("c{i}"), 60_000, 0)).await.unwrap().is_some(), "c{i}");
     }
+}
+
+/// A provider whose pool connects through `proxy`, with a unique `application_name`.
+async fn via(proxy: SocketAddr, app: &str) -> PgConnectOptions {
+    common::url()
+        .await
+        .parse::<PgConnectOptions>()
+        .unwrap()
+        .host("127.0.0.1")
+        .port(proxy.port())
+        .application_name(app)
+}
+
+#[tokio::test]
+async fn pooled_statements_still_work() {
+    let table = unique("pooled");
+    let node = async || {
+        let p = PostgresLockProvider::builder(pool().await)
+            .table(&table)
+            .dedicated_connection(false)
+            .build()
+            .unwrap();
+        p.create_table().await.unwrap();
+        p
+    };
+    let (a, b) = (node().await, node().await);
+    sql::one_winner_and_release(&a, &b).await;
+    sql::stale_holder_cannot_unlock_or_extend(&a, &b, a.records().as_ref()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_operations_on_one_provider_do_not_queue() {
+    let pool = recommended_pool_options().max_connections(2).connect(&common::url().await).await;
+    let p = Arc::new(provider_on(pool.unwrap(), &unique("conc")).await);
+    // 40 locks at once: one runs on the dedicated connection, the others on the pool.
+    let tasks: Vec<_> = (0..40)
+        .map(|i| {
+            let p = p.clone();
+            tokio::spawn(async move { p.try_lock(&cfg(&format!("c{i}"), 60_000, 0)).await })
+        })
+        .collect();
+    let mut locks = Vec::new();
+    for t in tasks {
+        locks.push(t.await.unwrap().unwrap().expect("a fresh name"));
+    }
+    for l in locks {
+        l.unlock().await.unwrap();
+    }
+    assert!(p.try_lock(&cfg("c0", 60_000, 0)).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn a_connection_ended_by_the_server_is_replaced_transparently() {
+    // The server terminates the provider's connection while it is idle (as on a restart): the
+    // next statement gets the server's FATAL 57P01, so it never ran; it is retried once on a
+    // fresh connection and the caller sees nothing.
+    let proxy = FaultProxy::start(server_addr().await).await.unwrap();
+    let app = unique("term");
+    let pool = recommended_pool_options().connect_lazy_with(via(proxy.addr(), &app).await);
+    let p = provider_on(pool, &unique("term")).await;
+    let admin = self::pool().await;
+    for round in 0..3 {
+        let l = p.try_lock(&cfg(&format!("before{round}"), 60_000, 0)).await.unwrap().unwrap();
+        l.unlock().await.unwrap();
+        let killed: Vec<bool> = sqlx::query_scalar(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+        )
+        .bind(&app)
+        .fetch_all(&admin)
+        .await
+        .unwrap();
+        assert!(!killed.is_empty(), "round {round}: the provider's connection was not found");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let l = p.try_lock(&cfg(&format!("after{round}"), 60_000, 0)).await.unwrap();
+        l.expect("a fresh name").unlock().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_connection_lost_mid_statement_fails_once_then_recovers() {
+    // A connection cut with nothing said by the server: the outcome of the statement is
+    // unknown, so the call fails (retryable) instead of being repeated; the next call opens a
+    // fresh connection.
+    let proxy =
+        shedlock_conformance::tools::proxy::FaultProxy::start(server_addr().await).await.unwrap();
+    let pool = recommended_pool_options().connect_lazy_with(via(proxy.addr(), "cut").await);
+    let p = provider_on(pool, &unique("cut")).await;
+    let l = p.try_lock(&cfg("warm", 60_000, 0)).await.unwrap().unwrap();
+    l.unlock().await.unwrap();
+    let before = proxy.connections();
+    proxy.cut_all();
+    let err = p.try_lock(&cfg("x", 60_000, 0)).await.unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+    let l = p.try_lock(&cfg("x", 60_000, 0)).await.unwrap().expect("nothing took it");
+    l.unlock().await.unwrap();
+    assert!(proxy.connections() > before, "a fresh connection");
+}
+
+#[tokio::test]
+async fn the_dedicated_connection_follows_the_pool_idle_timeout_and_closing() {
+    let proxy =
+        shedlock_conformance::tools::proxy::FaultProxy::start(server_addr().await).await.unwrap();
+    let pool = recommended_pool_options()
+        .idle_timeout(Duration::from_millis(300))
+        .connect_lazy_with(via(proxy.addr(), "idle").await);
+    // The table is created elsewhere, so that only the dedicated connection uses this pool.
+    let table = unique("idle");
+    provider_on(self::pool().await, &table).await;
+    let p = PostgresLockProvider::builder(pool.clone()).table(&table).build().unwrap();
+    let cycle = async |name: &str| {
+        let l = p.try_lock(&cfg(name, 60_000, 0)).await.unwrap().unwrap();
+        l.unlock().await.unwrap();
+    };
+    cycle("a").await;
+    let n = proxy.connections();
+    cycle("b").await;
+    assert_eq!(proxy.connections(), n, "reused while fresh");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cycle("c").await;
+    assert_eq!(proxy.connections(), n + 1, "replaced after idle_timeout");
+    pool.close().await;
+    let err = p.try_lock(&cfg("d", 60_000, 0)).await.unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
 }

@@ -16,6 +16,7 @@
 //!   unlock / extend, capabilities, record helpers), generic over a [`Dialect`] that supplies
 //!   only its statements, their execution and its error classification.
 
+mod conn;
 mod error;
 mod ident;
 mod provider;
@@ -164,6 +165,7 @@ macro_rules! sql_provider_api {
 
 use std::time::SystemTime;
 
+pub use conn::LockConn;
 pub use error::{DbErrorKind, ErrorContext, map_sqlx_error};
 pub use ident::{Columns, MAX_IDENT_LEN, QuotedNames, TableName, validate_ident};
 pub use provider::{
