@@ -18,7 +18,7 @@ use std::{
 
 use shedlock::{BoxError, Error, LockConfig, LockProvider};
 pub use shedlock_conformance::tools::proxy::FaultProxy;
-use shedlock_conformance::{Hooks, RecordHooks, RestartHook};
+use shedlock_conformance::{Hooks, Options, RecordHooks, RestartHook};
 pub use shedlock_launcher::Backend;
 use shedlock_launcher::{Mode, Service};
 use shedlock_sql_common::RecordAdmin;
@@ -99,6 +99,30 @@ pub fn server_hooks(
     if service.mode() == Mode::External { hooks } else { hooks.with_restart(Restart(service)) }
 }
 
+/// Whether `backend`'s server comes from its environment variable (set by `cargo xtask test` or
+/// `cargo xtask conformance --url`): the launcher then starts nothing (`Mode::External`).
+pub fn server_from_env(backend: Backend) -> bool {
+    std::env::var(backend.env_var()).is_ok_and(|url| !url.trim().is_empty())
+}
+
+/// The conformance options of a server-backed provider's `tests/conformance.rs`: from the
+/// environment, and, when the server's URL comes from the environment (`backend`'s variable), C25
+/// declared not applicable, since such a server is not ours to restart ([`server_hooks`] offers no
+/// restart hook then).
+pub fn server_options(backend: Backend) -> Options {
+    let options = Options::from_env();
+    if !server_from_env(backend) {
+        return options;
+    }
+    options.expect_not_applicable(
+        "C25",
+        format!(
+            "the server comes from {}: not ours to restart (no restart hook)",
+            backend.env_var()
+        ),
+    )
+}
+
 /// The row-level checks every SQL provider runs against its real database, beyond the
 /// conformance catalogue: what the stored row looks like after each operation, and races between
 /// real connection pools. `a` and `b` are two independent providers on one table (separate pools,
@@ -116,6 +140,25 @@ pub mod sql {
         lock.unlock().await.unwrap();
         let lock = b.try_lock(&c).await.unwrap().expect("free after unlock");
         lock.unlock().await.unwrap();
+    }
+
+    /// `n` locks taken at once on one provider, each on its own task: every call answers (none
+    /// waits for another's statement to finish first), every lock is won and released.
+    pub async fn concurrent_calls_on_one_provider<P: LockProvider>(p: Arc<P>, n: usize) {
+        let tasks: Vec<_> = (0..n)
+            .map(|i| {
+                let p = p.clone();
+                tokio::spawn(async move { p.try_lock(&cfg(&format!("c{i}"), 60_000, 0)).await })
+            })
+            .collect();
+        let mut locks = Vec::new();
+        for t in tasks {
+            locks.push(t.await.unwrap().unwrap().expect("a fresh name"));
+        }
+        for l in locks {
+            l.unlock().await.unwrap();
+        }
+        assert!(p.try_lock(&cfg("c0", 60_000, 0)).await.unwrap().is_some());
     }
 
     /// A holder whose row was taken over (an operator deleted it, another node took the name)

@@ -24,7 +24,7 @@ use std::{
 
 use serde_json::Value;
 
-use crate::util::{cargo, code_of, root, take_flag};
+use crate::util::{cargo, code_of, metadata, root, take_flag};
 
 /// A workspace member, as far as packaging cares.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -245,17 +245,6 @@ fn read_crate(file: &Path, top: &str) -> Result<(BTreeSet<String>, String), Stri
         return Err(format!("{}: no Cargo.toml", file.display()));
     }
     Ok((files, String::from_utf8_lossy(&out.stdout).into_owned()))
-}
-
-fn metadata() -> Result<Value, String> {
-    let out = cargo()
-        .args(["metadata", "--no-deps", "--format-version", "1"])
-        .output()
-        .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr)));
-    }
-    serde_json::from_slice(&out.stdout).map_err(|e| format!("cargo metadata output: {e}"))
 }
 
 /// The root's license files (`LICENSE`, `LICENSE-MIT`, ...): every package must carry them.

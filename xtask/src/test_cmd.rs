@@ -7,7 +7,7 @@ use shedlock_launcher::{Backend, LaunchError, LaunchOptions, Service, backends_d
 
 use crate::{
     provision,
-    util::{cargo, code_of, interrupted, loud, root, trap_signals},
+    util::{cargo, code_of, interrupted, loud, metadata, root, trap_signals},
 };
 
 /// The backends a provider crate's tests need: `[package.metadata.shedlock] backends = [...]`,
@@ -27,15 +27,7 @@ fn backends_of(package: &Value) -> Vec<Backend> {
 
 /// Backends needed by the workspace's provider crates (those under `providers/`).
 pub fn needed_backends() -> Result<Vec<Backend>, String> {
-    let out = cargo()
-        .args(["metadata", "--no-deps", "--format-version", "1"])
-        .output()
-        .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr)));
-    }
-    let v: Value =
-        serde_json::from_slice(&out.stdout).map_err(|e| format!("cargo metadata output: {e}"))?;
+    let v = metadata()?;
     let providers_dir = root().join("providers");
     let mut set = BTreeSet::new();
     for p in v.get("packages").and_then(Value::as_array).into_iter().flatten() {

@@ -9,6 +9,7 @@ use std::{
     },
 };
 
+use serde_json::Value;
 use shedlock_launcher::Via;
 
 /// The workspace root (the parent of this crate).
@@ -132,6 +133,18 @@ pub fn bench(args: &[String]) -> Result<u8, String> {
     eprintln!("xtask: cargo bench -p {name}");
     let status = cmd.status().map_err(|e| format!("cannot run cargo: {e}"))?;
     Ok(code_of(status))
+}
+
+/// `cargo metadata --no-deps` of the workspace, parsed.
+pub fn metadata() -> Result<Value, String> {
+    let out = cargo()
+        .args(["metadata", "--no-deps", "--format-version", "1"])
+        .output()
+        .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("cargo metadata output: {e}"))
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use std::{
 };
 
 use shedlock::{BoxError, LockProvider};
-use shedlock_conformance::{Hooks, InstanceOptions, Options, ProviderFactory};
+use shedlock_conformance::{Hooks, InstanceOptions, ProviderFactory};
 use shedlock_launcher::{Backend, Mode, Service};
 use shedlock_mysql::{Flavor, MySqlLockProvider, TimeSource, recommended_pool_options};
 use shedlock_test_support as testing;
@@ -40,12 +40,12 @@ struct Maria {
 impl Maria {
     async fn new() -> Result<Self, BoxError> {
         let service = testing::service(Backend::MariaDb, "MariaDB").await?;
-        if (service.mode() == Mode::External) != server_from_env() {
+        if (service.mode() == Mode::External) != testing::server_from_env(Backend::MariaDb) {
             return Err(format!(
-                "the launcher's mode {:?} disagrees with server_from_env() = {}: fix \
-                 server_from_env, which decides whether C25 is expected to be not applicable",
+                "the launcher's mode {:?} disagrees with testing::server_from_env(Backend::MariaDb) = {}: fix \
+                 testing::server_from_env, which decides whether C25 is expected to be not applicable",
                 service.mode(),
-                server_from_env()
+                testing::server_from_env(Backend::MariaDb)
             )
             .into());
         }
@@ -107,24 +107,7 @@ impl ProviderFactory for Maria {
     }
 }
 
-/// True when the server comes from `$SHEDLOCK_MARIADB_URL` (set by `cargo xtask test`, or
-/// `cargo xtask conformance --url`): the launcher then starts nothing (`Mode::External`, checked
-/// against the service in [`Maria::new`]) and `testing::server_hooks` offers no restart hook, since
-/// the server is not ours to restart.
-fn server_from_env() -> bool {
-    std::env::var(Backend::MariaDb.env_var()).is_ok_and(|url| !url.trim().is_empty())
-}
-
 fn main() -> std::process::ExitCode {
-    let mut options = Options::from_env();
-    if server_from_env() {
-        options = options.expect_not_applicable(
-            "C25",
-            format!(
-                "the server comes from {}: not ours to restart (no restart hook)",
-                Backend::MariaDb.env_var()
-            ),
-        );
-    }
+    let options = testing::server_options(Backend::MariaDb);
     shedlock_conformance::harness(options, || async { Maria::new().await })
 }

@@ -575,20 +575,7 @@ async fn concurrent_operations_on_one_provider_do_not_queue() {
     let pool = recommended_pool_options().max_connections(2).connect(&common::url().await).await;
     let p = Arc::new(provider_on(pool.unwrap(), &table(), Flavor::Detect).await);
     // 40 locks at once: one runs on the dedicated connection, the others on the pool.
-    let tasks: Vec<_> = (0..40)
-        .map(|i| {
-            let p = p.clone();
-            tokio::spawn(async move { p.try_lock(&cfg(&format!("c{i}"), 60_000, 0)).await })
-        })
-        .collect();
-    let mut locks = Vec::new();
-    for t in tasks {
-        locks.push(t.await.unwrap().unwrap().expect("a fresh name"));
-    }
-    for l in locks {
-        l.unlock().await.unwrap();
-    }
-    assert!(p.try_lock(&cfg("c0", 60_000, 0)).await.unwrap().is_some());
+    sql::concurrent_calls_on_one_provider(p, 40).await;
 }
 
 #[tokio::test]
