@@ -161,6 +161,49 @@ pub mod sql {
         assert!(p.try_lock(&cfg("c0", 60_000, 0)).await.unwrap().is_some());
     }
 
+    /// `p` runs its lock statements through `proxy`: a connection cut with nothing said by the
+    /// server leaves the statement's outcome unknown, so the call fails (retryable) instead of
+    /// being repeated; the next call opens a fresh connection and works.
+    pub async fn a_lost_connection_fails_once_then_recovers(
+        p: &dyn LockProvider,
+        proxy: &FaultProxy,
+    ) {
+        let l = p.try_lock(&cfg("warm", 60_000, 0)).await.unwrap().unwrap();
+        l.unlock().await.unwrap();
+        let before = proxy.connections();
+        proxy.cut_all();
+        let err = p.try_lock(&cfg("x", 60_000, 0)).await.unwrap_err();
+        assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+        let l = p.try_lock(&cfg("x", 60_000, 0)).await.unwrap().expect("nothing took it");
+        l.unlock().await.unwrap();
+        assert!(proxy.connections() > before, "a fresh connection");
+    }
+
+    /// `p`'s dedicated connection comes from a pool (through `proxy`) with a 300 ms
+    /// `idle_timeout` that nothing else uses: it is reused while fresh, replaced once idle longer
+    /// than that, and gone once the pool is closed (`close`, called only then: sqlx's `Pool::close`
+    /// closes the pool as soon as it is called, before its future is awaited).
+    pub async fn the_dedicated_connection_follows_idle_timeout_and_closing(
+        p: &dyn LockProvider,
+        proxy: &FaultProxy,
+        close: impl AsyncFnOnce(),
+    ) {
+        let cycle = async |name: &str| {
+            let l = p.try_lock(&cfg(name, 60_000, 0)).await.unwrap().unwrap();
+            l.unlock().await.unwrap();
+        };
+        cycle("a").await;
+        let n = proxy.connections();
+        cycle("b").await;
+        assert_eq!(proxy.connections(), n, "reused while fresh");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        cycle("c").await;
+        assert_eq!(proxy.connections(), n + 1, "replaced after idle_timeout");
+        close().await;
+        let err = p.try_lock(&cfg("d", 60_000, 0)).await.unwrap_err();
+        assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+    }
+
     /// A holder whose row was taken over (an operator deleted it, another node took the name)
     /// can neither extend nor unlock it: the row is unchanged. The stale holder's lease is still
     /// running, so its extend really reaches the database and is refused by the owner check, not

@@ -635,15 +635,7 @@ async fn a_connection_lost_mid_statement_fails_once_then_recovers() {
     let p =
         provider_on(recommended_pool_options().connect_lazy_with(opts), &table(), Flavor::Detect)
             .await;
-    let l = p.try_lock(&cfg("warm", 60_000, 0)).await.unwrap().unwrap();
-    l.unlock().await.unwrap();
-    let before = proxy.connections();
-    proxy.cut_all();
-    let err = p.try_lock(&cfg("x", 60_000, 0)).await.unwrap_err();
-    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
-    let l = p.try_lock(&cfg("x", 60_000, 0)).await.unwrap().expect("nothing took it");
-    l.unlock().await.unwrap();
-    assert!(proxy.connections() > before, "a fresh connection");
+    sql::a_lost_connection_fails_once_then_recovers(&p, &proxy).await;
 }
 
 #[tokio::test]
@@ -659,18 +651,8 @@ async fn the_dedicated_connection_follows_the_pool_idle_timeout_and_closing() {
     provider_on(self::pool().await, &table, Flavor::MariaDb).await;
     let p = MySqlLockProvider::builder(pool.clone()).table(&table).flavor(Flavor::MariaDb).build();
     let p = p.unwrap();
-    let cycle = async |name: &str| {
-        let l = p.try_lock(&cfg(name, 60_000, 0)).await.unwrap().unwrap();
-        l.unlock().await.unwrap();
-    };
-    cycle("a").await;
-    let n = proxy.connections();
-    cycle("b").await;
-    assert_eq!(proxy.connections(), n, "reused while fresh");
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    cycle("c").await;
-    assert_eq!(proxy.connections(), n + 1, "replaced after idle_timeout");
-    pool.close().await;
-    let err = p.try_lock(&cfg("d", 60_000, 0)).await.unwrap_err();
-    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+    sql::the_dedicated_connection_follows_idle_timeout_and_closing(&p, &proxy, async || {
+        pool.close().await
+    })
+    .await;
 }

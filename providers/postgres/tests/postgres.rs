@@ -512,15 +512,7 @@ async fn a_connection_lost_mid_statement_fails_once_then_recovers() {
         shedlock_conformance::tools::proxy::FaultProxy::start(server_addr().await).await.unwrap();
     let pool = recommended_pool_options().connect_lazy_with(via(proxy.addr(), "cut").await);
     let p = provider_on(pool, &unique("cut")).await;
-    let l = p.try_lock(&cfg("warm", 60_000, 0)).await.unwrap().unwrap();
-    l.unlock().await.unwrap();
-    let before = proxy.connections();
-    proxy.cut_all();
-    let err = p.try_lock(&cfg("x", 60_000, 0)).await.unwrap_err();
-    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
-    let l = p.try_lock(&cfg("x", 60_000, 0)).await.unwrap().expect("nothing took it");
-    l.unlock().await.unwrap();
-    assert!(proxy.connections() > before, "a fresh connection");
+    sql::a_lost_connection_fails_once_then_recovers(&p, &proxy).await;
 }
 
 #[tokio::test]
@@ -534,18 +526,8 @@ async fn the_dedicated_connection_follows_the_pool_idle_timeout_and_closing() {
     let table = unique("idle");
     provider_on(self::pool().await, &table).await;
     let p = PostgresLockProvider::builder(pool.clone()).table(&table).build().unwrap();
-    let cycle = async |name: &str| {
-        let l = p.try_lock(&cfg(name, 60_000, 0)).await.unwrap().unwrap();
-        l.unlock().await.unwrap();
-    };
-    cycle("a").await;
-    let n = proxy.connections();
-    cycle("b").await;
-    assert_eq!(proxy.connections(), n, "reused while fresh");
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    cycle("c").await;
-    assert_eq!(proxy.connections(), n + 1, "replaced after idle_timeout");
-    pool.close().await;
-    let err = p.try_lock(&cfg("d", 60_000, 0)).await.unwrap_err();
-    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+    sql::the_dedicated_connection_follows_idle_timeout_and_closing(&p, &proxy, async || {
+        pool.close().await
+    })
+    .await;
 }
