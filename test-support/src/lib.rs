@@ -2,7 +2,7 @@
 //! is `publish = false`, and no runtime crate depends on it): servers from the launcher, unique
 //! names, the conformance hooks, and the row-level checks every SQL dialect runs against its real
 //! database (what the conformance catalogue does not already cover). Round trips are counted with
-//! the kit's [`FaultProxy`](shedlock_conformance::tools::proxy::FaultProxy).
+//! the kit's [`FaultProxy`].
 //!
 //! This is test code: like tests, it panics on failure.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
