@@ -83,6 +83,9 @@ impl LockHandle for CountingHandle {
             None => Err(Error::LockLost { name: config.name().into() }),
         }
     }
+    fn fencing_token(&self) -> Option<u64> {
+        self.lock.as_ref().and_then(Lock::fencing_token)
+    }
 }
 
 struct Fixture {
@@ -208,8 +211,10 @@ async fn signals_lost_at_the_deadline_when_every_extension_times_out() {
     let lock = f.keep_alive.try_lock(&cfg("down")).await.unwrap().unwrap();
     lock.lost_signal().lost().await;
     assert_eq!(start.elapsed(), AT_MOST);
+    // Attempts at 5 s (fails at 6), then after a quarter of what remains, at least 10 ms:
+    // 7 s (fails at 8), 8.5 s (fails at 9.5), 9.625 s (answer at 10.625, after the deadline).
     let tried = f.extends.load(Ordering::SeqCst);
-    assert!(tried >= 2, "retried before giving up ({tried})");
+    assert_eq!(tried, 4, "retries paced by the time left");
     tokio::time::sleep(Duration::from_secs(30)).await;
     assert_eq!(f.extends.load(Ordering::SeqCst), tried, "no extension after the lease ended");
     lock.unlock().await.unwrap();
@@ -273,4 +278,24 @@ fn rejects_providers_that_cannot_extend() {
         extend_capable: false,
     };
     assert!(matches!(KeepAliveProvider::new(Arc::new(p)), Err(Error::Unsupported { .. })));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_keep_alive_lock_keeps_the_inner_token_capabilities_and_extends_on_request() {
+    let f = fixture();
+    assert_eq!(f.keep_alive.capabilities(), f.other.capabilities().with_extend(true));
+    let first = f.other.try_lock(&cfg("token")).await.unwrap().unwrap();
+    let first_token = first.fencing_token().unwrap();
+    first.unlock().await.unwrap();
+    let start = tokio::time::Instant::now();
+    let mut lock = f.keep_alive.try_lock(&cfg("token")).await.unwrap().unwrap();
+    assert_eq!(lock.fencing_token(), Some(first_token + 1), "the inner lock's token");
+    // An explicit extension by the task reaches the backend and moves the lease.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    lock.extend(AT_MOST * 3, Duration::ZERO).await.unwrap();
+    assert_eq!(f.extends.load(Ordering::SeqCst), 1);
+    assert_eq!(lock.valid_until(), start + Duration::from_secs(1) + AT_MOST * 3);
+    let rec = f.server.record("token").unwrap();
+    assert_eq!(rec.lock_until.duration_since(rec.locked_at).unwrap(), AT_MOST * 3);
+    lock.unlock().await.unwrap();
 }

@@ -225,3 +225,34 @@ async fn the_executor_reports_a_lock_lost_while_its_task_ran() {
     assert_eq!(out.into_option(), Some(AT_MOST));
     assert_eq!(*lost_events.lock().unwrap(), ["overrun"]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_extension_that_finds_the_lock_taken_fires_the_signal_at_once() {
+    let (server, p) = memory();
+    let start = Instant::now();
+    let mut lock = p.try_lock(&cfg("taken")).await.unwrap().unwrap();
+    let waiter = tokio::spawn({
+        let signal = lock.lost_signal();
+        async move {
+            signal.lost().await;
+            Instant::now()
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(server.delete_record("taken"));
+    let thief = p.try_lock(&cfg("taken")).await.unwrap().unwrap();
+    assert!(matches!(lock.extend(AT_MOST, Duration::ZERO).await, Err(Error::LockLost { .. })));
+    assert_eq!(waiter.await.unwrap() - start, Duration::from_secs(3), "told at once, not at 10 s");
+    thief.unlock().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_absurd_lock_at_most_for_saturates_instead_of_overflowing() {
+    let (_server, p) = memory();
+    let forever = LockConfig::new("forever", Duration::MAX, Duration::ZERO).unwrap();
+    let lock = p.try_lock(&forever).await.unwrap().expect("granted, not refused as late");
+    let century = Duration::from_secs(99 * 365 * 24 * 3600);
+    assert!(lock.remaining() > century, "{:?}", lock.remaining());
+    assert!(!lock.is_lost());
+    lock.unlock().await.unwrap();
+}
