@@ -27,9 +27,24 @@ use shedlock_sql_common::RecordAdmin;
 /// (e.g. `$SHEDLOCK_POSTGRES_URL`) if set, else one the launcher starts once per test process
 /// (native, on a free port). A missing server is an error with the launcher's message, never a
 /// skip.
+///
+/// It also checks that the launcher and [`server_from_env`] agree on where the server came from,
+/// since that decides whether C25 is expected to be not applicable ([`server_options`]).
 pub async fn service(backend: Backend, label: &str) -> Result<&'static Service, BoxError> {
     let r = tokio::task::spawn_blocking(move || shedlock_launcher::shared(backend)).await?;
-    r.map_err(|e| format!("{label} is not available: {e}").into())
+    let service = r.map_err(|e| format!("{label} is not available: {e}"))?;
+    let external = service.mode() == Mode::External;
+    if external != server_from_env(backend) {
+        return Err(format!(
+            "the launcher's mode {:?} disagrees with server_from_env({}) = {}: fix \
+             server_from_env, which decides whether C25 is expected to be not applicable",
+            service.mode(),
+            backend.name(),
+            !external
+        )
+        .into());
+    }
+    Ok(service)
 }
 
 /// The URL of [`service`]; panics (fails the test) if there is none.
