@@ -9,18 +9,20 @@
 
 use std::{
     net::SocketAddr,
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    },
-    time::{Duration, SystemTime},
+    sync::atomic::{AtomicU64, Ordering},
+    time::Duration,
 };
+#[cfg(feature = "sql")]
+use std::{sync::Arc, time::SystemTime};
 
-use shedlock::{BoxError, Error, LockConfig, LockProvider};
+use shedlock::{BoxError, LockConfig};
+#[cfg(feature = "sql")]
+use shedlock::{Error, LockProvider};
 pub use shedlock_conformance::tools::proxy::FaultProxy;
 use shedlock_conformance::{Hooks, Options, RecordHooks, RestartHook};
 pub use shedlock_launcher::Backend;
 use shedlock_launcher::{Mode, Service};
+#[cfg(feature = "sql")]
 use shedlock_sql_common::RecordAdmin;
 
 /// The server of `backend` (`label` names it in messages): the URL in its environment variable
@@ -70,9 +72,11 @@ pub fn cfg(name: &str, at_most_ms: u64, at_least_ms: u64) -> LockConfig {
         .unwrap()
 }
 
-/// The conformance kit's raw row access (C14), on a provider's record helpers.
+/// The conformance kit's raw row access (C14), on a SQL provider's record helpers.
+#[cfg(feature = "sql")]
 pub struct Records(pub Arc<dyn RecordAdmin>);
 
+#[cfg(feature = "sql")]
 #[async_trait::async_trait]
 impl RecordHooks for Records {
     async fn record_exists(&self, name: &str) -> Result<bool, BoxError> {
@@ -106,11 +110,11 @@ impl RestartHook for Restart {
 /// kit's fault proxy (C24) and, for a server the launcher started, a restart (C25). A server
 /// given by URL is not ours to restart: C25 is then "not applicable".
 pub fn server_hooks(
-    records: Arc<dyn RecordAdmin>,
+    records: impl RecordHooks,
     addr: SocketAddr,
     service: &'static Service,
 ) -> Hooks {
-    let hooks = Hooks::new().with_records(Records(records)).with_backend_address(addr);
+    let hooks = Hooks::new().with_records(records).with_backend_address(addr);
     if service.mode() == Mode::External { hooks } else { hooks.with_restart(Restart(service)) }
 }
 
@@ -141,7 +145,8 @@ pub fn server_options(backend: Backend) -> Options {
 /// The row-level checks every SQL provider runs against its real database, beyond the
 /// conformance catalogue: what the stored row looks like after each operation, and races between
 /// real connection pools. `a` and `b` are two independent providers on one table (separate pools,
-/// like two nodes); `records` are `a`'s record helpers.
+/// like two nodes); `records` are `a`'s record helpers. Behind the `sql` feature.
+#[cfg(feature = "sql")]
 pub mod sql {
     use super::*;
 

@@ -94,7 +94,7 @@ impl ProviderFactory for Maria {
     }
 
     fn hooks(&self) -> Hooks {
-        testing::server_hooks(self.admin.records(), self.addr, self.service)
+        testing::server_hooks(testing::Records(self.admin.records()), self.addr, self.service)
     }
 }
 

@@ -90,7 +90,7 @@ impl ProviderFactory for Pg {
     }
 
     fn hooks(&self) -> Hooks {
-        testing::server_hooks(self.admin.records(), self.addr, self.service)
+        testing::server_hooks(testing::Records(self.admin.records()), self.addr, self.service)
     }
 }
 
