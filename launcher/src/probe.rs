@@ -189,6 +189,27 @@ fn read_line(s: &mut TcpStream) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&buf).into_owned())
 }
 
+/// `Ok(())` when the Redis Cluster node at `addr` reports `cluster_state:ok` (every slot
+/// served) in `CLUSTER INFO`.
+pub(crate) fn redis_cluster_ok(addr: SocketAddr) -> Result<(), String> {
+    let mut s = connect(addr)?;
+    s.write_all(b"*2\r\n$7\r\nCLUSTER\r\n$4\r\nINFO\r\n").map_err(io("send"))?;
+    let header = read_line(&mut s)?;
+    let len: usize = header
+        .strip_prefix('$')
+        .and_then(|n| n.trim().parse().ok())
+        .ok_or_else(|| format!("CLUSTER INFO answered {header:?}"))?;
+    let mut body = vec![0; len];
+    s.read_exact(&mut body).map_err(io("read CLUSTER INFO"))?;
+    let body = String::from_utf8_lossy(&body);
+    if body.lines().any(|l| l.trim() == "cluster_state:ok") {
+        Ok(())
+    } else {
+        let state = body.lines().find(|l| l.starts_with("cluster_state:")).unwrap_or("no state");
+        Err(format!("{addr}: {}", state.trim()))
+    }
+}
+
 fn line_exchange(addr: SocketAddr, request: &[u8]) -> Result<String, String> {
     let mut s = connect(addr)?;
     s.write_all(request).map_err(io("send"))?;

@@ -362,7 +362,17 @@ impl Native {
                 return Err(e);
             }
             match wait_native(backend, &mut native.nodes, opts.get_ready_timeout()) {
-                Ok(()) => return Ok(native),
+                Ok(()) => {
+                    let formed = native::after_first_start(backend, programs, dir, &native.specs)
+                        .and_then(|()| {
+                            native::settle(backend, &native.specs, opts.get_ready_timeout())
+                        });
+                    if let Err(e) = formed {
+                        native.shutdown();
+                        return Err(e);
+                    }
+                    return Ok(native);
+                }
                 Err(WaitError::PortConflict(tail)) => {
                     native.shutdown();
                     last = format!("port taken: {}", tail.lines().last().unwrap_or_default());
@@ -613,7 +623,8 @@ impl Service {
                         attempts: 1,
                         last: format!("its port was taken while it was down: {tail}"),
                     },
-                })
+                })?;
+                native::settle(self.backend, &n.specs, self.ready_timeout)
             }
             Inner::Compose(c) => c.restart(self.backend, self.ready_timeout),
             #[cfg(feature = "docker")]
