@@ -123,3 +123,61 @@ impl ProviderFactory for Single {
         testing::server_hooks(Records(self.admin.clone()), self.addr, self.service)
     }
 }
+
+/// A connection to the Redis Cluster at `urls` (comma-separated node URLs), with short limits.
+pub async fn cluster_connection(
+    urls: &str,
+) -> Result<redis::cluster_async::ClusterConnection, BoxError> {
+    let nodes: Vec<&str> = urls.split(',').map(str::trim).filter(|u| !u.is_empty()).collect();
+    let client = redis::cluster::ClusterClientBuilder::new(nodes)
+        .connection_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_secs(2))
+        .build()?;
+    Ok(client.get_async_connection().await?)
+}
+
+/// The conformance factory for the Redis Cluster (3 masters, 3 replicas): every instance has
+/// its own cluster connection. No backend address: a cluster client follows the nodes' own
+/// addresses (MOVED/ASK), which one proxy cannot stand in front of.
+pub struct Cluster {
+    pub service: &'static Service,
+    pub prefix: String,
+    pub admin: RedisLockProvider<redis::cluster_async::ClusterConnection>,
+}
+
+impl Cluster {
+    pub async fn new() -> Result<Self, BoxError> {
+        let service = testing::service(Backend::RedisCluster, "Redis Cluster").await?;
+        let prefix = format!("conformance:{}:", std::process::id());
+        let admin = RedisLockProvider::builder(cluster_connection(service.url()).await?)
+            .key_prefix(&prefix)
+            .build()
+            .await?;
+        Ok(Self { service, prefix, admin })
+    }
+}
+
+#[async_trait::async_trait]
+impl ProviderFactory for Cluster {
+    fn name(&self) -> &str {
+        "redis-cluster"
+    }
+
+    async fn create(&self, _options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError> {
+        let p = RedisLockProvider::builder(cluster_connection(self.service.url()).await?)
+            .key_prefix(&self.prefix)
+            .operation_timeout(Some(Duration::from_secs(3)))
+            .build()
+            .await?;
+        Ok(Arc::new(p))
+    }
+
+    fn hooks(&self) -> Hooks {
+        let hooks = Hooks::new().with_records(Records(self.admin.clone()));
+        if self.service.mode() == shedlock_launcher::Mode::External {
+            hooks
+        } else {
+            hooks.with_restart(testing::Restart(self.service))
+        }
+    }
+}
