@@ -357,6 +357,12 @@ fn redis_cluster_nodes(
                 .args(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"])
                 // Fail-over within about two seconds on loopback.
                 .args(["--cluster-node-timeout", "1000"])
+                // Replicas sync at once (the default waits 5 s to batch diskless syncs, and a
+                // replica that has not synced cannot take over).
+                .args(["--repl-diskless-sync-delay", "0"])
+                // A stopping master does not wait for its replicas (its append-only file keeps
+                // the data for a restart).
+                .args(["--shutdown-timeout", "1"])
                 .args(["--save", "", "--appendonly", "yes", "--appendfsync", "no"])
                 .cwd(&d))
         })

@@ -190,24 +190,34 @@ fn read_line(s: &mut TcpStream) -> Result<String, String> {
 }
 
 /// `Ok(())` when the Redis Cluster node at `addr` reports `cluster_state:ok` (every slot
-/// served) in `CLUSTER INFO`.
+/// served) in `CLUSTER INFO` and, if it is a replica, has finished its sync with its master
+/// (`master_link_status:up`): a replica that never synced cannot take over in a fail-over.
 pub(crate) fn redis_cluster_ok(addr: SocketAddr) -> Result<(), String> {
+    let info = redis_bulk(addr, b"*2\r\n$7\r\nCLUSTER\r\n$4\r\nINFO\r\n")?;
+    if !info.lines().any(|l| l.trim() == "cluster_state:ok") {
+        let state = info.lines().find(|l| l.starts_with("cluster_state:")).unwrap_or("no state");
+        return Err(format!("{addr}: {}", state.trim()));
+    }
+    let repl = redis_bulk(addr, b"*2\r\n$4\r\nINFO\r\n$11\r\nreplication\r\n")?;
+    let replica = repl.lines().any(|l| l.trim() == "role:slave");
+    if replica && !repl.lines().any(|l| l.trim() == "master_link_status:up") {
+        return Err(format!("{addr}: the replica has not synced with its master yet"));
+    }
+    Ok(())
+}
+
+/// Sends one RESP command and reads a bulk-string reply.
+fn redis_bulk(addr: SocketAddr, request: &[u8]) -> Result<String, String> {
     let mut s = connect(addr)?;
-    s.write_all(b"*2\r\n$7\r\nCLUSTER\r\n$4\r\nINFO\r\n").map_err(io("send"))?;
+    s.write_all(request).map_err(io("send"))?;
     let header = read_line(&mut s)?;
     let len: usize = header
         .strip_prefix('$')
         .and_then(|n| n.trim().parse().ok())
-        .ok_or_else(|| format!("CLUSTER INFO answered {header:?}"))?;
+        .ok_or_else(|| format!("{addr} answered {header:?}"))?;
     let mut body = vec![0; len];
-    s.read_exact(&mut body).map_err(io("read CLUSTER INFO"))?;
-    let body = String::from_utf8_lossy(&body);
-    if body.lines().any(|l| l.trim() == "cluster_state:ok") {
-        Ok(())
-    } else {
-        let state = body.lines().find(|l| l.starts_with("cluster_state:")).unwrap_or("no state");
-        Err(format!("{addr}: {}", state.trim()))
-    }
+    s.read_exact(&mut body).map_err(io("read a bulk reply"))?;
+    Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
 fn line_exchange(addr: SocketAddr, request: &[u8]) -> Result<String, String> {

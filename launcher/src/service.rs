@@ -652,6 +652,31 @@ impl Service {
         }
     }
 
+    /// Kills node `index` of a native cluster at once (SIGKILL: no shutdown, no hand-over to
+    /// replicas), as a crash would, and waits until it is gone.
+    /// [`start_node`](Self::start_node) brings it back.
+    pub fn kill_node(&self, index: usize) -> Result<(), LaunchError> {
+        let mut inner = lock(&self.inner);
+        match &mut *inner {
+            Inner::Native(n) if index < n.nodes.len() => {
+                if let Some(mut node) = n.nodes[index].take() {
+                    let pgid = node.pgid();
+                    process::stop_group(
+                        pgid,
+                        Signal::SIGKILL,
+                        Duration::from_secs(15),
+                        Some(&mut node.child),
+                    );
+                }
+                Ok(())
+            }
+            _ => Err(LaunchError::Unsupported {
+                backend: self.backend.name(),
+                what: format!("kill_node({index}) needs a native service with that many nodes"),
+            }),
+        }
+    }
+
     /// Starts node `index` again (same port and data) and waits until it is ready.
     pub fn start_node(&self, index: usize) -> Result<(), LaunchError> {
         let mut inner = lock(&self.inner);

@@ -51,7 +51,7 @@
 use std::{fmt, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
-use redis::{RedisError, Script, aio::ConnectionLike};
+use redis::{ErrorKind, FromRedisValue, RedisError, Script, ServerErrorKind, aio::ConnectionLike};
 use shedlock::{
     Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
     support::{acquisition_id, check_lock_name, default_locked_by, duration_millis_ceil, duration_micros, with_timeout},
@@ -124,16 +124,50 @@ redis.call('SET', KEYS[1], head .. at, 'PX', ARGV[2])
 return at
 ";
 
+/// One Lua script and its SHA1.
+struct Lua {
+    source: &'static str,
+    script: Script,
+}
+
+impl Lua {
+    fn new(source: &'static str) -> Self {
+        Self { source, script: Script::new(source) }
+    }
+
+    /// `EVALSHA`, and on `NOSCRIPT` (a node that restarted, or a replica promoted since the
+    /// scripts were loaded) `EVAL` with the source, which also caches it there: one extra round
+    /// trip on that node, once. Routed by the first key on a cluster.
+    async fn run<T: FromRedisValue, C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        keys: &[&str],
+        args: &[&str],
+    ) -> redis::RedisResult<T> {
+        let call = |command: &str, script: &str| {
+            let mut cmd = redis::cmd(command);
+            cmd.arg(script).arg(keys.len()).arg(keys).arg(args);
+            cmd
+        };
+        match call("EVALSHA", self.script.get_hash()).query_async(conn).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                call("EVAL", self.source).query_async(conn).await
+            }
+            other => other,
+        }
+    }
+}
+
 /// The three scripts, hashed once.
 struct Scripts {
-    acquire: Script,
-    unlock: Script,
-    extend: Script,
+    acquire: Lua,
+    unlock: Lua,
+    extend: Lua,
 }
 
 impl Scripts {
     fn new() -> Self {
-        Self { acquire: Script::new(ACQUIRE), unlock: Script::new(UNLOCK), extend: Script::new(EXTEND) }
+        Self { acquire: Lua::new(ACQUIRE), unlock: Lua::new(UNLOCK), extend: Lua::new(EXTEND) }
     }
 }
 
@@ -357,19 +391,13 @@ impl<C: RedisConnection> RedisLockProvider<C> {
         let mut conn = self.inner.conn.clone();
         let s = &self.inner.scripts;
         let run = async {
-            for script in [&s.acquire, &s.unlock, &s.extend] {
-                script.load_async(&mut conn).await.map_err(map_err)?;
+            for lua in [&s.acquire, &s.unlock, &s.extend] {
+                lua.script.load_async(&mut conn).await.map_err(map_err)?;
             }
             // Runs the unlock script on a key no one holds: 0, and nothing written.
             let probe = self.key("shedlock-setup-probe");
-            let r: i64 = s
-                .unlock
-                .key(&probe)
-                .arg("no one")
-                .arg(0)
-                .invoke_async(&mut conn)
-                .await
-                .map_err(map_err)?;
+            let r: i64 =
+                s.unlock.run(&mut conn, &[&probe], &["no one", "0"]).await.map_err(map_err)?;
             if r != 0 {
                 return Err(bad_reply("the setup probe", r));
             }
@@ -381,16 +409,15 @@ impl<C: RedisConnection> RedisLockProvider<C> {
     async fn acquire(&self, config: &LockConfig, owner: &str) -> Result<Option<(u64, u64)>> {
         let key = self.key(config.name());
         let fence = self.fence_key(config.name());
-        let px = duration_millis_ceil(config.lock_at_most_for()).max(1);
-        let mut inv = self.inner.scripts.acquire.key(&key);
-        inv.key(&fence).arg(owner).arg(px);
+        let px = duration_millis_ceil(config.lock_at_most_for()).max(1).to_string();
         // The script is idempotent for one acquisition (a retry finds its own value), so a
         // request whose answer was lost with the connection can be sent once more.
         let mut attempt = 0;
         loop {
             attempt += 1;
             let mut conn = self.inner.conn.clone();
-            let r: RedisResult = inv.invoke_async(&mut conn).await;
+            let r: RedisResult =
+                self.inner.scripts.acquire.run(&mut conn, &[&key, &fence], &[owner, &px]).await;
             match r {
                 Ok(None) => return Ok(None),
                 Ok(Some((tok, at))) => {
@@ -451,16 +478,13 @@ struct RedisHandle<C> {
 impl<C: RedisConnection> LockHandle for RedisHandle<C> {
     async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
         let inner = &self.provider.inner;
-        let at_least = duration_micros(config.lock_at_least_for());
+        let at_least = duration_micros(config.lock_at_least_for()).to_string();
         let run = async {
             let mut conn = inner.conn.clone();
             let r: i64 = inner
                 .scripts
                 .unlock
-                .key(&self.key)
-                .arg(&self.value)
-                .arg(at_least)
-                .invoke_async(&mut conn)
+                .run(&mut conn, &[&self.key], &[&self.value, &at_least])
                 .await
                 .map_err(map_err)?;
             if r == 0 {
@@ -473,16 +497,13 @@ impl<C: RedisConnection> LockHandle for RedisHandle<C> {
 
     async fn extend(&mut self, config: &LockConfig) -> Result<()> {
         let inner = self.provider.inner.clone();
-        let px = duration_millis_ceil(config.lock_at_most_for()).max(1);
+        let px = duration_millis_ceil(config.lock_at_most_for()).max(1).to_string();
         let run = async {
             let mut conn = inner.conn.clone();
             let r: Option<String> = inner
                 .scripts
                 .extend
-                .key(&self.key)
-                .arg(&self.value)
-                .arg(px)
-                .invoke_async(&mut conn)
+                .run(&mut conn, &[&self.key], &[&self.value, &px])
                 .await
                 .map_err(map_err)?;
             let Some(at) = r else {
