@@ -311,24 +311,39 @@ impl<C: RedisConnection> RedisLockProviderBuilder<C> {
     }
 }
 
-/// What a Redis error means for the caller.
+/// What a Redis error means for the caller: a connection or fail-over problem is
+/// [`Error::Unavailable`] (try again later), a missing permission or Lua is [`Error::Setup`].
 fn map_err(e: RedisError) -> Error {
     let text = e.to_string();
-    if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
-    {
+    let unavailable = e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || matches!(
+            e.kind(),
+            ErrorKind::Server(
+                ServerErrorKind::ClusterDown
+                    | ServerErrorKind::MasterDown
+                    | ServerErrorKind::TryAgain
+                    | ServerErrorKind::BusyLoading
+                    | ServerErrorKind::ReadOnly
+            )
+        );
+    if unavailable {
         return Error::Unavailable { backend: BACKEND, source: Box::new(e) };
     }
-    let setup_hint = if text.contains("NOPERM") {
-        Some("the connection's user is not allowed to run EVALSHA/SCRIPT LOAD on the lock keys (ACL)")
-    } else if text.contains("unknown command") || text.contains("scripting is disabled") {
-        Some("this server does not run Lua scripts (EVALSHA), which the provider needs")
-    } else {
-        None
-    };
-    match setup_hint {
-        Some(hint) => setup(format!("{hint}: {text}")),
-        None => Error::Backend { backend: BACKEND, source: Box::new(e) },
+    if e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm) {
+        return setup(format!(
+            "the connection's user may not run the provider's Lua scripts (EVALSHA, EVAL, SCRIPT \
+             LOAD) on its keys: grant them in the ACL ({text})"
+        ));
     }
+    if text.contains("unknown command") || text.contains("scripting is disabled") {
+        return setup(format!(
+            "this server does not run Lua scripts (EVALSHA), which the provider needs ({text})"
+        ));
+    }
+    Error::Backend { backend: BACKEND, source: Box::new(e) }
 }
 
 fn bad_reply(what: &str, detail: impl fmt::Debug) -> Error {
