@@ -48,6 +48,21 @@ fn spec(name: &str) -> Result<Spec, String> {
         "sqlite" => {
             ("shedlock-sqlite".to_owned(), "conformance", None, root().join("providers/sqlite"))
         }
+        // A variant suite of one crate: `providers/redis/tests/conformance_valkey.rs` is
+        // `redis-valkey`, run against the backend its suffix names (`valkey`, or the whole
+        // variant name, `redis-cluster`).
+        other if variant(other).is_some() => {
+            let (dir, suffix) = variant(other).unwrap_or_default();
+            let backend = Backend::from_name(other).or_else(|| Backend::from_name(&suffix));
+            let test = format!("conformance_{suffix}");
+            return Ok(Spec {
+                krate: format!("shedlock-{dir}"),
+                test,
+                backend,
+                dir: root().join("providers").join(&dir),
+                name,
+            });
+        }
         other => {
             let backend = Backend::from_name(other).ok_or_else(|| {
                 format!("unknown provider {other:?} (memory, sqlite, or a backend name)")
@@ -63,23 +78,48 @@ fn spec(name: &str) -> Result<Spec, String> {
     Ok(Spec { name, krate, test: test.to_owned(), backend, dir })
 }
 
+/// `<dir>-<suffix>` when `providers/<dir>/tests/conformance_<suffix>.rs` exists.
+fn variant(name: &str) -> Option<(String, String)> {
+    name.match_indices('-').map(|(i, _)| (&name[..i], &name[i + 1..])).find_map(|(dir, suffix)| {
+        let file = format!("conformance_{}.rs", suffix.replace('-', "_"));
+        root()
+            .join("providers")
+            .join(dir)
+            .join("tests")
+            .join(file)
+            .is_file()
+            .then(|| (dir.to_owned(), suffix.replace('-', "_")))
+    })
+}
+
 /// `sqlite` if that provider exists, else `memory`.
 fn default_provider() -> &'static str {
     if root().join("providers/sqlite/Cargo.toml").is_file() { "sqlite" } else { "memory" }
 }
 
-/// memory, then every provider crate with a `tests/conformance.rs`.
+/// memory, then every provider crate with a `tests/conformance.rs`, and its variant suites
+/// (`tests/conformance_<suffix>.rs` is `<crate dir>-<suffix>`).
 fn all_providers() -> Vec<String> {
     let mut names = vec!["memory".to_owned()];
-    let mut dirs: Vec<String> = std::fs::read_dir(root().join("providers"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.path().join("tests/conformance.rs").is_file())
-        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
-        .collect();
-    dirs.sort();
-    names.extend(dirs);
+    let mut found: Vec<String> = Vec::new();
+    for e in std::fs::read_dir(root().join("providers")).into_iter().flatten().flatten() {
+        let Some(dir) = e.file_name().to_str().map(str::to_owned) else { continue };
+        let tests = e.path().join("tests");
+        if !tests.join("conformance.rs").is_file() {
+            continue;
+        }
+        found.push(dir.clone());
+        for t in std::fs::read_dir(&tests).into_iter().flatten().flatten() {
+            let file = t.file_name().to_string_lossy().into_owned();
+            if let Some(suffix) =
+                file.strip_prefix("conformance_").and_then(|f| f.strip_suffix(".rs"))
+            {
+                found.push(format!("{dir}-{}", suffix.replace('_', "-")));
+            }
+        }
+    }
+    found.sort();
+    names.extend(found);
     names
 }
 
@@ -578,6 +618,16 @@ mod tests {
         assert_eq!(spec("mysql").unwrap().krate, "shedlock-mysql");
         assert_eq!(spec("sqlite").unwrap().backend, None);
         assert_eq!(spec("redis").unwrap().krate, "shedlock-redis");
+        if root().join("providers/redis/tests/conformance_cluster.rs").is_file() {
+            let c = spec("redis-cluster").unwrap();
+            assert_eq!(
+                (c.krate.as_str(), c.test.as_str(), c.backend),
+                ("shedlock-redis", "conformance_cluster", Some(Backend::RedisCluster))
+            );
+            let v = spec("redis-valkey").unwrap();
+            assert_eq!((v.test.as_str(), v.backend), ("conformance_valkey", Some(Backend::Valkey)));
+            assert!(all_providers().contains(&"redis-valkey".to_owned()));
+        }
         assert!(spec("oracle").is_err());
     }
 }
