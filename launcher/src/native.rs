@@ -402,7 +402,8 @@ pub(crate) fn settle(
     }
     let start = std::time::Instant::now();
     loop {
-        let failing = specs.iter().find_map(|s| crate::probe::redis_cluster_ok(s.probe.addr()).err());
+        let failing =
+            specs.iter().find_map(|s| crate::probe::redis_cluster_ok(s.probe.addr()).err());
         let Some(last_probe) = failing else {
             return Ok(());
         };

@@ -191,7 +191,8 @@ fn read_line(s: &mut TcpStream) -> Result<String, String> {
 
 /// `Ok(())` when the Redis Cluster node at `addr` reports `cluster_state:ok` (every slot
 /// served) in `CLUSTER INFO` and, if it is a replica, has finished its sync with its master
-/// (`master_link_status:up`): a replica that never synced cannot take over in a fail-over.
+/// (`master_link_status:up`): a replica that never synced cannot take over in a fail-over;
+/// and no append-only-file rewrite is running.
 pub(crate) fn redis_cluster_ok(addr: SocketAddr) -> Result<(), String> {
     let info = redis_bulk(addr, b"*2\r\n$7\r\nCLUSTER\r\n$4\r\nINFO\r\n")?;
     if !info.lines().any(|l| l.trim() == "cluster_state:ok") {
@@ -202,6 +203,13 @@ pub(crate) fn redis_cluster_ok(addr: SocketAddr) -> Result<(), String> {
     let replica = repl.lines().any(|l| l.trim() == "role:slave");
     if replica && !repl.lines().any(|l| l.trim() == "master_link_status:up") {
         return Err(format!("{addr}: the replica has not synced with its master yet"));
+    }
+    // After a sync a replica rewrites its append-only file; until that ends it refuses to shut
+    // down on SIGTERM ("Writing initial AOF, can't exit").
+    let persistence = redis_bulk(addr, b"*2\r\n$4\r\nINFO\r\n$11\r\npersistence\r\n")?;
+    let busy = ["aof_rewrite_in_progress:1", "aof_rewrite_scheduled:1"];
+    if persistence.lines().any(|l| busy.contains(&l.trim())) {
+        return Err(format!("{addr}: rewriting its append-only file"));
     }
     Ok(())
 }

@@ -616,14 +616,16 @@ impl Service {
                 stop_nodes(&mut n.nodes);
                 n.nodes = spawn_nodes(self.backend, &n.specs)?;
                 n.arm(self.backend)?;
-                wait_native(self.backend, &mut n.nodes, self.ready_timeout).map_err(|e| match e {
-                    WaitError::Fatal(e) => e,
-                    WaitError::PortConflict(tail) => LaunchError::NoFreePort {
-                        backend: self.backend.name(),
-                        attempts: 1,
-                        last: format!("its port was taken while it was down: {tail}"),
+                wait_native(self.backend, &mut n.nodes, self.ready_timeout).map_err(
+                    |e| match e {
+                        WaitError::Fatal(e) => e,
+                        WaitError::PortConflict(tail) => LaunchError::NoFreePort {
+                            backend: self.backend.name(),
+                            attempts: 1,
+                            last: format!("its port was taken while it was down: {tail}"),
+                        },
                     },
-                })?;
+                )?;
                 native::settle(self.backend, &n.specs, self.ready_timeout)
             }
             Inner::Compose(c) => c.restart(self.backend, self.ready_timeout),
@@ -677,7 +679,8 @@ impl Service {
         }
     }
 
-    /// Starts node `index` again (same port and data) and waits until it is ready.
+    /// Starts node `index` again (same port and data) and waits until it is ready (for a Redis
+    /// Cluster: until every node reports `cluster_state:ok` and every replica has synced).
     pub fn start_node(&self, index: usize) -> Result<(), LaunchError> {
         let mut inner = lock(&self.inner);
         match &mut *inner {
@@ -686,16 +689,18 @@ impl Service {
                     n.nodes[index] = Some(process::spawn(self.backend.name(), &n.specs[index])?);
                     n.arm(self.backend)?;
                 }
-                wait_native(self.backend, &mut n.nodes[index..=index], self.ready_timeout).map_err(
-                    |e| match e {
+                wait_native(self.backend, &mut n.nodes[index..=index], self.ready_timeout)
+                    .map_err(|e| match e {
                         WaitError::Fatal(e) => e,
                         WaitError::PortConflict(tail) => LaunchError::NoFreePort {
                             backend: self.backend.name(),
                             attempts: 1,
                             last: tail,
                         },
-                    },
-                )
+                    })?;
+                // A Redis Cluster node is ready once it has re-joined and, as a replica, synced
+                // (a replica stopped mid-sync ignores SIGTERM until the sync ends).
+                native::settle(self.backend, &n.specs, self.ready_timeout)
             }
             _ => Err(LaunchError::Unsupported {
                 backend: self.backend.name(),

@@ -54,7 +54,10 @@ use async_trait::async_trait;
 use redis::{ErrorKind, FromRedisValue, RedisError, Script, ServerErrorKind, aio::ConnectionLike};
 use shedlock::{
     Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
-    support::{acquisition_id, check_lock_name, default_locked_by, duration_millis_ceil, duration_micros, with_timeout},
+    support::{
+        acquisition_id, check_lock_name, default_locked_by, duration_micros, duration_millis_ceil,
+        with_timeout,
+    },
 };
 
 const BACKEND: &str = "redis";
@@ -347,7 +350,10 @@ fn map_err(e: RedisError) -> Error {
 }
 
 fn bad_reply(what: &str, detail: impl fmt::Debug) -> Error {
-    Error::Backend { backend: BACKEND, source: format!("unexpected reply to {what}: {detail:?}").into() }
+    Error::Backend {
+        backend: BACKEND,
+        source: format!("unexpected reply to {what}: {detail:?}").into(),
+    }
 }
 
 fn parse_u64(what: &str, s: &str) -> Result<u64> {
@@ -558,7 +564,10 @@ mod tests {
     fn segments_with_braces_or_control_characters_are_rejected() {
         assert!(check_segment("key prefix", "app:").is_ok());
         for bad in ["a{", "}b", "x\ny"] {
-            assert!(matches!(check_segment("key prefix", bad), Err(Error::Setup { .. })), "{bad:?}");
+            assert!(
+                matches!(check_segment("key prefix", bad), Err(Error::Setup { .. })),
+                "{bad:?}"
+            );
         }
     }
 }

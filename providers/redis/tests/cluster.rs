@@ -29,9 +29,7 @@ async fn own_cluster() -> Arc<Service> {
     Arc::new(s)
 }
 
-async fn provider(
-    urls: &str,
-) -> RedisLockProvider<redis::cluster_async::ClusterConnection> {
+async fn provider(urls: &str) -> RedisLockProvider<redis::cluster_async::ClusterConnection> {
     RedisLockProvider::builder(common::cluster_connection(urls).await.unwrap())
         .key_prefix("failover:")
         .operation_timeout(Some(Duration::from_secs(3)))
@@ -47,7 +45,8 @@ async fn master_of(service: &Service, key: &str, skip: Option<usize>) -> usize {
     let ask = addrs.iter().enumerate().find(|(i, _)| Some(*i) != skip).unwrap().1;
     let client = redis::Client::open(format!("redis://{ask}")).unwrap();
     let mut c = client.get_multiplexed_async_connection().await.unwrap();
-    let slot: u16 = redis::cmd("CLUSTER").arg("KEYSLOT").arg(key).query_async(&mut c).await.unwrap();
+    let slot: u16 =
+        redis::cmd("CLUSTER").arg("KEYSLOT").arg(key).query_async(&mut c).await.unwrap();
     let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(&mut c).await.unwrap();
     for line in nodes.lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
@@ -59,7 +58,8 @@ async fn master_of(service: &Service, key: &str, skip: Option<usize>) -> usize {
             matches!((lo.parse::<u16>(), hi.parse::<u16>()), (Ok(lo), Ok(hi)) if lo <= slot && slot <= hi)
         });
         if serves {
-            let port: u16 = f[1].split(['@', ',']).next().unwrap().rsplit(':').next().unwrap().parse().unwrap();
+            let port: u16 =
+                f[1].split(['@', ',']).next().unwrap().rsplit(':').next().unwrap().parse().unwrap();
             return addrs.iter().position(|a| a.port() == port).unwrap();
         }
     }
@@ -151,7 +151,7 @@ async fn a_held_lock_survives_the_failover_of_its_master_and_locking_resumes() {
     for t in tasks {
         t.await.unwrap();
     }
-    let seen = seen.lock().unwrap();
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
     eprintln!(
         "master {master} killed at {killed:?}; answered again from {resumed:?} (unavailable for \
          {:?}); {} errors, {} refusals, {} acquisitions",
@@ -170,7 +170,8 @@ async fn a_held_lock_survives_the_failover_of_its_master_and_locking_resumes() {
     // The holder releases through the promoted replica (it has the holder's value), and the
     // next holder's token is larger.
     lock.unlock().await.unwrap();
-    let next = contenders[0].try_lock(&config).await.unwrap().expect("free after the holder's unlock");
+    let next =
+        contenders[0].try_lock(&config).await.unwrap().expect("free after the holder's unlock");
     assert!(next.fencing_token().unwrap() > token);
     next.unlock().await.unwrap();
 

@@ -59,11 +59,12 @@ async fn keys_carry_prefix_environment_and_an_escaped_hash_tag_and_the_value_nam
 
 #[tokio::test]
 async fn acquire_release_and_extend_are_one_round_trip_each() {
-    let addr = common::addr_of(shedlock_test_support::service(Backend::Redis, "Redis").await.unwrap())
-        .unwrap();
+    let addr =
+        common::addr_of(shedlock_test_support::service(Backend::Redis, "Redis").await.unwrap())
+            .unwrap();
     let proxy = FaultProxy::start(addr).await.unwrap();
-    let p = common::provider(&format!("redis://{}", proxy.addr()), &format!("{}:", unique("rt")))
-        .await;
+    let p =
+        common::provider(&format!("redis://{}", proxy.addr()), &format!("{}:", unique("rt"))).await;
     let name = unique("job");
     for _ in 0..3 {
         let before = proxy.round_trips();
@@ -130,13 +131,17 @@ async fn a_user_whom_an_acl_denies_scripts_gets_a_setup_error_at_build() {
     let mut c = raw().await;
     let user = unique("nolua");
     let _: () = redis::cmd("ACL")
-        .arg(&["SETUSER", &user, "on", ">secret-pw", "~*", "+@all", "-evalsha", "-eval", "-script"][..])
+        .arg(
+            &["SETUSER", &user, "on", ">secret-pw", "~*", "+@all", "-evalsha", "-eval", "-script"]
+                [..],
+        )
         .query_async(&mut c)
         .await
         .unwrap();
     let base = url().await;
     let authed = base.replacen("redis://", &format!("redis://{user}:secret-pw@"), 1);
-    let conn = redis::Client::open(authed).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let conn =
+        redis::Client::open(authed).unwrap().get_multiplexed_async_connection().await.unwrap();
     let err = RedisLockProvider::builder(conn).build().await.unwrap_err();
     let _: i64 = redis::cmd("ACL").arg(&["DELUSER", &user][..]).query_async(&mut c).await.unwrap();
     match &err {
@@ -152,7 +157,8 @@ async fn a_user_whom_an_acl_denies_scripts_gets_a_setup_error_at_build() {
 async fn braces_or_control_characters_in_the_prefix_or_environment_are_setup_errors() {
     let u = url().await;
     for (prefix, env) in [("a{", None), ("ok:", Some("x}")), ("ok:", Some("")), ("a\nb", None)] {
-        let mut b = RedisLockProvider::builder(common::manager(&u).await.unwrap()).key_prefix(prefix);
+        let mut b =
+            RedisLockProvider::builder(common::manager(&u).await.unwrap()).key_prefix(prefix);
         if let Some(env) = env {
             b = b.environment(env);
         }
