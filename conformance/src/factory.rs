@@ -165,6 +165,7 @@ pub struct Hooks {
     records: Option<Arc<dyn RecordHooks>>,
     restart: Option<Arc<dyn RestartHook>>,
     backend_address: Option<SocketAddr>,
+    node_env: Option<Vec<(String, String)>>,
 }
 
 impl Hooks {
@@ -177,6 +178,24 @@ impl Hooks {
     pub fn with_records(mut self, hooks: impl RecordHooks) -> Self {
         self.records = Some(Arc::new(hooks));
         self
+    }
+
+    /// The environment that lets a separate node process of this test binary reach the same
+    /// backend as this process — e.g. `SHEDLOCK_POSTGRES_URL` set to the server this process
+    /// started — (enables C28). Node processes also inherit the run id
+    /// ([`run_id`](crate::run_id)), which the factory must use to namespace its records. An
+    /// empty list says the node processes need nothing extra.
+    pub fn with_node_env<K: Into<String>, V: Into<String>>(
+        mut self,
+        env: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
+        self.node_env = Some(env.into_iter().map(|(k, v)| (k.into(), v.into())).collect());
+        self
+    }
+
+    /// The node environment, if the factory offers one ([`with_node_env`](Self::with_node_env)).
+    pub fn node_env(&self) -> Option<&[(String, String)]> {
+        self.node_env.as_deref()
     }
 
     /// Backend restart (enables C25).
@@ -215,6 +234,14 @@ impl fmt::Debug for Hooks {
             .field("records", &self.records.is_some())
             .field("restart", &self.restart.is_some())
             .field("backend_address", &self.backend_address)
+            // Only the names: a URL may carry a password.
+            .field(
+                "node_env",
+                &self
+                    .node_env
+                    .as_ref()
+                    .map(|e| e.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>()),
+            )
             .finish()
     }
 }

@@ -1,6 +1,6 @@
 //! # shedlock-conformance
 //!
-//! The conformance kit for [`shedlock`] lock providers. It runs the checks C01–C27 of the
+//! The conformance kit for [`shedlock`] lock providers. It runs the checks C01–C28 of the
 //! conformance catalogue against any provider — in this workspace or written by a third party —
 //! and writes a report (Markdown and JSON), so that "C13 pass" means the same thing for every
 //! provider.
@@ -102,6 +102,7 @@
 //! | C25 | backend restart: recovery without a process restart | restart hook |
 //! | C26 | futures dropped at random await points never leave a name locked past at-most | — |
 //! | C27 | hostile names, max length (+1 is `InvalidName`, never truncation) | — |
+//! | C28 | real clock skew between node processes (libfaketime): server time intact, client-time bound measured | node environment, libfaketime |
 //!
 //! Each check is a public async function in [`checks`] (e.g.
 //! [`checks::c05_expires_after_at_most`]), so a provider's own tests can run single checks
@@ -162,8 +163,20 @@ mod suite;
 mod test_support;
 pub mod tools;
 
+pub use checks::node_main_if_requested;
 pub use factory::{Hooks, InstanceOptions, ProviderFactory, RecordHooks, RestartHook};
 pub use harness::harness;
 pub use options::{Expectation, Options};
 pub use report::{CheckResult, Figures, Outcome, Report, Verdict, report_dir};
 pub use suite::{Suite, Timing, run};
+
+/// The id of this conformance run: the parent process's id, inherited by the node processes of
+/// C28 (through `SHEDLOCK_CONFORMANCE_RUN_ID`). A factory that namespaces its records per run
+/// (a table, a key prefix) should use it instead of its own process id, so that node processes
+/// address the same records as the instances of the parent.
+pub fn run_id() -> String {
+    std::env::var(checks::RUN_ID_ENV)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| std::process::id().to_string())
+}

@@ -52,6 +52,8 @@ pub struct Options {
     /// For client-time providers: the clock skew below which the provider documents it is safe.
     /// C18 fails if a violation is seen below it. `None`: only measured.
     pub documented_skew_bound: Option<Duration>,
+    /// How long the node processes of each rung of C28 run their contended workload.
+    pub process_skew_run_for: Duration,
     /// Instances running the scheduler (C19).
     pub scheduler_instances: usize,
     /// Fire periods observed per scheduler run (C19).
@@ -115,6 +117,7 @@ impl Default for Options {
             model_max_steps: 14,
             skews: None,
             documented_skew_bound: None,
+            process_skew_run_for: Duration::from_secs(2),
             scheduler_instances: 3,
             scheduler_fires: 4,
             cancel_rounds: 150,
@@ -165,6 +168,14 @@ impl Options {
         self.scheduler_fires *= factor.max(1);
         self.cancel_rounds *= f;
         self.latency_samples *= f;
+        self.process_skew_run_for *= factor.max(1);
+        self
+    }
+
+    /// Sets [`process_skew_run_for`](Self::process_skew_run_for).
+    #[must_use]
+    pub fn with_process_skew_run_for(mut self, d: Duration) -> Self {
+        self.process_skew_run_for = d;
         self
     }
 

@@ -1,4 +1,4 @@
-//! The shedlock conformance suite (C01–C27) against a real Redis server, provider name `redis`.
+//! The shedlock conformance suite (C01–C28) against a real Redis server, provider name `redis`.
 //!
 //! Each instance has its own reconnecting connection (like a separate node). The hooks give the
 //! kit raw key access (C14), the server address for its fault proxy (C24) and a restart of the

@@ -1,4 +1,4 @@
-//! The shedlock conformance suite (C01–C27) against a real Redis Cluster of 3 masters with one
+//! The shedlock conformance suite (C01–C28) against a real Redis Cluster of 3 masters with one
 //! replica each, provider name `redis-cluster`: the same provider on a cluster connection.
 //!
 //! C24 is expected "not applicable": a cluster client follows the nodes' own addresses, so the

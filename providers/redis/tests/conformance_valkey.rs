@@ -1,4 +1,4 @@
-//! The shedlock conformance suite (C01–C27) against a real Valkey server (the Redis fork),
+//! The shedlock conformance suite (C01–C28) against a real Valkey server (the Redis fork),
 //! provider name `redis-valkey`: the same provider and factory as `tests/conformance.rs`.
 //! C25 is expected "not applicable" when the server comes from `SHEDLOCK_VALKEY_URL`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

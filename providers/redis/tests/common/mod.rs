@@ -90,7 +90,7 @@ impl Single {
     pub async fn new(backend: Backend, label: &str, name: &'static str) -> Result<Self, BoxError> {
         let service = testing::service(backend, label).await?;
         let addr = addr_of(service)?;
-        let prefix = format!("conformance:{}:", std::process::id());
+        let prefix = format!("conformance:{}:", shedlock_conformance::run_id());
         let admin = RedisLockProvider::builder(manager(service.url()).await?)
             .key_prefix(&prefix)
             .build()
@@ -148,7 +148,7 @@ pub struct Cluster {
 impl Cluster {
     pub async fn new() -> Result<Self, BoxError> {
         let service = testing::service(Backend::RedisCluster, "Redis Cluster").await?;
-        let prefix = format!("conformance:{}:", std::process::id());
+        let prefix = format!("conformance:{}:", shedlock_conformance::run_id());
         let admin = RedisLockProvider::builder(cluster_connection(service.url()).await?)
             .key_prefix(&prefix)
             .build()
@@ -173,7 +173,9 @@ impl ProviderFactory for Cluster {
     }
 
     fn hooks(&self) -> Hooks {
-        let hooks = Hooks::new().with_records(Records(self.admin.clone()));
+        let hooks = Hooks::new()
+            .with_records(Records(self.admin.clone()))
+            .with_node_env([(self.service.backend().env_var(), self.service.url())]);
         if self.service.mode() == shedlock_launcher::Mode::External {
             hooks
         } else {
