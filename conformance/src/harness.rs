@@ -170,6 +170,10 @@ where
 
     let mut trials = Vec::new();
     for check in checks::catalogue() {
+        // A soak run ([`Options::soak_for`]) is only its checks.
+        if options.soak_for.is_some() && !checks::SOAK_CHECKS.contains(&check.id) {
+            continue;
+        }
         let shared = shared.clone();
         let options = options.clone();
         trials.push(Trial::test(check.test_name(), move || {

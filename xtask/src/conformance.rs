@@ -131,6 +131,12 @@ pub fn run(args: &[String]) -> Result<u8, String> {
     let provider = take_value(&mut args, "--provider")?;
     let all = take_flag(&mut args, "--all");
     let record = take_flag(&mut args, "--record");
+    let soak = take_value(&mut args, "--soak")?
+        .map(|m| match m.trim().parse::<f64>() {
+            Ok(v) if v.is_finite() && v > 0.0 => Ok(m.trim().to_owned()),
+            _ => Err(format!("--soak takes a positive number of minutes, not {m:?}")),
+        })
+        .transpose()?;
     if let Some(a) = args.first() {
         return Err(format!("unexpected argument {a:?}"));
     }
@@ -151,15 +157,19 @@ pub fn run(args: &[String]) -> Result<u8, String> {
             code = code.max(130);
             break;
         }
-        let run = run_one(&spec(p)?, via, url.as_deref())?;
+        let run = run_one(&spec(p)?, via, url.as_deref(), soak.as_deref())?;
         code = code.max(run.code);
         if record {
-            recorded += record_reports(p, &run)?;
+            recorded += record_reports(p, &run, soak.is_some())?;
         }
     }
     if record {
         if recorded == 0 {
             loud("--record: nothing recorded (no run was as expected)");
+        } else if soak.is_some() {
+            eprintln!(
+                "xtask: soak reports recorded in conformance/reports/soak/ (not in the table)"
+            );
         } else {
             match regenerate_readme() {
                 Ok(n) => eprintln!("xtask: README provider table regenerated from {n} report(s)"),
@@ -196,6 +206,7 @@ fn run_one(
     spec: &Spec,
     via: Option<shedlock_launcher::Via>,
     url: Option<&str>,
+    soak_minutes: Option<&str>,
 ) -> Result<ProviderRun, String> {
     if !spec.dir.join("Cargo.toml").is_file() {
         return Err(format!(
@@ -210,6 +221,10 @@ fn run_one(
     // one, the provider's test starts its own server through `shedlock_launcher::shared()` (in
     // the mode `SHEDLOCK_VIA` names), which it owns and can restart for C25.
     let mut env: Vec<(String, String)> = Vec::new();
+    // A soak run: C15, C16 and C28 repeated for that many minutes (Options::from_env).
+    if let Some(m) = soak_minutes {
+        env.push(("SHEDLOCK_CONFORMANCE_SOAK_MINUTES".to_owned(), m.to_owned()));
+    }
     match (spec.backend, url) {
         (Some(b), Some(u)) => env.push((b.env_var().to_owned(), u.to_owned())),
         (None, Some(u)) if spec.name == "sqlite" => {
@@ -295,12 +310,12 @@ fn fresh_reports(dir: &Path, since: SystemTime) -> Result<Vec<PathBuf>, String> 
 /// `--record`: copies a run's reports into `conformance/reports/`, but only those of a run that
 /// was as expected (a report with a failure is not a baseline). Returns how many JSON reports
 /// were recorded.
-fn record_reports(provider: &str, run: &ProviderRun) -> Result<usize, String> {
+fn record_reports(provider: &str, run: &ProviderRun, soak: bool) -> Result<usize, String> {
     if run.code != 0 {
         loud(&format!("{provider}: the run was not as expected: its reports are NOT recorded"));
         return Ok(0);
     }
-    let to = root().join("conformance/reports");
+    let to = root().join(if soak { "conformance/reports/soak" } else { "conformance/reports" });
     std::fs::create_dir_all(&to).map_err(|e| format!("creating {}: {e}", to.display()))?;
     let mut json = 0;
     for path in &run.reports {

@@ -28,6 +28,7 @@ mod faults;
 mod fencing;
 mod ownership;
 mod process_skew;
+mod soak;
 mod time;
 
 pub use basic::*;
@@ -38,6 +39,7 @@ pub use faults::*;
 pub use fencing::*;
 pub use ownership::*;
 pub use process_skew::*;
+pub use soak::*;
 pub use time::*;
 
 pub(crate) use util::percentile;

@@ -304,6 +304,7 @@ async fn c28(suite: &Suite) -> R {
             }
         };
         checked += run.acquisitions;
+        suite.count_checked(run.acquisitions);
         if k == 0 {
             ensure!(
                 run.holders >= 2 && run.cross_refusals > 0,
@@ -332,6 +333,9 @@ async fn c28(suite: &Suite) -> R {
             lib.display()
         );
         let verdict = check_intervals(&run.intervals, t.early);
+        if verdict.is_err() {
+            suite.count_overlap();
+        }
         lines.push(format!(
             "{}: {} acquisitions, {} cross-process refusals, {} errors{}",
             rung.label,
