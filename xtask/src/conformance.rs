@@ -49,11 +49,15 @@ fn spec(name: &str) -> Result<Spec, String> {
             ("shedlock-sqlite".to_owned(), "conformance", None, root().join("providers/sqlite"))
         }
         // A variant suite of one crate: `providers/redis/tests/conformance_valkey.rs` is
-        // `redis-valkey`, run against the backend its suffix names (`valkey`, or the whole
-        // variant name, `redis-cluster`).
+        // `redis-valkey`, run against the backend the variant names (`redis-cluster`), else
+        // its suffix names (`valkey`), else the crate's own.
         other if variant(other).is_some() => {
             let (dir, suffix) = variant(other).unwrap_or_default();
-            let backend = Backend::from_name(other).or_else(|| Backend::from_name(&suffix));
+            // `redis-cluster` names its backend, `redis-valkey` by its suffix, and
+            // `nats-client-time` runs on its crate's own backend.
+            let backend = Backend::from_name(other)
+                .or_else(|| Backend::from_name(&suffix))
+                .or_else(|| Backend::from_name(&dir));
             let test = format!("conformance_{suffix}");
             return Ok(Spec {
                 krate: format!("shedlock-{dir}"),
