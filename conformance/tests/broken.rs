@@ -17,7 +17,8 @@ use shedlock::{
     Acquisition, BoxError, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
 };
 use shedlock_conformance::{
-    InstanceOptions, Options, Outcome, ProviderFactory, Suite, Verdict, checks,
+    Hooks, InstanceOptions, Options, Outcome, ProviderFactory, RecordHooks, RestartHook, Suite,
+    Verdict, checks,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +39,12 @@ enum Bug {
     TruncatesNames,
     /// lock_at_most_for is ignored: locks never expire.
     NeverExpires,
+    /// The fencing token is a counter kept in the lock's own record (previous token + 1), so it
+    /// starts over when the record is deleted or the backend restarts.
+    TokenInRecord,
+    /// Extend moves the expiry but not `locked_at`: an unlock counts the extension's
+    /// `lock_at_least_for` from the acquisition.
+    AtLeastFromAcquisition,
 }
 
 #[derive(Debug, Clone)]
@@ -45,6 +52,7 @@ struct Rec {
     until: SystemTime,
     locked_at: SystemTime,
     owner: u64,
+    token: u64,
 }
 
 #[derive(Debug, Default)]
@@ -76,24 +84,28 @@ impl LockProvider for Broken {
         };
         let owner = self.backend.next.fetch_add(1, Ordering::SeqCst) + 1;
         let free = |recs: &HashMap<String, Rec>| recs.get(&k).is_none_or(|r| r.until <= now);
+        let token_after = |recs: &HashMap<String, Rec>| match self.bug {
+            Bug::TokenNotMonotonic => 1_000_000 - owner,
+            Bug::TokenInRecord => recs.get(&k).map_or(0, |r| r.token) + 1,
+            _ => owner,
+        };
+        let token;
         if self.bug == Bug::ReadThenWrite {
             if !free(&self.backend.recs.lock().unwrap()) {
                 return Ok(None);
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
-            self.backend
-                .recs
-                .lock()
-                .unwrap()
-                .insert(k.clone(), Rec { until, locked_at: now, owner });
+            let mut recs = self.backend.recs.lock().unwrap();
+            token = token_after(&recs);
+            recs.insert(k.clone(), Rec { until, locked_at: now, owner, token });
         } else {
             let mut recs = self.backend.recs.lock().unwrap();
             if !free(&recs) {
                 return Ok(None);
             }
-            recs.insert(k.clone(), Rec { until, locked_at: now, owner });
+            token = token_after(&recs);
+            recs.insert(k.clone(), Rec { until, locked_at: now, owner, token });
         }
-        let token = if self.bug == Bug::TokenNotMonotonic { 1_000_000 - owner } else { owner };
         acquisition.grant(Handle { p: self.clone(), key: k, owner, token }).await.map(Some)
     }
 
@@ -141,7 +153,9 @@ impl LockHandle for Handle {
                     && (r.until > now || self.p.bug == Bug::ExpiredExtendable) =>
             {
                 r.until = now + config.lock_at_most_for();
-                r.locked_at = now;
+                if self.p.bug != Bug::AtLeastFromAcquisition {
+                    r.locked_at = now;
+                }
                 Ok(())
             }
             _ => Err(Error::LockLost { name: config.name().to_owned() }),
@@ -166,6 +180,47 @@ impl ProviderFactory for Factory {
 
     async fn create(&self, _options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError> {
         Ok(Arc::new(Broken { backend: self.backend.clone(), bug: self.bug }))
+    }
+
+    fn hooks(&self) -> Hooks {
+        let hooks = BackendHooks { backend: self.backend.clone(), bug: self.bug };
+        Hooks::new().with_records(hooks.clone()).with_restart(hooks)
+    }
+}
+
+/// Record access and restart for the in-process backend (C14, C25).
+#[derive(Clone)]
+struct BackendHooks {
+    backend: Arc<Backend>,
+    bug: Bug,
+}
+
+#[async_trait]
+impl RecordHooks for BackendHooks {
+    async fn record_exists(&self, name: &str) -> Result<bool, BoxError> {
+        Ok(self.backend.recs.lock().unwrap().contains_key(&key(self.bug, name)))
+    }
+
+    async fn delete_record(&self, name: &str) -> Result<(), BoxError> {
+        self.backend.recs.lock().unwrap().remove(&key(self.bug, name));
+        Ok(())
+    }
+
+    async fn plant_expired_record(&self, name: &str) -> Result<(), BoxError> {
+        let an_hour_ago = SystemTime::now() - Duration::from_secs(3600);
+        let owner = self.backend.next.fetch_add(1, Ordering::SeqCst) + 1;
+        let rec = Rec { until: an_hour_ago, locked_at: an_hour_ago, owner, token: owner };
+        self.backend.recs.lock().unwrap().insert(key(self.bug, name), rec);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl RestartHook for BackendHooks {
+    /// A non-durable backend: a restart forgets every record (the owner counter survives).
+    async fn restart(&self) -> Result<(), BoxError> {
+        self.backend.recs.lock().unwrap().clear();
+        Ok(())
     }
 }
 
@@ -272,4 +327,32 @@ async fn no_owner_check_fails_the_history_check() {
         details.push(r.detail);
     }
     panic!("C16 never rejected a provider without owner check: {details:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_kept_in_the_record_fails_c14_and_c25_though_it_passes_c20() {
+    // Monotonic while the record lives: C20 cannot see it.
+    let c20 = suite(Bug::TokenInRecord).await.run_check(checks::by_id("C20").unwrap()).await;
+    assert_eq!(c20.outcome, Outcome::Pass, "{}", c20.detail);
+    let v = rejected_by(Bug::TokenInRecord, "C14").await;
+    assert!(v.detail.contains("after the held record was deleted"), "{}", v.detail);
+    assert!(v.detail.contains("is not greater than token"), "{}", v.detail);
+    let v = rejected_by(Bug::TokenInRecord, "C25").await;
+    assert!(v.detail.contains("after the restart"), "{}", v.detail);
+    assert!(v.detail.contains("is not greater than token"), "{}", v.detail);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_least_counted_from_the_acquisition_fails_c11() {
+    let v = rejected_by(Bug::AtLeastFromAcquisition, "C11").await;
+    assert!(v.detail.contains("counts from the extension"), "{}", v.detail);
+    assert!(v.detail.contains("must stay held until +"), "{}", v.detail);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_least_counted_from_the_acquisition_fails_the_model_check() {
+    // The model's extends now carry lock_at_least_for; the minimal sequence needs a late one.
+    let v = rejected_by(Bug::AtLeastFromAcquisition, "C17").await;
+    assert!(v.detail.contains("minimal failing sequence"), "{}", v.detail);
+    assert!(v.detail.contains("extend(") && v.detail.contains("least="), "{}", v.detail);
 }
