@@ -356,3 +356,312 @@ async fn at_least_counted_from_the_acquisition_fails_the_model_check() {
     assert!(v.detail.contains("minimal failing sequence"), "{}", v.detail);
     assert!(v.detail.contains("extend(") && v.detail.contains("least="), "{}", v.detail);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Broken providers that talk to a backend over TCP, so that the kit's fault proxy can hold their
+// answers in flight (C12, C13) or stall them (C24).
+// ---------------------------------------------------------------------------------------------
+
+mod net {
+    use std::{
+        collections::HashMap,
+        net::SocketAddr,
+        sync::{
+            Arc, Mutex,
+            atomic::{AtomicU64, Ordering},
+        },
+        time::{Duration, Instant},
+    };
+
+    use async_trait::async_trait;
+    use shedlock::{
+        Acquisition, BoxError, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider,
+        Result,
+    };
+    use shedlock_conformance::{
+        Hooks, InstanceOptions, Options, Outcome, ProviderFactory, Suite, Verdict, checks,
+    };
+    use tokio::{
+        io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
+        net::{TcpListener, TcpStream},
+    };
+
+    const BACKEND: &str = "net-lock";
+    const CALL_TIMEOUT: Duration = Duration::from_secs(2);
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub(super) enum NetBug {
+        /// No bug: the control.
+        None,
+        /// Unlock reads the record (`GET`), and if it is this holder's, frees it with an
+        /// unconditional write (`FREE`): another holder may have taken over in between.
+        UnlockReadThenWrite,
+        /// Extend reads the record, and if it is this holder's and unexpired, sets the new
+        /// expiry with an unconditional write (`SET`).
+        ExtendReadThenWrite,
+        /// No client timeout: a backend that accepts the connection and never answers hangs
+        /// every call.
+        NoTimeout,
+    }
+
+    #[derive(Debug, Clone, Copy)]
+    struct Rec {
+        until: Instant,
+        locked_at: Instant,
+        owner: u64,
+    }
+
+    /// The server, one request line per connection, expiry on the server's clock:
+    ///
+    /// - `LOCK <name> <at_most_ms>` → `OK <owner>` | `HELD` (the owner id is the fencing token)
+    /// - `UNLOCK <name> <owner> <at_least_ms>` → `OK` (owner-checked, atomic)
+    /// - `EXTEND <name> <owner> <at_most_ms>` → `OK` | `LOST` (owner-checked, atomic)
+    /// - `GET <name>` → `REC <owner> <remaining_ms>` | `NONE`
+    /// - `FREE <name> <at_least_ms>`, `SET <name> <at_most_ms>` → `OK` (no owner check)
+    async fn serve() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let recs: Arc<Mutex<HashMap<String, Rec>>> = Arc::default();
+        let next = Arc::new(AtomicU64::new(1));
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let (recs, next) = (recs.clone(), next.clone());
+                tokio::spawn(async move {
+                    let _ = stream.set_nodelay(true);
+                    let (r, mut w) = stream.into_split();
+                    let mut line = String::new();
+                    if BufReader::new(r).read_line(&mut line).await.is_err() {
+                        return;
+                    }
+                    let reply = answer(&recs, &next, &line);
+                    let _ = w.write_all(format!("{reply}\n").as_bytes()).await;
+                });
+            }
+        });
+        addr
+    }
+
+    fn answer(recs: &Mutex<HashMap<String, Rec>>, next: &AtomicU64, line: &str) -> String {
+        let ms = |s: &str| Duration::from_millis(s.parse().unwrap_or(0));
+        let now = Instant::now();
+        let mut map = recs.lock().unwrap();
+        let release = |r: &mut Rec, at_least: Duration| {
+            r.until = r.until.min(now.max(r.locked_at + at_least));
+        };
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        match parts.as_slice() {
+            ["LOCK", name, at_most] => {
+                if map.get(*name).is_some_and(|r| r.until > now) {
+                    return "HELD".into();
+                }
+                let owner = next.fetch_add(1, Ordering::SeqCst);
+                map.insert((*name).into(), Rec { until: now + ms(at_most), locked_at: now, owner });
+                format!("OK {owner}")
+            }
+            ["UNLOCK", name, owner, at_least] => {
+                if let Some(r) = map.get_mut(*name).filter(|r| r.owner.to_string() == *owner) {
+                    release(r, ms(at_least));
+                }
+                "OK".into()
+            }
+            ["EXTEND", name, owner, at_most] => match map.get_mut(*name) {
+                Some(r) if r.owner.to_string() == *owner && r.until > now => {
+                    r.until = now + ms(at_most);
+                    r.locked_at = now;
+                    "OK".into()
+                }
+                _ => "LOST".into(),
+            },
+            ["GET", name] => match map.get(*name) {
+                Some(r) => {
+                    format!("REC {} {}", r.owner, r.until.saturating_duration_since(now).as_millis())
+                }
+                None => "NONE".into(),
+            },
+            ["FREE", name, at_least] => {
+                if let Some(r) = map.get_mut(*name) {
+                    release(r, ms(at_least));
+                }
+                "OK".into()
+            }
+            ["SET", name, at_most] => {
+                if let Some(r) = map.get_mut(*name) {
+                    r.until = now + ms(at_most);
+                    r.locked_at = now;
+                }
+                "OK".into()
+            }
+            _ => "ERR".into(),
+        }
+    }
+
+    #[derive(Clone)]
+    struct NetLock {
+        addr: SocketAddr,
+        bug: NetBug,
+    }
+
+    impl NetLock {
+        async fn call(&self, request: String) -> Result<String> {
+            let io = async {
+                let mut s = TcpStream::connect(self.addr).await?;
+                s.set_nodelay(true)?;
+                s.write_all(format!("{request}\n").as_bytes()).await?;
+                let mut line = String::new();
+                BufReader::new(s).read_line(&mut line).await?;
+                if line.is_empty() {
+                    return Err(std::io::Error::other("connection closed"));
+                }
+                Ok(line.trim().to_owned())
+            };
+            let r = if self.bug == NetBug::NoTimeout {
+                io.await
+            } else {
+                match tokio::time::timeout(CALL_TIMEOUT, io).await {
+                    Ok(r) => r,
+                    Err(_) => return Err(Error::Timeout { operation: "call", after: CALL_TIMEOUT }),
+                }
+            };
+            match r {
+                Ok(reply) if reply == "ERR" => Err(Error::backend(BACKEND, "bad request")),
+                Ok(reply) => Ok(reply),
+                Err(e) => Err(Error::unavailable(BACKEND, e)),
+            }
+        }
+
+        /// `GET`: the record's owner and whether it is unexpired.
+        async fn owner(&self, name: &str) -> Result<Option<(u64, bool)>> {
+            let reply = self.call(format!("GET {name}")).await?;
+            let parts: Vec<&str> = reply.split_whitespace().collect();
+            Ok(match parts.as_slice() {
+                ["REC", owner, remaining] => {
+                    Some((owner.parse().unwrap_or(0), remaining.parse::<u64>().unwrap_or(0) > 0))
+                }
+                _ => None,
+            })
+        }
+    }
+
+    #[async_trait]
+    impl LockProvider for NetLock {
+        async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
+            let acquisition = Acquisition::begin(config);
+            let at_most = config.lock_at_most_for().as_millis();
+            let reply = self.call(format!("LOCK {} {at_most}", config.name())).await?;
+            let Some(owner) = reply.strip_prefix("OK ").and_then(|o| o.parse().ok()) else {
+                return Ok(None);
+            };
+            acquisition.grant(NetHandle { p: self.clone(), owner }).await.map(Some)
+        }
+
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::new()
+                .with_extend(true)
+                .with_fencing(true)
+                .with_owner_checked(true)
+                .with_server_time(true)
+                .with_granularity(Duration::from_millis(1))
+        }
+    }
+
+    struct NetHandle {
+        p: NetLock,
+        owner: u64,
+    }
+
+    #[async_trait]
+    impl LockHandle for NetHandle {
+        async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
+            let (name, at_least) = (config.name(), config.lock_at_least_for().as_millis());
+            if self.p.bug == NetBug::UnlockReadThenWrite {
+                if self.p.owner(name).await?.is_some_and(|(o, _)| o == self.owner) {
+                    self.p.call(format!("FREE {name} {at_least}")).await?;
+                }
+                return Ok(());
+            }
+            self.p.call(format!("UNLOCK {name} {} {at_least}", self.owner)).await.map(|_| ())
+        }
+
+        async fn extend(&mut self, config: &LockConfig) -> Result<()> {
+            let (name, at_most) = (config.name(), config.lock_at_most_for().as_millis());
+            let lost = || Error::LockLost { name: name.to_owned() };
+            if self.p.bug == NetBug::ExtendReadThenWrite {
+                return match self.p.owner(name).await? {
+                    Some((o, true)) if o == self.owner => {
+                        self.p.call(format!("SET {name} {at_most}")).await.map(|_| ())
+                    }
+                    _ => Err(lost()),
+                };
+            }
+            match self.p.call(format!("EXTEND {name} {} {at_most}", self.owner)).await?.as_str() {
+                "OK" => Ok(()),
+                _ => Err(lost()),
+            }
+        }
+
+        fn fencing_token(&self) -> Option<u64> {
+            Some(self.owner)
+        }
+    }
+
+    struct Factory {
+        addr: SocketAddr,
+        bug: NetBug,
+    }
+
+    #[async_trait]
+    impl ProviderFactory for Factory {
+        fn name(&self) -> &str {
+            "net-lock"
+        }
+
+        async fn create(
+            &self,
+            options: InstanceOptions,
+        ) -> std::result::Result<Arc<dyn LockProvider>, BoxError> {
+            let addr = options.address.unwrap_or(self.addr);
+            Ok(Arc::new(NetLock { addr, bug: self.bug }))
+        }
+
+        fn hooks(&self) -> Hooks {
+            Hooks::new().with_backend_address(self.addr)
+        }
+    }
+
+    async fn suite(bug: NetBug) -> Suite {
+        // A 5 s fault bound: the control's calls time out after 2 s.
+        let options = Options::new().with_seed(7).with_fault_bound(Duration::from_secs(5));
+        Suite::new(Factory { addr: serve().await, bug }, options).await.unwrap()
+    }
+
+    /// Runs `check` on the buggy provider (must fail) and on the control (must pass).
+    pub(super) async fn rejected_by(bug: NetBug, id: &str) -> Verdict {
+        let check = checks::by_id(id).unwrap();
+        let control = suite(NetBug::None).await.run_check(check).await;
+        assert_eq!(control.outcome, Outcome::Pass, "control failed {id}: {}", control.detail);
+        let broken = suite(bug).await.run_check(check).await;
+        assert_eq!(broken.outcome, Outcome::Fail, "{bug:?} not rejected by {id}: {}", broken.detail);
+        println!("{bug:?} rejected by {id}: {}", broken.detail);
+        Verdict { outcome: broken.outcome, detail: broken.detail }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlock_reading_the_owner_then_writing_unconditionally_fails_c12() {
+    let v = net::rejected_by(net::NetBug::UnlockReadThenWrite, "C12").await;
+    assert!(v.detail.contains("in flight during the takeover"), "{}", v.detail);
+    assert!(v.detail.contains("succeeded while the lock is held"), "{}", v.detail);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_reading_the_owner_then_writing_unconditionally_fails_c13() {
+    let v = net::rejected_by(net::NetBug::ExtendReadThenWrite, "C13").await;
+    assert!(v.detail.contains("in flight during the takeover"), "{}", v.detail);
+    assert!(v.detail.contains("still held at +"), "{}", v.detail);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_without_timeouts_fails_c24_on_a_stalled_backend() {
+    let v = net::rejected_by(net::NetBug::NoTimeout, "C24").await;
+    assert!(v.detail.contains("on a stalled backend hung"), "{}", v.detail);
+}
