@@ -287,21 +287,27 @@ async fn wait_while_held(state: &State, dir: u8, epoch: u64) -> bool {
         return true;
     }
     let mut cut = state.cut.subscribe();
+    // Counted while held; the guard also uncounts when the pump is dropped (a cut connection).
+    struct Held<'a>(&'a AtomicU64);
+    impl Drop for Held<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
     state.held.fetch_add(1, Ordering::SeqCst);
-    let released = loop {
+    let _held = Held(&state.held);
+    loop {
         if *cut.borrow_and_update() != epoch {
-            break false;
+            return false;
         }
         if !holds.borrow_and_update().holds(dir) {
-            break true;
+            return true;
         }
         tokio::select! {
-            r = holds.changed() => if r.is_err() { break false },
-            r = cut.changed() => if r.is_err() { break false },
+            r = holds.changed() => if r.is_err() { return false },
+            r = cut.changed() => if r.is_err() { return false },
         }
-    };
-    state.held.fetch_sub(1, Ordering::SeqCst);
-    released
+    }
 }
 
 #[cfg(test)]
@@ -404,7 +410,12 @@ mod tests {
         assert!(r.is_err(), "a cut connection still answered");
         let mut e = TcpStream::connect(proxy.addr()).await.unwrap();
         assert_eq!(ask(&mut e, b"back").await.unwrap(), b"back");
-        assert_eq!(proxy.held_chunks(), 0);
+        // The cut connections' held chunks are dropped (asynchronously, with their tasks).
+        let t = Instant::now();
+        while proxy.held_chunks() != 0 {
+            assert!(t.elapsed() < Duration::from_secs(2), "{} chunks still held", proxy.held_chunks());
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
