@@ -606,7 +606,9 @@ async fn cancel_at<T>(
 async fn c26(suite: &Suite) -> R {
     let t = suite.timing();
     let p = instances(suite, 2).await?;
-    let names: Vec<String> = (0..3).map(|i| suite.lock_name(&format!("c26-{i}"))).collect();
+    // Half the acquisitions go for a fresh name, so that locks get held (and their unlock and
+    // extend cancelled) although cancelled acquisitions keep names taken until they expire.
+    let mut names: Vec<String> = vec![suite.lock_name("c26")];
     let mut rng = suite.rng();
     let mut held: Vec<Lock> = Vec::new();
     let target = suite.options().cancel_rounds;
@@ -614,6 +616,8 @@ async fn c26(suite: &Suite) -> R {
     let (mut ops, mut completed, mut mid_flight, mut unpolled) = (0usize, 0usize, 0usize, 0usize);
     // What completed calls took: the most polls, and a running mean of their duration.
     let (mut most_polls, mut typical_us) = (1u32, 1000.0f64);
+    // Mid-flight cancellations of try_lock, extend and unlock.
+    let mut per_kind = [0usize; 3];
     let started = Instant::now();
     while mid_flight < target && ops < max_ops {
         // A provider that never left a call pending in `target` operations cannot be cancelled
@@ -623,16 +627,22 @@ async fn c26(suite: &Suite) -> R {
         }
         ops += 1;
         let polls = rng.u32(1..=most_polls.clamp(1, 12));
-        let micros = rng.u64(0..=(typical_us as u64).max(20));
+        // Up to twice a typical call: about half of the timed cancellations land mid-flight.
+        let micros = rng.u64(0..=((typical_us * 2.0) as u64).max(20));
         let by_time = rng.bool();
         if !held.is_empty() && rng.u8(0..8) == 0 {
             let l = held.swap_remove(rng.usize(0..held.len()));
             drop(l); // left to expire
         }
-        let kind = if held.is_empty() { 0 } else { rng.u8(0..4) };
+        // 0 | 1: try_lock, 2: unlock, 3: extend (a third each while a lock is held).
+        let kind = if held.is_empty() { 0 } else { rng.u8(1..4) };
+        let kind = if kind == 3 && !suite.capabilities().extend { 2 } else { kind };
         let call_started = Instant::now();
         let done = match kind {
             0 | 1 => {
+                if rng.bool() {
+                    names.push(suite.lock_name("c26"));
+                }
                 let cfg = LockConfig::new(
                     names[rng.usize(0..names.len())].clone(),
                     t.at_most,
@@ -656,7 +666,7 @@ async fn c26(suite: &Suite) -> R {
                     }
                 }
             }
-            3 if suite.capabilities().extend => {
+            3 => {
                 let i = rng.usize(0..held.len());
                 let at_most = t.at_most;
                 let r = cancel_at(held[i].extend(at_most, Duration::ZERO), polls, micros, by_time)
@@ -695,7 +705,18 @@ async fn c26(suite: &Suite) -> R {
                 let us = call_started.elapsed().as_secs_f64() * 1e6;
                 typical_us = typical_us * 0.8 + us * 0.2;
             }
-            None => mid_flight += 1,
+            None => {
+                mid_flight += 1;
+                per_kind[match kind {
+                    0 | 1 => 0,
+                    3 => 1,
+                    _ => 2,
+                }] += 1;
+                if by_time {
+                    // It takes longer than that: aim later next time.
+                    typical_us = typical_us.max(micros as f64 * 1.25);
+                }
+            }
         }
     }
     drop(held);
@@ -733,9 +754,12 @@ async fn c26(suite: &Suite) -> R {
         String::new()
     };
     Ok(format!(
-        "{ops} operations: {mid_flight} cancelled mid-flight{note}, {completed} completed, \
-         {unpolled} dropped unpolled, in {} ms; every name freed within lock_at_most_for; both \
-         instances work afterwards",
+        "{ops} operations: {mid_flight} cancelled mid-flight{note} (try_lock {}, extend {}, \
+         unlock {}), {completed} completed, {unpolled} dropped unpolled, in {} ms; every name \
+         freed within lock_at_most_for; both instances work afterwards",
+        per_kind[0],
+        per_kind[1],
+        per_kind[2],
         started.elapsed().as_millis()
     ))
 }
