@@ -474,7 +474,11 @@ mod net {
             },
             ["GET", name] => match map.get(*name) {
                 Some(r) => {
-                    format!("REC {} {}", r.owner, r.until.saturating_duration_since(now).as_millis())
+                    format!(
+                        "REC {} {}",
+                        r.owner,
+                        r.until.saturating_duration_since(now).as_millis()
+                    )
                 }
                 None => "NONE".into(),
             },
@@ -519,7 +523,9 @@ mod net {
             } else {
                 match tokio::time::timeout(CALL_TIMEOUT, io).await {
                     Ok(r) => r,
-                    Err(_) => return Err(Error::Timeout { operation: "call", after: CALL_TIMEOUT }),
+                    Err(_) => {
+                        return Err(Error::Timeout { operation: "call", after: CALL_TIMEOUT });
+                    }
                 }
             };
             match r {
@@ -640,7 +646,12 @@ mod net {
         let control = suite(NetBug::None).await.run_check(check).await;
         assert_eq!(control.outcome, Outcome::Pass, "control failed {id}: {}", control.detail);
         let broken = suite(bug).await.run_check(check).await;
-        assert_eq!(broken.outcome, Outcome::Fail, "{bug:?} not rejected by {id}: {}", broken.detail);
+        assert_eq!(
+            broken.outcome,
+            Outcome::Fail,
+            "{bug:?} not rejected by {id}: {}",
+            broken.detail
+        );
         println!("{bug:?} rejected by {id}: {}", broken.detail);
         Verdict { outcome: broken.outcome, detail: broken.detail }
     }

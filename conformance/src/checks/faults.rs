@@ -41,8 +41,9 @@ async fn guarded_for<T: Send + 'static>(
     }
 }
 
-/// C24: backend unreachable (connections cut by the kit's fault proxy, new ones refused, or a
-/// call cut mid-operation): every call returns a typed error within a bounded time; no panic,
+/// C24: backend unreachable (connections cut by the kit's fault proxy, new ones refused, a
+/// call cut mid-operation, or a stalled backend that accepts connections and never answers):
+/// every call returns a typed error within a bounded time; no panic,
 /// no hang, no lock reported held that is not; the provider recovers when the backend is
 /// reachable again. Needs [`Hooks::with_backend_address`](crate::Hooks::with_backend_address).
 pub async fn c24_backend_unreachable(suite: &Suite) -> Verdict {
@@ -373,7 +374,11 @@ async fn stalled(
     let extend = suite.capabilities().extend;
     let ne = suite.config(&suite.lock_name("c24se"), t.at_most, Duration::ZERO)?;
     let nu = suite.config(&suite.lock_name("c24su"), t.at_most, Duration::ZERO)?;
-    let le = if extend { Some(must_lock(suite, &xe, &ne, "lock before the stall").await?) } else { None };
+    let le = if extend {
+        Some(must_lock(suite, &xe, &ne, "lock before the stall").await?)
+    } else {
+        None
+    };
     let lu = must_lock(suite, &xu, &nu, "lock before the stall").await?;
     let fresh = suite.config(&suite.lock_name("c24sf"), LONG, Duration::ZERO)?;
     proxy.set_stalled(true);
@@ -491,7 +496,8 @@ async fn recover(suite: &Suite, p: &Arc<dyn LockProvider>) -> Result<Duration, V
 }
 
 /// C25: backend restarted while the process runs: the provider recovers without a process
-/// restart, and a lock held across the restart frees within `lock_at_most_for`. Needs
+/// restart, and a lock held across the restart frees within `lock_at_most_for`. When the
+/// provider declares `fencing`, tokens after the restart exceed every token before it. Needs
 /// [`Hooks::with_restart`](crate::Hooks::with_restart).
 pub async fn c25_backend_restart(suite: &Suite) -> Verdict {
     finish(c25(suite).await)

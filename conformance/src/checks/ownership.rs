@@ -14,9 +14,7 @@ use super::{
         timed_try_lock, unlock,
     },
 };
-use crate::{
-    factory::InstanceOptions, report::Verdict, suite::Suite, tools::proxy::FaultProxy,
-};
+use crate::{factory::InstanceOptions, report::Verdict, suite::Suite, tools::proxy::FaultProxy};
 
 fn need_owner_checked(suite: &Suite) -> Result<(), Verdict> {
     if suite.capabilities().owner_checked {
@@ -235,7 +233,8 @@ async fn stale_in_flight(suite: &Suite, call: StaleCall, p: &[Arc<dyn LockProvid
     let taken = match early {
         Some(r) => r,
         None => {
-            let wait = give_up.saturating_duration_since(Instant::now()) + suite.options().fault_bound;
+            let wait =
+                give_up.saturating_duration_since(Instant::now()) + suite.options().fault_bound;
             tokio::time::timeout(wait, &mut taker).await.map_err(|_| {
                 Verdict::fail(format!("the new holder's try_lock hung for {} ms", ms(wait)))
             })?
@@ -284,6 +283,8 @@ async fn stale_in_flight(suite: &Suite, call: StaleCall, p: &[Arc<dyn LockProvid
 
 /// C14: records left behind — a pre-existing expired record, or a record deleted externally
 /// while the process runs — never block locking for longer than `lock_at_most_for`.
+/// When the provider declares `fencing`, the tokens of the locks taken after a deletion exceed
+/// every token taken before it (a counter kept in the record itself starts over).
 /// Needs [`RecordHooks`](crate::RecordHooks).
 pub async fn c14_leftover_records(suite: &Suite) -> Verdict {
     finish(c14(suite).await)

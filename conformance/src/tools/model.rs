@@ -254,17 +254,17 @@ pub async fn run_case(
                         continue;
                     }
                     let at_least = least.map(half).unwrap_or(Duration::ZERO);
-                    let r =
-                        match bounded(suite, "extend", h.real.extend(half(*most), at_least)).await
-                        {
-                            Ok(r) => r,
-                            Err(v) => {
-                                break 'case CaseOutcome::Disagreed(format!(
-                                    "step {k} {op:?}: {}",
-                                    v.detail
-                                ));
-                            }
-                        };
+                    let r = match bounded(suite, "extend", h.real.extend(half(*most), at_least))
+                        .await
+                    {
+                        Ok(r) => r,
+                        Err(v) => {
+                            break 'case CaseOutcome::Disagreed(format!(
+                                "step {k} {op:?}: {}",
+                                v.detail
+                            ));
+                        }
+                    };
                     let m = h.model.extend(half(*most), at_least).await;
                     match (r, m) {
                         (Ok(()), Ok(())) | (Err(Error::LockLost { .. }), Err(_)) => {}

@@ -413,7 +413,11 @@ mod tests {
         // The cut connections' held chunks are dropped (asynchronously, with their tasks).
         let t = Instant::now();
         while proxy.held_chunks() != 0 {
-            assert!(t.elapsed() < Duration::from_secs(2), "{} chunks still held", proxy.held_chunks());
+            assert!(
+                t.elapsed() < Duration::from_secs(2),
+                "{} chunks still held",
+                proxy.held_chunks()
+            );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
@@ -452,11 +456,8 @@ mod tests {
         assert!(!call.is_finished(), "the answer was not held");
         assert_eq!(proxy.held_chunks(), 1);
         proxy.set_holding_answers(false);
-        let (got, _c) = tokio::time::timeout(Duration::from_secs(2), call)
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
+        let (got, _c) =
+            tokio::time::timeout(Duration::from_secs(2), call).await.unwrap().unwrap().unwrap();
         assert_eq!(got, b"held");
     }
 }
