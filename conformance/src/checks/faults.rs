@@ -520,6 +520,7 @@ async fn c25(suite: &Suite) -> R {
     }
     let held = must_lock(suite, &p[0], &cfg, "lock before the restart").await?;
     fence.saw(&held, "the lock held across the restart")?;
+    fence.settle(suite).await;
     let restart_started = Instant::now();
     tokio::time::timeout(suite.options().recovery_bound, hook.restart())
         .await

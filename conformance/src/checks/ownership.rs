@@ -342,6 +342,7 @@ async fn c14(suite: &Suite) -> R {
     unlock(suite, l).await?;
     let held = must_lock(suite, &p[0], &short, "lock before deletion").await?;
     fence.saw(&held, "the lock before deletion")?;
+    fence.settle(suite).await;
     bounded(suite, "delete_record", hooks.delete_record(&n2))
         .await?
         .map_err(hook("delete_record"))?;
@@ -374,6 +375,7 @@ async fn c14(suite: &Suite) -> R {
     unlock(suite, fresh).await?;
 
     // 3. Deleted again while free: the instance that created the record can still lock.
+    fence.settle(suite).await;
     bounded(suite, "delete_record", hooks.delete_record(&n2))
         .await?
         .map_err(hook("delete_record"))?;
@@ -430,6 +432,15 @@ impl Fence {
         }
         self.seen.push((step.to_owned(), tok));
         Ok(())
+    }
+
+    /// With fencing, waits one declared granularity (plus 1 ms) so that a backend clock the
+    /// tokens may be derived from (e.g. `max(previous + 1, server time)`) has moved on since the
+    /// last token: the kit asks for increase across a deletion or restart, not within one tick.
+    pub(crate) async fn settle(&self, suite: &Suite) {
+        if self.on {
+            tokio::time::sleep(suite.timing().granularity + Duration::from_millis(1)).await;
+        }
     }
 
     /// `"; fencing tokens ... increasing <what>"`, or nothing without fencing.
