@@ -131,6 +131,15 @@ async fn c13(suite: &Suite) -> R {
     ))
 }
 
+/// Aborts a spawned task when dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// The stale holder's call made in flight by [`stale_in_flight`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum StaleCall {
@@ -208,6 +217,8 @@ async fn stale_in_flight(suite: &Suite, call: StaleCall, p: &[Arc<dyn LockProvid
             tokio::time::sleep(poll).await;
         }
     });
+    // Neither task outlives the check, whichever way it ends.
+    let _abort = (AbortOnDrop(stale_call.abort_handle()), AbortOnDrop(taker.abort_handle()));
     let early = tokio::select! {
         r = &mut taker => Some(r),
         () = tokio::time::sleep_until(hold_until.into()) => None,
