@@ -52,8 +52,8 @@ pub trait ProviderFactory: Send + Sync + 'static {
     ///   seconds) so that calls fail instead of hanging when the proxy cuts the connection.
     async fn create(&self, options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError>;
 
-    /// Optional access to the backend for the checks that need it (C14, C22, C24, C25 and the
-    /// round-trip figures). Called once per run. Default: none.
+    /// Optional access to the backend for the checks that need it (C14, C22, C24, C25, the
+    /// in-flight parts of C12 and C13, and the round-trip figures). Called once per run. Default: none.
     fn hooks(&self) -> Hooks {
         Hooks::new()
     }
@@ -174,7 +174,8 @@ impl Hooks {
         Self::default()
     }
 
-    /// Raw record access (enables C14).
+    /// Raw record access (enables C14; with `fencing`, C14 also compares tokens across
+    /// deletions).
     pub fn with_records(mut self, hooks: impl RecordHooks) -> Self {
         self.records = Some(Arc::new(hooks));
         self
@@ -205,8 +206,8 @@ impl Hooks {
     }
 
     /// The backend's TCP address. The kit then runs its fault proxy in front of it and builds
-    /// instances with [`InstanceOptions::address`] set to the proxy (enables C24 and the
-    /// round-trip figures).
+    /// instances with [`InstanceOptions::address`] set to the proxy (enables C24, the in-flight
+    /// parts of C12 and C13, and the round-trip figures).
     pub fn with_backend_address(mut self, address: SocketAddr) -> Self {
         self.backend_address = Some(address);
         self

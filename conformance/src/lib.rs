@@ -82,25 +82,25 @@
 //! |---|---|
 //! | [`RecordHooks`] (inspect / delete a record, plant an expired one) | C14 |
 //! | [`RestartHook`] (restart the backend while the process runs) | C25 |
-//! | backend address ([`Hooks::with_backend_address`]) | C24 (through the kit's fault proxy) and the round-trip figures |
+//! | backend address ([`Hooks::with_backend_address`]) | C24 (through the kit's fault proxy), the in-flight parts of C12 and C13, and the round-trip figures |
 //!
 //! ## The checks
 //!
 //! | id | check | needs |
 //! |---|---|---|
 //! | C01–C08 | held, no double hold, names independent, lock-unlock-lock, expiry after at-most, relock, at-least, fuzzed counters | — |
-//! | C09–C11 | extend keeps the lock, extending an expired lock fails, at-least via extend | `extend` |
-//! | C12–C13 | a stale holder's unlock / extend changes nothing | `owner_checked` (+ `extend` for C13) |
-//! | C14 | leftover or externally deleted records never block | record hooks |
+//! | C09–C11 | extend keeps the lock, extending an expired lock fails, at-least via a late extend counts from the extension | `extend` |
+//! | C12–C13 | a stale holder's unlock / extend changes nothing, also in flight during the takeover (with a backend address) | `owner_checked` (+ `extend` for C13) |
+//! | C14 | leftover or externally deleted records never block; fencing tokens keep increasing across a deletion | record hooks |
 //! | C15–C17 | race rounds (one winner), history overlap check, proptest model vs `shedlock-memory` | — |
 //! | C18 | clock skew: server time intact at ±1 h; client time: skew bound measured, violation detected | — |
 //! | C19 | scheduler on K instances: every fire time once, with and without skew | — |
 //! | C20–C21 | monotonic fencing tokens; a fenced resource refuses a paused stale holder | `fencing` |
 //! | C22 | keep-alive: long task keeps the lock, dead holder frees it, failed extension signals loss | `extend` |
 //! | C23 | executor: skip, release on return / error / panic / cancel, reentrancy, `assert_locked` | — |
-//! | C24 | backend unreachable: typed errors in bounded time, no false "held", recovery | backend address |
-//! | C25 | backend restart: recovery without a process restart | restart hook |
-//! | C26 | futures dropped at random await points never leave a name locked past at-most | — |
+//! | C24 | backend unreachable or stalled: typed errors in bounded time, no false "held", recovery | backend address |
+//! | C25 | backend restart: recovery without a process restart; fencing tokens keep increasing | restart hook |
+//! | C26 | futures dropped mid-flight at random await points never leave a name locked past at-most | — |
 //! | C27 | hostile names, max length (+1 is `InvalidName`, never truncation) | — |
 //! | C28 | real clock skew between node processes (libfaketime): server time intact, client-time bound measured | node environment, libfaketime |
 //!

@@ -63,7 +63,8 @@ pub struct Options {
     pub scheduler_instances: usize,
     /// Fire periods observed per scheduler run (C19).
     pub scheduler_fires: u32,
-    /// Cancelled operations (C26).
+    /// Operations C26 cancels mid-flight (polled, still pending when dropped); it draws at most
+    /// eight times as many operations to get there.
     pub cancel_rounds: usize,
     /// The longest any call may take when the backend is unreachable (C24). A call that hangs
     /// longer fails the check.
