@@ -70,6 +70,21 @@ fn redis_bench(c: &mut Criterion) {
         b.to_async(&rt).iter(|| cycle(provider.as_ref(), &one))
     });
 
+    // The same provider on a plain multiplexed connection (what rslock uses), without the
+    // ConnectionManager's reconnecting layer.
+    let mux: Arc<dyn LockProvider> = rt.block_on(async {
+        let conn = redis::Client::open(url.clone())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let p = RedisLockProvider::builder(conn).key_prefix("bench:").build().await;
+        Arc::new(p.unwrap()) as Arc<dyn LockProvider>
+    });
+    g.bench_function("try_lock_unlock_multiplexed", |b| {
+        b.to_async(&rt).iter(|| cycle(mux.as_ref(), &one))
+    });
+
     #[cfg(feature = "peers")]
     {
         let rl = rslock::LockManager::new(vec![url.clone()]);
