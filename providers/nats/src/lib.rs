@@ -3,12 +3,13 @@
 //! Locks live in a key-value bucket (the JetStream stream `KV_<bucket>`, subjects
 //! `$KV.<bucket>.>`): one message per held lock, on the subject of the lock's key.
 //!
-//! - **Acquire is one round trip** on every path: a publish to the key's subject with
-//!   `Nats-Expected-Last-Subject-Sequence: 0` (the subject must be empty, so a second writer gets
-//!   error 10071) and `Nats-TTL: <lock_at_most_for>` (the server removes the message when it
-//!   expires), pipelined with a direct get of the subject's last message so that a tombstone left
-//!   by an operator (`nats kv del`) is recognised without a second turnaround (taking the key
-//!   over it then costs one more publish).
+//! - **Acquire is one round trip** whenever the key is free: a publish to the key's subject with
+//!   `Nats-Expected-Last-Subject-Sequence: 0` (only an empty subject accepts it; a second writer
+//!   gets error 10071) and `Nats-TTL: <lock_at_most_for>` (the server removes the message when it
+//!   expires). Unlock purges the message, so a fresh key, a released one and an expired one are
+//!   all an empty subject. A key held elsewhere costs one more round trip the first time this
+//!   instance meets that holder (a direct get tells a live lock from a tombstone an operator left
+//!   with `nats kv del`; taking the key over a tombstone is one more publish).
 //! - **Server time**: expiry is judged by the NATS server's per-message TTL (nats-server 2.11 or
 //!   newer, stream option `allow_msg_ttl`), so client clock skew cannot break exclusion.
 //!   [`TimeSource::Client`] keeps `lock_until` in the message instead, judged by each instance's
@@ -38,7 +39,12 @@
 //! # Ok(()) }
 //! ```
 
-use std::{fmt, sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    fmt,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
 
 use async_nats::{
     Client, HeaderMap, Message, Request, RequestError, RequestErrorKind,
@@ -231,6 +237,7 @@ impl NatsLockProviderBuilder {
                 time: self.time_source,
                 clock: self.clock,
                 locked_by,
+                seen: Mutex::default(),
             }),
         })
     }
@@ -269,7 +276,14 @@ struct Inner {
     time: TimeSource,
     clock: SharedClock,
     locked_by: String,
+    /// Per subject, the sequence of the last lock message a direct get found there (and its
+    /// `lock_until` in client time): a publish that trips over it again is answered "held"
+    /// without a second look.
+    seen: Mutex<HashMap<String, (u64, Option<i64>)>>,
 }
+
+/// How many subjects [`Inner::seen`] remembers before it starts over.
+const SEEN_CAPACITY: usize = 4096;
 
 /// The answer to a conditional publish.
 enum Publish {
@@ -308,6 +322,22 @@ fn api_error(v: &Value) -> Option<(u64, String)> {
 }
 
 impl Inner {
+    /// `Some(lock_until)` when message `seq` of `subject` was seen to be a lock message (not a
+    /// tombstone). Stream sequences are never reused, so while `seq` is still the subject's last
+    /// message, it is that same lock message.
+    fn known_lock(&self, subject: &str, seq: u64) -> Option<Option<i64>> {
+        let seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        seen.get(subject).filter(|(s, _)| *s == seq).map(|(_, until)| *until)
+    }
+
+    fn remember_lock(&self, subject: &str, seq: u64, until: Option<i64>) {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        if seen.len() >= SEEN_CAPACITY {
+            seen.clear();
+        }
+        seen.insert(subject.to_owned(), (seq, until));
+    }
+
     fn subject(&self, name: &str) -> String {
         let mut s = String::with_capacity(self.subject_prefix.len() + name.len());
         s.push_str(&self.subject_prefix);
@@ -522,28 +552,44 @@ impl Inner {
         let acquisition = Acquisition::begin(config);
         let at_us = self.now_us();
         let won = with_timeout("try_lock", self.timeout, async {
-            // The publish and the direct get go out together (one turnaround): when the publish
-            // finds the subject taken, the get tells a live lock from a tombstone.
-            let (published, last) = tokio::join!(
-                self.publish("try_lock", &subject, 0, at_most, at_us),
-                self.last(&subject)
-            );
-            let last_seq = match published? {
+            // One publish that only an empty subject accepts: a fresh key, one whose lock was
+            // released (purged) or expired (the server removed it).
+            let last_seq = match self.publish("try_lock", &subject, 0, at_most, at_us).await? {
                 Publish::Stored(seq) => return Ok(Some(seq)),
                 Publish::WrongLast(n) => n,
             };
-            match last? {
-                // The get saw the message the publish tripped over, and it leaves the key free
-                // (a tombstone, or in client time an expired lock): take it over, owner-checked
-                // by its sequence.
-                Some(m) if m.seq == last_seq && self.is_free(&m) => {
-                    match self.publish("try_lock", &subject, last_seq, at_most, at_us).await? {
+            // The subject holds message `last_seq`. Known to be a live lock: held, and no
+            // second round trip.
+            if let Some(until) = self.known_lock(&subject, last_seq) {
+                let expired = matches!((until, self.now_us()), (Some(u), Some(now)) if u <= now);
+                if !expired {
+                    return Ok(None);
+                }
+                // Client time: a lock seen before whose lock_until has passed. Take it over.
+                return match self.publish("try_lock", &subject, last_seq, at_most, at_us).await? {
+                    Publish::Stored(seq) => Ok(Some(seq)),
+                    Publish::WrongLast(_) => Ok(None),
+                };
+            }
+            // Otherwise look at it: a live lock is held (and remembered); a tombstone left by
+            // an operator (`nats kv del`), a server marker, or in client time an expired lock,
+            // leaves the key free: take it over, owner-checked by its sequence.
+            match self.last(&subject).await? {
+                Some(m) if self.is_free(&m) => {
+                    match self.publish("try_lock", &subject, m.seq, at_most, at_us).await? {
                         Publish::Stored(seq) => Ok(Some(seq)),
                         Publish::WrongLast(_) => Ok(None),
                     }
                 }
-                // A live lock, or the key changed between the two: someone else is on it.
-                _ => Ok(None),
+                Some(m) => {
+                    self.remember_lock(&subject, m.seq, m.lock_until_us);
+                    Ok(None)
+                }
+                // Removed in between (expired or released): free again.
+                None => match self.publish("try_lock", &subject, 0, at_most, at_us).await? {
+                    Publish::Stored(seq) => Ok(Some(seq)),
+                    Publish::WrongLast(_) => Ok(None),
+                },
             }
         })
         .await?;
