@@ -80,6 +80,9 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The default bucket name.
 pub const DEFAULT_BUCKET: &str = "shedlock";
 
+/// How often a request in flight checks that the client is still connected.
+const CONNECTION_POLL: Duration = Duration::from_millis(20);
+
 /// The JetStream error code for "wrong last sequence" (a failed compare-and-set).
 const ERR_WRONG_LAST_SEQUENCE: u64 = 10071;
 /// "stream not found".
@@ -385,7 +388,26 @@ impl Inner {
         if let Some(t) = self.timeout {
             req = req.timeout(Some(t));
         }
-        self.client.send_request(subject, req).await.map_err(|e| self.request_error(operation, e))
+        // A connection lost while the request is out fails the call within a poll interval
+        // (retryable, effect unknown) instead of waiting for the answer until the time limit.
+        let lost = async {
+            loop {
+                tokio::time::sleep(CONNECTION_POLL).await;
+                if self.client.connection_state() != ConnState::Connected {
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            r = self.client.send_request(subject, req) => {
+                r.map_err(|e| self.request_error(operation, e))
+            }
+            () = lost => Err(Error::unavailable(
+                BACKEND,
+                "the connection to the NATS server was lost while the request was out \
+                 (its effect is unknown)",
+            )),
+        }
     }
 
     fn request_error(&self, operation: &'static str, e: RequestError) -> Error {
