@@ -428,3 +428,26 @@ async fn debug_output_carries_no_client_or_url() {
     let d = format!("{p:?}");
     assert!(d.contains("dbg") && !d.contains("nats://") && !d.contains("127.0.0.1"), "{d}");
 }
+
+#[tokio::test]
+async fn a_connection_cut_while_the_request_is_out_fails_fast_not_at_the_timeout() {
+    let url = url().await;
+    let proxy = FaultProxy::start(addr_of(&url)).await.unwrap();
+    let via = url.replacen(host_port(&url), &proxy.addr().to_string(), 1);
+    let bucket = unique("inflight");
+    let p = provider(client_at(&via).await, &bucket);
+    p.create_bucket().await.unwrap();
+    p.try_lock(&cfg("w", 60_000, 0)).await.unwrap().unwrap().unlock().await.unwrap();
+    // The request sits in the proxy when the connection is cut.
+    proxy.set_delay(Duration::from_millis(500));
+    let started = Instant::now();
+    let call = tokio::spawn(async move { p.try_lock(&cfg("x", 60_000, 0)).await.map(|l| l.is_some()) });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.cut_all();
+    let r = call.await.unwrap();
+    let took = started.elapsed();
+    proxy.set_delay(Duration::ZERO);
+    assert!(matches!(r, Err(Error::Unavailable { .. })), "{r:?}");
+    // Well before the 3 s operation timeout.
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+}
