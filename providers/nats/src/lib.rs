@@ -60,7 +60,7 @@ use shedlock::{
     },
     system_clock,
 };
-use tokio::time::Instant;
+use tokio::{sync::OnceCell, time::Instant};
 
 pub use shedlock::TimeSource;
 
@@ -241,6 +241,7 @@ impl NatsLockProviderBuilder {
                 clock: self.clock,
                 locked_by,
                 seen: Mutex::default(),
+                checked: OnceCell::new(),
             }),
         })
     }
@@ -283,6 +284,8 @@ struct Inner {
     /// `lock_until` in client time): a publish that trips over it again is answered "held"
     /// without a second look.
     seen: Mutex<HashMap<String, (u64, Option<i64>)>>,
+    /// Set once the bucket was found fit for locks.
+    checked: OnceCell<()>,
 }
 
 /// How many subjects [`Inner::seen`] remembers before it starts over.
@@ -304,6 +307,19 @@ struct LastMessage {
     /// `lock_until` stored by a client-time provider, in µs since the epoch.
     lock_until_us: Option<i64>,
 }
+
+/// Nothing answered a request: no stream listens on the subject (the bucket is missing), or
+/// JetStream is not available (starting, restarting).
+#[derive(Debug)]
+struct NoResponders;
+
+impl fmt::Display for NoResponders {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("no responders (JetStream unavailable, or no stream for the subject)")
+    }
+}
+
+impl std::error::Error for NoResponders {}
 
 fn setup(message: impl Into<String>) -> Error {
     Error::Setup { backend: BACKEND, message: message.into() }
@@ -418,7 +434,7 @@ impl Inner {
             },
             // No stream listens on the subject: the bucket is missing, or JetStream is not
             // (yet) available. `classify_no_responders` tells them apart where it matters.
-            RequestErrorKind::NoResponders => Error::unavailable(BACKEND, "no responders"),
+            RequestErrorKind::NoResponders => Error::unavailable(BACKEND, NoResponders),
             _ => Error::unavailable(BACKEND, e),
         }
     }
@@ -426,8 +442,7 @@ impl Inner {
     /// After "no responders" on a publish: a missing stream is a setup error; anything else
     /// (JetStream starting up, a restart) stays retryable.
     async fn classify_no_responders(&self, e: Error) -> Error {
-        if !matches!(&e, Error::Unavailable { source, .. } if source.to_string() == "no responders")
-        {
+        if !matches!(&e, Error::Unavailable { source, .. } if source.is::<NoResponders>()) {
             return e;
         }
         match self.stream_info().await {
@@ -439,8 +454,8 @@ impl Inner {
     /// The stream's info, or `None` when it does not exist.
     async fn stream_info(&self) -> Result<Option<Value>> {
         let m = self.request("check_bucket", self.info.clone(), None, Vec::new()).await?;
-        let v: Value = serde_json::from_slice(&m.payload)
-            .map_err(|_| json_err("stream info", &m.payload))?;
+        let v: Value =
+            serde_json::from_slice(&m.payload).map_err(|_| json_err("stream info", &m.payload))?;
         match api_error(&v) {
             None => Ok(Some(v)),
             Some((ERR_STREAM_NOT_FOUND, _)) => Ok(None),
@@ -567,6 +582,60 @@ impl Inner {
         }
     }
 
+    /// Checks the bucket (see [`NatsLockProvider::check_bucket`]).
+    async fn check_bucket(&self) -> Result<()> {
+        match self.stream_info().await? {
+            None => Err(self.missing_bucket()),
+            Some(v) => self.validate(&v),
+        }
+    }
+
+    fn validate(&self, info: &Value) -> Result<()> {
+        let i = self;
+        let c = info.get("config").ok_or_else(|| json_err("stream info", b"(no config)"))?;
+        let flag = |k: &str| c.get(k).and_then(Value::as_bool).unwrap_or(false);
+        let wildcard = format!("{}>", i.subject_prefix);
+        let covers = c
+            .get("subjects")
+            .and_then(Value::as_array)
+            .is_some_and(|s| s.iter().any(|s| s.as_str() == Some(wildcard.as_str())));
+        let mut wrong = Vec::new();
+        if !covers {
+            wrong.push(format!("its subjects do not include {wildcard}"));
+        }
+        if !flag("allow_direct") {
+            wrong.push("direct get is not allowed (allow_direct)".to_owned());
+        }
+        if flag("deny_purge") {
+            wrong.push("purge is denied (deny_purge), and unlock purges".to_owned());
+        }
+        if flag("sealed") {
+            wrong.push("it is sealed".to_owned());
+        }
+        // The server removes a message at the stream's max_age even when its own TTL is longer
+        // (measured on 2.15: a 5 s TTL was gone after 2.5 s under max_age 1 s): a lock would
+        // end early.
+        if c.get("max_age").and_then(Value::as_u64).is_some_and(|a| a > 0) {
+            wrong.push(
+                "it has a max_age, which removes lock messages before their lock_at_most_for \
+                 (set max_age to 0)"
+                    .to_owned(),
+            );
+        }
+        if i.time.is_server() && !flag("allow_msg_ttl") {
+            return Err(i.no_ttl());
+        }
+        if wrong.is_empty() {
+            return Ok(());
+        }
+        Err(setup(format!(
+            "the stream {} cannot hold locks: {}; recreate it with create_bucket() or from \
+             bucket_config()",
+            i.stream,
+            wrong.join(", ")
+        )))
+    }
+
     async fn try_lock(self: &Arc<Self>, config: &LockConfig) -> Result<Option<Lock>> {
         check_lock_name(BACKEND, config.name(), Some(MAX_NAME_LEN), false)?;
         let subject = self.subject(config.name());
@@ -574,6 +643,9 @@ impl Inner {
         let acquisition = Acquisition::begin(config);
         let at_us = self.now_us();
         let won = with_timeout("try_lock", self.timeout, async {
+            // Once per provider: the bucket exists and is fit for locks (one request, on the
+            // first call only; a failure is not remembered, so the next call checks again).
+            self.checked.get_or_try_init(|| self.check_bucket()).await?;
             // One publish that only an empty subject accepts: a fresh key, one whose lock was
             // released (purged) or expired (the server removed it).
             let last_seq = match self.publish("try_lock", &subject, 0, at_most, at_us).await? {
@@ -598,6 +670,11 @@ impl Inner {
             // leaves the key free: take it over, owner-checked by its sequence.
             match self.last(&subject).await? {
                 Some(m) if self.is_free(&m) => {
+                    tracing::debug!(
+                        subject,
+                        seq = m.seq,
+                        "taking a free lock key over its last message"
+                    );
                     match self.publish("try_lock", &subject, m.seq, at_most, at_us).await? {
                         Publish::Stored(seq) => Ok(Some(seq)),
                         Publish::WrongLast(_) => Ok(None),
@@ -623,6 +700,7 @@ impl Inner {
             rev: seq,
             since: Instant::now(),
             at_us,
+            until_us: at_us.map(|at| at.saturating_add(duration_micros(at_most))),
         };
         acquisition.grant(handle).await.map(Some)
     }
@@ -640,6 +718,8 @@ struct NatsHandle {
     since: Instant,
     /// Client time only: `locked_at` of the current message.
     at_us: Option<i64>,
+    /// Client time only: `lock_until` of the current message.
+    until_us: Option<i64>,
 }
 
 #[async_trait::async_trait]
@@ -679,6 +759,13 @@ impl LockHandle for NatsHandle {
     async fn extend(&mut self, config: &LockConfig) -> Result<()> {
         let inner = &self.inner;
         let at_us = inner.now_us();
+        // Client time: an expired lock is not revived, even if nobody took it since (the
+        // sequence check alone would let it through); by the same clock that judges expiry.
+        if let (Some(until), Some(now)) = (self.until_us, at_us)
+            && until <= now
+        {
+            return Err(Error::LockLost { name: config.name().to_owned() });
+        }
         with_timeout("extend", inner.timeout, async {
             match inner
                 .publish("extend", &self.subject, self.rev, config.lock_at_most_for(), at_us)
@@ -688,6 +775,8 @@ impl LockHandle for NatsHandle {
                     self.rev = seq;
                     self.since = Instant::now();
                     self.at_us = at_us;
+                    self.until_us = at_us
+                        .map(|at| at.saturating_add(duration_micros(config.lock_at_most_for())));
                     Ok(())
                 }
                 Publish::WrongLast(_) => Err(Error::LockLost { name: config.name().to_owned() }),
@@ -798,8 +887,8 @@ impl NatsLockProvider {
             let v: Value = serde_json::from_slice(&m.payload)
                 .map_err(|_| json_err("stream create", &m.payload))?;
             match api_error(&v) {
-                None => self.validate(&v),
-                Some((ERR_STREAM_NAME_IN_USE, _)) => self.check_bucket_inner().await,
+                None => i.validate(&v),
+                Some((ERR_STREAM_NAME_IN_USE, _)) => i.check_bucket().await,
                 Some((code, desc)) => Err(setup(format!(
                     "creating the stream {} failed: {desc} (err_code {code})",
                     i.stream
@@ -814,50 +903,7 @@ impl NatsLockProvider {
     /// needs nats-server 2.11 or newer). Otherwise [`Error::Setup`](shedlock::Error::Setup)
     /// says what to change.
     pub async fn check_bucket(&self) -> Result<()> {
-        with_timeout("check_bucket", self.inner.timeout, self.check_bucket_inner()).await
-    }
-
-    async fn check_bucket_inner(&self) -> Result<()> {
-        match self.inner.stream_info().await? {
-            None => Err(self.inner.missing_bucket()),
-            Some(v) => self.validate(&v),
-        }
-    }
-
-    fn validate(&self, info: &Value) -> Result<()> {
-        let i = &self.inner;
-        let c = info.get("config").ok_or_else(|| json_err("stream info", b"(no config)"))?;
-        let flag = |k: &str| c.get(k).and_then(Value::as_bool).unwrap_or(false);
-        let wildcard = format!("{}>", i.subject_prefix);
-        let covers = c
-            .get("subjects")
-            .and_then(Value::as_array)
-            .is_some_and(|s| s.iter().any(|s| s.as_str() == Some(wildcard.as_str())));
-        let mut wrong = Vec::new();
-        if !covers {
-            wrong.push(format!("its subjects do not include {wildcard}"));
-        }
-        if !flag("allow_direct") {
-            wrong.push("direct get is not allowed (allow_direct)".to_owned());
-        }
-        if flag("deny_purge") {
-            wrong.push("purge is denied (deny_purge), and unlock purges".to_owned());
-        }
-        if flag("sealed") {
-            wrong.push("it is sealed".to_owned());
-        }
-        if i.time.is_server() && !flag("allow_msg_ttl") {
-            return Err(i.no_ttl());
-        }
-        if wrong.is_empty() {
-            return Ok(());
-        }
-        Err(setup(format!(
-            "the stream {} cannot hold locks: {}; recreate it with create_bucket() or from \
-             bucket_config()",
-            i.stream,
-            wrong.join(", ")
-        )))
+        with_timeout("check_bucket", self.inner.timeout, self.inner.check_bucket()).await
     }
 }
 

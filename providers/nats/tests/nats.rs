@@ -441,7 +441,8 @@ async fn a_connection_cut_while_the_request_is_out_fails_fast_not_at_the_timeout
     // The request sits in the proxy when the connection is cut.
     proxy.set_delay(Duration::from_millis(500));
     let started = Instant::now();
-    let call = tokio::spawn(async move { p.try_lock(&cfg("x", 60_000, 0)).await.map(|l| l.is_some()) });
+    let call =
+        tokio::spawn(async move { p.try_lock(&cfg("x", 60_000, 0)).await.map(|l| l.is_some()) });
     tokio::time::sleep(Duration::from_millis(100)).await;
     proxy.cut_all();
     let r = call.await.unwrap();
@@ -450,4 +451,49 @@ async fn a_connection_cut_while_the_request_is_out_fails_fast_not_at_the_timeout
     assert!(matches!(r, Err(Error::Unavailable { .. })), "{r:?}");
     // Well before the 3 s operation timeout.
     assert!(took < Duration::from_secs(1), "took {took:?}");
+}
+
+#[tokio::test]
+async fn a_bucket_with_max_age_is_refused_because_it_would_end_locks_early() {
+    // The server removes a message at the stream's max_age even when its TTL is longer.
+    let c = client().await;
+    let p = provider(c.clone(), &unique("maxage"));
+    let config = p.bucket_config().replace("\"max_age\":0", "\"max_age\":3600000000000");
+    assert!(config.contains("\"max_age\":3600000000000"), "{config}");
+    let m =
+        raw(&c, format!("$JS.API.STREAM.CREATE.{}", p.stream()), HeaderMap::new(), &config).await;
+    assert!(!String::from_utf8_lossy(&m.payload).contains("\"error\""));
+    for r in [
+        p.check_bucket().await,
+        p.create_bucket().await,
+        p.try_lock(&cfg("x", 60_000, 0)).await.map(|_| ()),
+    ] {
+        match r {
+            Err(Error::Setup { message, .. }) => assert!(message.contains("max_age"), "{message}"),
+            other => panic!("expected Setup, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn client_time_does_not_revive_an_expired_lock_on_extend() {
+    let bucket = unique("ctx");
+    let build = async || {
+        NatsLockProvider::builder(client().await)
+            .bucket(&bucket)
+            .time_source(TimeSource::Client)
+            .build()
+            .unwrap()
+    };
+    let a = build().await;
+    a.create_bucket().await.unwrap();
+    let b = build().await;
+    let mut l = a.try_lock(&cfg("x", 200, 0)).await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert!(matches!(
+        l.extend(Duration::from_secs(60), Duration::ZERO).await,
+        Err(Error::LockLost { .. })
+    ));
+    let l2 = b.try_lock(&cfg("x", 60_000, 0)).await.unwrap().expect("expired, not revived");
+    l2.unlock().await.unwrap();
 }

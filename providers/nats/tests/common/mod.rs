@@ -8,7 +8,6 @@
 //! `SHEDLOCK_NATS_URL`: a server this process does not own cannot be restarted, so C25 is then
 //! expected to be "not applicable". Every other check must pass.
 
-
 use std::{
     net::{SocketAddr, ToSocketAddrs},
     sync::Arc,
@@ -53,10 +52,8 @@ impl Nats {
     async fn new(client_time: bool) -> Result<Self, BoxError> {
         let service = testing::service(Backend::Nats, "NATS").await?;
         let url = service.url().to_owned();
-        let addr = host_port(&url)
-            .to_socket_addrs()?
-            .next()
-            .ok_or("the server host does not resolve")?;
+        let addr =
+            host_port(&url).to_socket_addrs()?.next().ok_or("the server host does not resolve")?;
         let bucket = format!("conformance_{}", std::process::id());
         let client = connect_options().connect(url.as_str()).await?;
         let mut b = NatsLockProvider::builder(client.clone()).bucket(&bucket);
