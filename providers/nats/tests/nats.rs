@@ -274,7 +274,7 @@ async fn fencing_tokens_increase_across_unlock_expiry_and_operator_deletes() {
 }
 
 #[tokio::test]
-async fn fencing_tokens_keep_increasing_across_a_server_restart_with_an_empty_stream() {
+async fn fencing_tokens_keep_increasing_and_held_locks_survive_a_server_restart() {
     // A private server: restarting the shared one would disturb the other tests.
     let service = tokio::task::spawn_blocking(|| {
         Service::start(Backend::Nats, &LaunchOptions::new().ignore_env(true))
@@ -282,7 +282,7 @@ async fn fencing_tokens_keep_increasing_across_a_server_restart_with_an_empty_st
     .await
     .unwrap()
     .expect("start a private NATS server");
-    let service: &'static Service = Box::leak(Box::new(service));
+    let service = std::sync::Arc::new(service);
     let url = service.url().to_owned();
     let p = provider(client_at(&url).await, "restart");
     p.create_bucket().await.unwrap();
@@ -292,7 +292,8 @@ async fn fencing_tokens_keep_increasing_across_a_server_restart_with_an_empty_st
         last = l.fencing_token().unwrap();
         l.unlock().await.unwrap(); // purged: the stream is empty again
     }
-    tokio::task::spawn_blocking(move || service.restart()).await.unwrap().unwrap();
+    let s = service.clone();
+    tokio::task::spawn_blocking(move || s.restart()).await.unwrap().unwrap();
     let started = Instant::now();
     let l = loop {
         match p.try_lock(&cfg("r", 60_000, 0)).await {
@@ -308,6 +309,21 @@ async fn fencing_tokens_keep_increasing_across_a_server_restart_with_an_empty_st
     let after = l.fencing_token().unwrap();
     println!("token before the restart {last}, after {after}");
     assert!(after > last, "the stream sequence restarted: {after} <= {last}");
+    l.unlock().await.unwrap();
+    // A lock held across a restart is still held (file storage), and still ours.
+    let held = p.try_lock(&cfg("held", 60_000, 0)).await.unwrap().unwrap();
+    let s = service.clone();
+    tokio::task::spawn_blocking(move || s.restart()).await.unwrap().unwrap();
+    let started = Instant::now();
+    while let Err(e) = p.check_bucket().await {
+        assert!(started.elapsed() < Duration::from_secs(10), "no recovery: {e:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(p.try_lock(&cfg("held", 60_000, 0)).await.unwrap().is_none(), "lost in the restart");
+    held.unlock().await.unwrap();
+    p.try_lock(&cfg("held", 60_000, 0)).await.unwrap().expect("released").unlock().await.unwrap();
+    // Stopping the server blocks: not on the runtime's threads.
+    tokio::task::spawn_blocking(move || drop(service)).await.unwrap();
 }
 
 /// Counts the turnarounds of `f` through `proxy`, after the traffic settled. A request and its
