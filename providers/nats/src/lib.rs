@@ -374,10 +374,10 @@ impl Inner {
 
     fn no_ttl(&self) -> Error {
         setup(format!(
-            "the stream {} does not allow per-message TTL (allow_msg_ttl): enable it (nats-server \
-             2.11 or newer; `nats stream edit {} --allow-msg-ttl`, or recreate the bucket with \
-             create_bucket()), or use TimeSource::Client",
-            self.stream, self.stream
+            "the stream {} does not allow per-message TTL (allow_msg_ttl): enable it on the \
+             stream (nats-server 2.11 or newer), recreate the bucket with create_bucket() (after \
+             deleting it), or use TimeSource::Client",
+            self.stream
         ))
     }
 
