@@ -513,3 +513,39 @@ async fn client_time_does_not_revive_an_expired_lock_on_extend() {
     let l2 = b.try_lock(&cfg("x", 60_000, 0)).await.unwrap().expect("expired, not revived");
     l2.unlock().await.unwrap();
 }
+
+#[tokio::test]
+async fn expiry_markers_of_a_bucket_with_subject_delete_marker_ttl_do_not_block_the_key() {
+    // With `subject_delete_marker_ttl` every expiry leaves a marker as the key's last message:
+    // the acquire trips over it, reads it, and takes the key over it.
+    let c = client().await;
+    let bucket = unique("markers");
+    let p = provider(c.clone(), &bucket);
+    let config = p.bucket_config().replace(
+        "\"allow_msg_ttl\":true",
+        "\"allow_msg_ttl\":true,\"subject_delete_marker_ttl\":60000000000",
+    );
+    assert!(config.contains("subject_delete_marker_ttl"), "{config}");
+    let m =
+        raw(&c, format!("$JS.API.STREAM.CREATE.{}", p.stream()), HeaderMap::new(), &config).await;
+    assert!(!String::from_utf8_lossy(&m.payload).contains("\"error\""), "{:?}", m.payload);
+    p.check_bucket().await.unwrap();
+    let other = provider(client().await, &bucket);
+    let l = p.try_lock(&cfg("m", 1_000, 0)).await.unwrap().unwrap();
+    let first = l.fencing_token().unwrap();
+    drop(l); // expires after 1 s, leaving a marker
+    let get = format!("$JS.API.DIRECT.GET.{}.{}", p.stream(), p.subject_for("m"));
+    let started = Instant::now();
+    loop {
+        let m = raw(&c, get.clone(), HeaderMap::new(), "").await;
+        let marker = m.headers.as_ref().and_then(|h| h.get("Nats-Marker-Reason")).is_some();
+        if marker {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "no expiry marker appeared");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let l = other.try_lock(&cfg("m", 60_000, 0)).await.unwrap().expect("a marker is no lock");
+    assert!(l.fencing_token().unwrap() > first);
+    l.unlock().await.unwrap();
+}
