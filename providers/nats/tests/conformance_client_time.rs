@@ -1,4 +1,4 @@
-//! The shedlock conformance suite (C01–C27) in client time, provider name `nats-client-time`:
+//! The shedlock conformance suite (C01–C28) in client time, provider name `nats-client-time`:
 //! `lock_until` from each instance's clock in the message, on a bucket without per-message TTL
 //! (what a server before 2.11 offers), to show what the skew checks detect. See
 //! `common/mod.rs` for the factory and hooks.

@@ -54,7 +54,13 @@ impl Nats {
         let url = service.url().to_owned();
         let addr =
             host_port(&url).to_socket_addrs()?.next().ok_or("the server host does not resolve")?;
-        let bucket = format!("conformance_{}", std::process::id());
+        // C28's node processes (this binary, re-executed) share the run id, so they address
+        // the same bucket.
+        let run: String = shedlock_conformance::run_id()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+            .collect();
+        let bucket = format!("conformance_{}{run}", if client_time { "ct_" } else { "" });
         let client = connect_options().connect(url.as_str()).await?;
         let mut b = NatsLockProvider::builder(client.clone()).bucket(&bucket);
         if client_time {
