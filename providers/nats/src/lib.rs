@@ -1,0 +1,931 @@
+//! NATS JetStream lock provider for [`shedlock`], on the caller's [`async_nats::Client`].
+//!
+//! Locks live in a key-value bucket (the JetStream stream `KV_<bucket>`, subjects
+//! `$KV.<bucket>.>`): one message per held lock, on the subject of the lock's key.
+//!
+//! - **Acquire is one round trip** whenever the key is free: a publish to the key's subject with
+//!   `Nats-Expected-Last-Subject-Sequence: 0` (only an empty subject accepts it; a second writer
+//!   gets error 10071) and `Nats-TTL: <lock_at_most_for>` (the server removes the message when it
+//!   expires). Unlock purges the message, so a fresh key, a released one and an expired one are
+//!   all an empty subject. A key held elsewhere costs one more round trip the first time this
+//!   instance meets that holder (a direct get tells a live lock from a tombstone an operator left
+//!   with `nats kv del`; taking the key over a tombstone is one more publish).
+//! - **Server time**: expiry is judged by the NATS server's per-message TTL (nats-server 2.11 or
+//!   newer, stream option `allow_msg_ttl`), so client clock skew cannot break exclusion.
+//!   [`TimeSource::Client`] keeps `lock_until` in the message instead, judged by each instance's
+//!   own [`Clock`](shedlock::Clock), for servers or buckets without per-message TTL.
+//! - **Owner-checked** unlock and extend by sequence: unlock purges the subject only up to this
+//!   acquisition's message (`STREAM.PURGE` with `filter` and `seq`), extend republishes with
+//!   `Nats-Expected-Last-Subject-Sequence` = this holder's last sequence. A stale holder changes
+//!   nothing.
+//! - **Fencing tokens**: the stream sequence of the acquiring message, strictly increasing per
+//!   name (stream sequences never repeat while the stream exists; see the README for restarts).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use shedlock::{LockConfig, LockProvider};
+//! use shedlock_nats::NatsLockProvider;
+//!
+//! let client = async_nats::connect("nats://127.0.0.1:4222").await?;
+//! let provider = NatsLockProvider::builder(client).bucket("shedlock").build()?;
+//! provider.create_bucket().await?; // or create it with provider.bucket_config()
+//!
+//! let cfg = LockConfig::new("nightly-report", Duration::from_secs(600), Duration::from_secs(30))?;
+//! if let Some(lock) = provider.try_lock(&cfg).await? {
+//!     // ... run the task ...
+//!     lock.unlock().await?;
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::{
+    collections::HashMap,
+    fmt,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
+
+use async_nats::{
+    Client, HeaderMap, Message, Request, RequestError, RequestErrorKind,
+    connection::State as ConnState,
+};
+use serde_json::{Value, json};
+use shedlock::{
+    Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
+    SharedClock,
+    support::{
+        MAX_DURATION, check_lock_name, default_locked_by, duration_micros, duration_secs_ceil,
+        unix_micros, with_timeout,
+    },
+    system_clock,
+};
+use tokio::{sync::OnceCell, time::Instant};
+
+pub use shedlock::TimeSource;
+
+const BACKEND: &str = "nats";
+
+/// The longest lock name, in bytes. An escaped name is at most three times as long (see
+/// [key mapping](crate#key-mapping)), which keeps the subject of the longest name, with a
+/// 64-byte bucket name, well inside nats-server's default 4 KiB protocol control line.
+pub const MAX_NAME_LEN: usize = 1024;
+
+/// The longest bucket name accepted, in bytes.
+pub const MAX_BUCKET_LEN: usize = 64;
+
+/// The default time limit of each lock operation.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The default bucket name.
+pub const DEFAULT_BUCKET: &str = "shedlock";
+
+/// How often a request in flight checks that the client is still connected.
+const CONNECTION_POLL: Duration = Duration::from_millis(20);
+
+/// The JetStream error code for "wrong last sequence" (a failed compare-and-set).
+const ERR_WRONG_LAST_SEQUENCE: u64 = 10071;
+/// "stream not found".
+const ERR_STREAM_NOT_FOUND: u64 = 10059;
+/// "stream name already in use with a different configuration".
+const ERR_STREAM_NAME_IN_USE: u64 = 10058;
+/// "per-message TTL is disabled".
+const ERR_TTL_DISABLED: u64 = 10166;
+
+const H_EXPECTED: &str = "Nats-Expected-Last-Subject-Sequence";
+const H_TTL: &str = "Nats-TTL";
+const H_SEQUENCE: &str = "Nats-Sequence";
+const H_KV_OPERATION: &str = "KV-Operation";
+const H_MARKER_REASON: &str = "Nats-Marker-Reason";
+
+/// Maps a lock name to its key in the bucket, one-to-one: ASCII letters, digits, `-`, `_` and
+/// `/` stay as they are; every other byte (including `.`, which separates subject tokens, `=`
+/// itself, spaces, `*`, `>` and every byte of a non-ASCII character) becomes `=` followed by
+/// two upper-case hex digits. Two different names never share a key.
+///
+/// ```
+/// assert_eq!(shedlock_nats::key_for("nightly-report"), "nightly-report");
+/// assert_eq!(shedlock_nats::key_for("a.b c"), "a=2Eb=20c");
+/// assert_eq!(shedlock_nats::key_for("=2E"), "=3D2E");
+/// ```
+pub fn key_for(name: &str) -> String {
+    let mut key = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'/') {
+            key.push(char::from(b));
+        } else {
+            const HEX: &[u8; 16] = b"0123456789ABCDEF";
+            key.push('=');
+            key.push(char::from(HEX[usize::from(b >> 4)]));
+            key.push(char::from(HEX[usize::from(b & 0xf)]));
+        }
+    }
+    key
+}
+
+/// Builds a [`NatsLockProvider`].
+#[must_use]
+pub struct NatsLockProviderBuilder {
+    client: Client,
+    bucket: String,
+    domain: Option<String>,
+    operation_timeout: Option<Duration>,
+    time_source: TimeSource,
+    clock: SharedClock,
+    locked_by: Option<String>,
+}
+
+impl fmt::Debug for NatsLockProviderBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The client is left out on purpose: its options may carry credentials.
+        f.debug_struct("NatsLockProviderBuilder")
+            .field("bucket", &self.bucket)
+            .field("domain", &self.domain)
+            .field("operation_timeout", &self.operation_timeout)
+            .field("time_source", &self.time_source)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NatsLockProviderBuilder {
+    /// The key-value bucket (default `shedlock`): the stream `KV_<bucket>`. ASCII letters,
+    /// digits, `-` and `_`, at most [`MAX_BUCKET_LEN`] bytes.
+    pub fn bucket(mut self, bucket: impl Into<String>) -> Self {
+        self.bucket = bucket.into();
+        self
+    }
+
+    /// The JetStream domain, when the bucket lives in one (JetStream API subjects then start
+    /// with `$JS.<domain>.API` instead of `$JS.API`). Default: none.
+    pub fn domain(mut self, domain: impl Into<String>) -> Self {
+        self.domain = Some(domain.into());
+        self
+    }
+
+    /// The time limit of each lock operation (default [`DEFAULT_TIMEOUT`]; `None`: the client's
+    /// own request timeout only). On expiry the call returns
+    /// [`Error::Timeout`](shedlock::Error::Timeout), whose effect is unknown.
+    pub fn operation_timeout(mut self, limit: Option<Duration>) -> Self {
+        self.operation_timeout = limit;
+        self
+    }
+
+    /// Whose clock judges expiry (default [`TimeSource::Server`]: the server's per-message TTL).
+    /// [`TimeSource::Client`] stores `lock_until` from this instance's [`clock`](Self::clock) in
+    /// the message instead: for buckets without per-message TTL (servers before 2.11), and unsafe
+    /// beyond the clock skew between nodes.
+    pub fn time_source(mut self, source: TimeSource) -> Self {
+        self.time_source = source;
+        self
+    }
+
+    /// The wall clock of this instance (default: the system clock). Read only with
+    /// [`TimeSource::Client`].
+    pub fn clock(mut self, clock: SharedClock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The informational `locked_by` stored with each lock (default `hostname/pid`). At most 255
+    /// bytes.
+    pub fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
+        self.locked_by = Some(locked_by.into());
+        self
+    }
+
+    /// Validates the configuration and builds the provider. An invalid bucket name, domain or
+    /// `locked_by` gives [`Error::Setup`](shedlock::Error::Setup). Does no I/O: a missing bucket
+    /// is reported by the first lock call (or checked up front with
+    /// [`NatsLockProvider::check_bucket`]).
+    pub fn build(self) -> Result<NatsLockProvider> {
+        let setup = |message: String| Error::Setup { backend: BACKEND, message };
+        let token_ok = |s: &str| {
+            !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        };
+        if !token_ok(&self.bucket) || self.bucket.len() > MAX_BUCKET_LEN {
+            return Err(setup(format!(
+                "bucket name {:?} is invalid: use 1 to {MAX_BUCKET_LEN} ASCII letters, digits, '-' or '_'",
+                self.bucket
+            )));
+        }
+        if let Some(d) = self.domain.as_deref().filter(|d| !token_ok(d)) {
+            return Err(setup(format!(
+                "JetStream domain {d:?} is invalid: use ASCII letters, digits, '-' or '_'"
+            )));
+        }
+        let locked_by = self.locked_by.unwrap_or_else(default_locked_by);
+        if locked_by.len() > shedlock::support::MAX_LOCKED_BY_LEN {
+            return Err(setup(format!(
+                "locked_by is {} bytes long; at most {} are allowed",
+                locked_by.len(),
+                shedlock::support::MAX_LOCKED_BY_LEN
+            )));
+        }
+        let api = match &self.domain {
+            Some(d) => format!("$JS.{d}.API"),
+            None => "$JS.API".to_owned(),
+        };
+        let stream = format!("KV_{}", self.bucket);
+        Ok(NatsLockProvider {
+            inner: Arc::new(Inner {
+                subject_prefix: format!("$KV.{}.", self.bucket),
+                direct_get: format!("{api}.DIRECT.GET.{stream}"),
+                purge: format!("{api}.STREAM.PURGE.{stream}"),
+                info: format!("{api}.STREAM.INFO.{stream}"),
+                create: format!("{api}.STREAM.CREATE.{stream}"),
+                client: self.client,
+                bucket: self.bucket,
+                stream,
+                timeout: self.operation_timeout,
+                time: self.time_source,
+                clock: self.clock,
+                locked_by,
+                seen: Mutex::default(),
+                checked: OnceCell::new(),
+            }),
+        })
+    }
+}
+
+/// A [`LockProvider`] on a NATS JetStream key-value bucket. Cheap to clone; clones share the
+/// client.
+#[derive(Clone)]
+pub struct NatsLockProvider {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for NatsLockProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // No client, no server URL: URLs may carry user:password or a token.
+        f.debug_struct("NatsLockProvider")
+            .field("bucket", &self.inner.bucket)
+            .field("stream", &self.inner.stream)
+            .field("operation_timeout", &self.inner.timeout)
+            .field("time_source", &self.inner.time)
+            .field("locked_by", &self.inner.locked_by)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    client: Client,
+    bucket: String,
+    stream: String,
+    subject_prefix: String,
+    direct_get: String,
+    purge: String,
+    info: String,
+    create: String,
+    timeout: Option<Duration>,
+    time: TimeSource,
+    clock: SharedClock,
+    locked_by: String,
+    /// Per subject, the sequence of the last lock message a direct get found there (and its
+    /// `lock_until` in client time): a publish that trips over it again is answered "held"
+    /// without a second look.
+    seen: Mutex<HashMap<String, (u64, Option<i64>)>>,
+    /// Set once the bucket was found fit for locks.
+    checked: OnceCell<()>,
+}
+
+/// How many subjects [`Inner::seen`] remembers before it starts over.
+const SEEN_CAPACITY: usize = 4096;
+
+/// The answer to a conditional publish.
+enum Publish {
+    /// Stored at this stream sequence.
+    Stored(u64),
+    /// The subject's last sequence was not the expected one; it is this one (0: empty).
+    WrongLast(u64),
+}
+
+/// The last message on a lock's subject, as a direct get returned it.
+struct LastMessage {
+    seq: u64,
+    /// A tombstone (`KV-Operation: DEL`/`PURGE`, or a server marker): the key is free.
+    tombstone: bool,
+    /// `lock_until` stored by a client-time provider, in µs since the epoch.
+    lock_until_us: Option<i64>,
+}
+
+/// Nothing answered a request: no stream listens on the subject (the bucket is missing), or
+/// JetStream is not available (starting, restarting).
+#[derive(Debug)]
+struct NoResponders;
+
+impl fmt::Display for NoResponders {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("no responders (JetStream unavailable, or no stream for the subject)")
+    }
+}
+
+impl std::error::Error for NoResponders {}
+
+fn setup(message: impl Into<String>) -> Error {
+    Error::Setup { backend: BACKEND, message: message.into() }
+}
+
+fn json_err(context: &str, body: &[u8]) -> Error {
+    Error::backend(
+        BACKEND,
+        format!("unexpected {context} answer: {}", String::from_utf8_lossy(body)),
+    )
+}
+
+/// `(err_code, description)` of a JetStream API error answer.
+fn api_error(v: &Value) -> Option<(u64, String)> {
+    let e = v.get("error")?;
+    let code = e.get("err_code").and_then(Value::as_u64).unwrap_or(0);
+    let desc = e.get("description").and_then(Value::as_str).unwrap_or("").to_owned();
+    Some((code, desc))
+}
+
+impl Inner {
+    /// `Some(lock_until)` when message `seq` of `subject` was seen to be a lock message (not a
+    /// tombstone). Stream sequences are never reused, so while `seq` is still the subject's last
+    /// message, it is that same lock message.
+    fn known_lock(&self, subject: &str, seq: u64) -> Option<Option<i64>> {
+        let seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        seen.get(subject).filter(|(s, _)| *s == seq).map(|(_, until)| *until)
+    }
+
+    fn remember_lock(&self, subject: &str, seq: u64, until: Option<i64>) {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        if seen.len() >= SEEN_CAPACITY {
+            seen.clear();
+        }
+        seen.insert(subject.to_owned(), (seq, until));
+    }
+
+    fn subject(&self, name: &str) -> String {
+        let mut s = String::with_capacity(self.subject_prefix.len() + name.len());
+        s.push_str(&self.subject_prefix);
+        s.push_str(&key_for(name));
+        s
+    }
+
+    fn missing_bucket(&self) -> Error {
+        setup(format!(
+            "the key-value bucket {:?} (stream {}) does not exist: call create_bucket(), or create \
+             it from bucket_config() (per-message TTL needs nats-server 2.11 or newer)",
+            self.bucket, self.stream
+        ))
+    }
+
+    fn no_ttl(&self) -> Error {
+        setup(format!(
+            "the stream {} does not allow per-message TTL (allow_msg_ttl): enable it on the \
+             stream (nats-server 2.11 or newer), recreate the bucket with create_bucket() (after \
+             deleting it), or use TimeSource::Client",
+            self.stream
+        ))
+    }
+
+    /// One request, failing fast while the client is not connected: async-nats queues requests
+    /// made during a reconnection and sends them once it is back, which could take a lock long
+    /// after the caller gave up.
+    async fn request(
+        &self,
+        operation: &'static str,
+        subject: String,
+        headers: Option<HeaderMap>,
+        payload: Vec<u8>,
+    ) -> Result<Message> {
+        if self.client.connection_state() != ConnState::Connected {
+            return Err(Error::unavailable(
+                BACKEND,
+                "not connected to the NATS server (the client reconnects in the background)",
+            ));
+        }
+        let mut req = Request::new().payload(payload.into());
+        if let Some(h) = headers {
+            req = req.headers(h);
+        }
+        if let Some(t) = self.timeout {
+            req = req.timeout(Some(t));
+        }
+        // A connection lost while the request is out fails the call within a poll interval
+        // (retryable, effect unknown) instead of waiting for the answer until the time limit.
+        let lost = async {
+            loop {
+                tokio::time::sleep(CONNECTION_POLL).await;
+                if self.client.connection_state() != ConnState::Connected {
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            r = self.client.send_request(subject, req) => {
+                r.map_err(|e| self.request_error(operation, e))
+            }
+            () = lost => Err(Error::unavailable(
+                BACKEND,
+                "the connection to the NATS server was lost while the request was out \
+                 (its effect is unknown)",
+            )),
+        }
+    }
+
+    fn request_error(&self, operation: &'static str, e: RequestError) -> Error {
+        match e.kind() {
+            RequestErrorKind::TimedOut => Error::Timeout {
+                operation,
+                after: self.timeout.unwrap_or_else(|| self.client.timeout().unwrap_or_default()),
+            },
+            // No stream listens on the subject: the bucket is missing, or JetStream is not
+            // (yet) available. `classify_no_responders` tells them apart where it matters.
+            RequestErrorKind::NoResponders => Error::unavailable(BACKEND, NoResponders),
+            _ => Error::unavailable(BACKEND, e),
+        }
+    }
+
+    /// After "no responders" on a publish: a missing stream is a setup error; anything else
+    /// (JetStream starting up, a restart) stays retryable.
+    async fn classify_no_responders(&self, e: Error) -> Error {
+        if !matches!(&e, Error::Unavailable { source, .. } if source.is::<NoResponders>()) {
+            return e;
+        }
+        match self.stream_info().await {
+            Ok(None) => self.missing_bucket(),
+            _ => e,
+        }
+    }
+
+    /// The stream's info, or `None` when it does not exist.
+    async fn stream_info(&self) -> Result<Option<Value>> {
+        let m = self.request("check_bucket", self.info.clone(), None, Vec::new()).await?;
+        let v: Value =
+            serde_json::from_slice(&m.payload).map_err(|_| json_err("stream info", &m.payload))?;
+        match api_error(&v) {
+            None => Ok(Some(v)),
+            Some((ERR_STREAM_NOT_FOUND, _)) => Ok(None),
+            Some((code, desc)) => {
+                Err(Error::backend(BACKEND, format!("stream info: {desc} (err_code {code})")))
+            }
+        }
+    }
+
+    fn now_us(&self) -> Option<i64> {
+        self.time.client_now(&self.clock).map(unix_micros)
+    }
+
+    /// The message of a held lock: `locked_by`, and in client time `lock_until` and
+    /// `locked_at` (µs since the epoch).
+    fn record(&self, until_us: Option<i64>, at_us: Option<i64>) -> Vec<u8> {
+        let mut v = json!({ "locked_by": self.locked_by });
+        if let (Some(until), Some(at)) = (until_us, at_us) {
+            v["lock_until_us"] = json!(until);
+            v["locked_at_us"] = json!(at);
+        }
+        v.to_string().into_bytes()
+    }
+
+    /// A conditional publish of a lock message held for `hold` (server TTL, or `lock_until` in
+    /// the message in client time).
+    async fn publish(
+        &self,
+        operation: &'static str,
+        subject: &str,
+        expected: u64,
+        hold: Duration,
+        at_us: Option<i64>,
+    ) -> Result<Publish> {
+        let mut h = HeaderMap::new();
+        h.insert(H_EXPECTED, expected.to_string().as_str());
+        let payload = match at_us {
+            None => {
+                // Whole seconds, rounded up: the server truncates a fractional TTL (measured:
+                // "1500ms" expired after 1.25 s), which could end a lock before its lease.
+                let secs = duration_secs_ceil(hold.min(MAX_DURATION)).max(1);
+                h.insert(H_TTL, secs.to_string().as_str());
+                self.record(None, None)
+            }
+            Some(at) => {
+                let until = at.saturating_add(duration_micros(hold));
+                self.record(Some(until), Some(at))
+            }
+        };
+        let m = match self.request(operation, subject.to_owned(), Some(h), payload).await {
+            Ok(m) => m,
+            Err(e) => return Err(self.classify_no_responders(e).await),
+        };
+        let v: Value =
+            serde_json::from_slice(&m.payload).map_err(|_| json_err("publish", &m.payload))?;
+        match api_error(&v) {
+            None => v
+                .get("seq")
+                .and_then(Value::as_u64)
+                .map(Publish::Stored)
+                .ok_or_else(|| json_err("publish", &m.payload)),
+            Some((ERR_WRONG_LAST_SEQUENCE, desc)) => {
+                let last = desc.rsplit(':').next().and_then(|s| s.trim().parse().ok());
+                last.map(Publish::WrongLast).ok_or_else(|| json_err("publish", &m.payload))
+            }
+            Some((ERR_TTL_DISABLED, _)) => Err(self.no_ttl()),
+            Some((code, desc)) => {
+                Err(Error::backend(BACKEND, format!("publish: {desc} (err_code {code})")))
+            }
+        }
+    }
+
+    /// The last message on `subject`, or `None` when there is none.
+    async fn last(&self, subject: &str) -> Result<Option<LastMessage>> {
+        let m = self
+            .request("try_lock", format!("{}.{subject}", self.direct_get), None, Vec::new())
+            .await?;
+        if let Some(status) = m.status {
+            if status.as_u16() == 404 {
+                return Ok(None);
+            }
+            return Err(Error::backend(
+                BACKEND,
+                format!("direct get: status {status} {}", m.description.unwrap_or_default()),
+            ));
+        }
+        let h = m.headers.as_ref();
+        let get = |name: &str| h.and_then(|h| h.get(name)).map(|v| v.as_str().to_owned());
+        let seq = get(H_SEQUENCE)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| json_err("direct get", b"(no Nats-Sequence header)"))?;
+        let tombstone = get(H_MARKER_REASON).is_some()
+            || get(H_KV_OPERATION).is_some_and(|op| op == "DEL" || op == "PURGE");
+        let lock_until_us = serde_json::from_slice::<Value>(&m.payload)
+            .ok()
+            .and_then(|v| v.get("lock_until_us").and_then(Value::as_i64));
+        Ok(Some(LastMessage { seq, tombstone, lock_until_us }))
+    }
+
+    /// Whether `last` leaves the key free for a new holder.
+    fn is_free(&self, last: &LastMessage) -> bool {
+        if last.tombstone {
+            return true;
+        }
+        match (self.now_us(), last.lock_until_us) {
+            (Some(now), Some(until)) => until <= now,
+            _ => false,
+        }
+    }
+
+    /// Removes the lock message `seq` from `subject` if it is still the subject's last message:
+    /// a purge of the subject up to and including `seq`, so a newer holder's message stays.
+    async fn purge_up_to(&self, operation: &'static str, subject: &str, seq: u64) -> Result<u64> {
+        let body = json!({ "filter": subject, "seq": seq.saturating_add(1) }).to_string();
+        let m = self.request(operation, self.purge.clone(), None, body.into_bytes()).await?;
+        let v: Value =
+            serde_json::from_slice(&m.payload).map_err(|_| json_err("purge", &m.payload))?;
+        match api_error(&v) {
+            None => Ok(v.get("purged").and_then(Value::as_u64).unwrap_or(0)),
+            Some((ERR_STREAM_NOT_FOUND, _)) => Err(self.missing_bucket()),
+            Some((code, desc)) => {
+                Err(Error::backend(BACKEND, format!("purge: {desc} (err_code {code})")))
+            }
+        }
+    }
+
+    /// Checks the bucket (see [`NatsLockProvider::check_bucket`]).
+    async fn check_bucket(&self) -> Result<()> {
+        match self.stream_info().await? {
+            None => Err(self.missing_bucket()),
+            Some(v) => self.validate(&v),
+        }
+    }
+
+    fn validate(&self, info: &Value) -> Result<()> {
+        let i = self;
+        let c = info.get("config").ok_or_else(|| json_err("stream info", b"(no config)"))?;
+        let flag = |k: &str| c.get(k).and_then(Value::as_bool).unwrap_or(false);
+        let wildcard = format!("{}>", i.subject_prefix);
+        let covers = c
+            .get("subjects")
+            .and_then(Value::as_array)
+            .is_some_and(|s| s.iter().any(|s| s.as_str() == Some(wildcard.as_str())));
+        let mut wrong = Vec::new();
+        if !covers {
+            wrong.push(format!("its subjects do not include {wildcard}"));
+        }
+        if !flag("allow_direct") {
+            wrong.push("direct get is not allowed (allow_direct)".to_owned());
+        }
+        if flag("deny_purge") {
+            wrong.push("purge is denied (deny_purge), and unlock purges".to_owned());
+        }
+        if flag("sealed") {
+            wrong.push("it is sealed".to_owned());
+        }
+        // The server removes a message at the stream's max_age even when its own TTL is longer
+        // (measured on 2.15: a 5 s TTL was gone after 2.5 s under max_age 1 s): a lock would
+        // end early.
+        if c.get("max_age").and_then(Value::as_u64).is_some_and(|a| a > 0) {
+            wrong.push(
+                "it has a max_age, which removes lock messages before their lock_at_most_for \
+                 (set max_age to 0)"
+                    .to_owned(),
+            );
+        }
+        if i.time.is_server() && !flag("allow_msg_ttl") {
+            return Err(i.no_ttl());
+        }
+        if wrong.is_empty() {
+            return Ok(());
+        }
+        Err(setup(format!(
+            "the stream {} cannot hold locks: {}; recreate it with create_bucket() or from \
+             bucket_config()",
+            i.stream,
+            wrong.join(", ")
+        )))
+    }
+
+    async fn try_lock(self: &Arc<Self>, config: &LockConfig) -> Result<Option<Lock>> {
+        check_lock_name(BACKEND, config.name(), Some(MAX_NAME_LEN), false)?;
+        let subject = self.subject(config.name());
+        let at_most = config.lock_at_most_for();
+        let acquisition = Acquisition::begin(config);
+        let at_us = self.now_us();
+        let won = with_timeout("try_lock", self.timeout, async {
+            // Once per provider: the bucket exists and is fit for locks (one request, on the
+            // first call only; a failure is not remembered, so the next call checks again).
+            self.checked.get_or_try_init(|| self.check_bucket()).await?;
+            // One publish that only an empty subject accepts: a fresh key, one whose lock was
+            // released (purged) or expired (the server removed it).
+            let last_seq = match self.publish("try_lock", &subject, 0, at_most, at_us).await? {
+                Publish::Stored(seq) => return Ok(Some(seq)),
+                Publish::WrongLast(n) => n,
+            };
+            // The subject holds message `last_seq`. Known to be a live lock: held, and no
+            // second round trip.
+            if let Some(until) = self.known_lock(&subject, last_seq) {
+                let expired = matches!((until, self.now_us()), (Some(u), Some(now)) if u <= now);
+                if !expired {
+                    return Ok(None);
+                }
+                // Client time: a lock seen before whose lock_until has passed. Take it over.
+                return match self.publish("try_lock", &subject, last_seq, at_most, at_us).await? {
+                    Publish::Stored(seq) => Ok(Some(seq)),
+                    Publish::WrongLast(_) => Ok(None),
+                };
+            }
+            // Otherwise look at it: a live lock is held (and remembered); a tombstone left by
+            // an operator (`nats kv del`), a server marker, or in client time an expired lock,
+            // leaves the key free: take it over, owner-checked by its sequence.
+            match self.last(&subject).await? {
+                Some(m) if self.is_free(&m) => {
+                    tracing::debug!(
+                        subject,
+                        seq = m.seq,
+                        "taking a free lock key over its last message"
+                    );
+                    match self.publish("try_lock", &subject, m.seq, at_most, at_us).await? {
+                        Publish::Stored(seq) => Ok(Some(seq)),
+                        Publish::WrongLast(_) => Ok(None),
+                    }
+                }
+                Some(m) => {
+                    self.remember_lock(&subject, m.seq, m.lock_until_us);
+                    Ok(None)
+                }
+                // Removed in between (expired or released): free again.
+                None => match self.publish("try_lock", &subject, 0, at_most, at_us).await? {
+                    Publish::Stored(seq) => Ok(Some(seq)),
+                    Publish::WrongLast(_) => Ok(None),
+                },
+            }
+        })
+        .await?;
+        let Some(seq) = won else { return Ok(None) };
+        let handle = NatsHandle {
+            inner: self.clone(),
+            subject,
+            token: seq,
+            rev: seq,
+            since: Instant::now(),
+            at_us,
+            until_us: at_us.map(|at| at.saturating_add(duration_micros(at_most))),
+        };
+        acquisition.grant(handle).await.map(Some)
+    }
+}
+
+/// One held lock: the sequence of its current message (owner check) and of the acquiring one
+/// (fencing token).
+struct NatsHandle {
+    inner: Arc<Inner>,
+    subject: String,
+    token: u64,
+    rev: u64,
+    /// When the answer of the acquire (or last extension) arrived: `lock_at_least_for` counts
+    /// from here, which keeps the lock at least as long as asked.
+    since: Instant,
+    /// Client time only: `locked_at` of the current message.
+    at_us: Option<i64>,
+    /// Client time only: `lock_until` of the current message.
+    until_us: Option<i64>,
+}
+
+#[async_trait::async_trait]
+impl LockHandle for NatsHandle {
+    async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
+        let inner = &self.inner;
+        with_timeout("unlock", inner.timeout, async {
+            let at_least = config.lock_at_least_for();
+            // While lock_at_least_for lasts, republish (owner-checked) to hold the key until it
+            // ends; after it, remove the message. A stale holder's republish fails the sequence
+            // check and its purge finds a newer message: nothing changes either way.
+            let keep = match self.at_us {
+                // Client time: `lock_until` = the stored locked_at + lock_at_least_for.
+                Some(at) => {
+                    let until = at.saturating_add(duration_micros(at_least));
+                    (until > inner.now_us().unwrap_or(i64::MAX)).then_some((at_least, Some(at)))
+                }
+                // Server time: a TTL of what remains, counted from the acquire's answer.
+                None => at_least
+                    .checked_sub(self.since.elapsed())
+                    .filter(|d| !d.is_zero())
+                    .map(|d| (d, None)),
+            };
+            match keep {
+                Some((hold, at_us)) => {
+                    inner.publish("unlock", &self.subject, self.rev, hold, at_us).await?;
+                }
+                None => {
+                    inner.purge_up_to("unlock", &self.subject, self.rev).await?;
+                }
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn extend(&mut self, config: &LockConfig) -> Result<()> {
+        let inner = &self.inner;
+        let at_us = inner.now_us();
+        // Client time: an expired lock is not revived, even if nobody took it since (the
+        // sequence check alone would let it through); by the same clock that judges expiry.
+        if let (Some(until), Some(now)) = (self.until_us, at_us)
+            && until <= now
+        {
+            return Err(Error::LockLost { name: config.name().to_owned() });
+        }
+        with_timeout("extend", inner.timeout, async {
+            match inner
+                .publish("extend", &self.subject, self.rev, config.lock_at_most_for(), at_us)
+                .await?
+            {
+                Publish::Stored(seq) => {
+                    self.rev = seq;
+                    self.since = Instant::now();
+                    self.at_us = at_us;
+                    self.until_us = at_us
+                        .map(|at| at.saturating_add(duration_micros(config.lock_at_most_for())));
+                    Ok(())
+                }
+                Publish::WrongLast(_) => Err(Error::LockLost { name: config.name().to_owned() }),
+            }
+        })
+        .await
+    }
+
+    fn fencing_token(&self) -> Option<u64> {
+        Some(self.token)
+    }
+}
+
+#[async_trait::async_trait]
+impl LockProvider for NatsLockProvider {
+    async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
+        self.inner.try_lock(config).await
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new()
+            .with_extend(true)
+            .with_fencing(true)
+            .with_server_time(self.inner.time.is_server())
+            .with_owner_checked(true)
+            // Nats-TTL takes whole seconds (the server truncates fractions; the minimum is 1 s),
+            // and the server's expiry timer adds up to about a quarter second.
+            .with_granularity(if self.inner.time.is_server() {
+                Duration::from_secs(1)
+            } else {
+                Duration::from_millis(1)
+            })
+            .with_max_name_len(Some(MAX_NAME_LEN))
+    }
+}
+
+impl NatsLockProvider {
+    /// Starts a builder on the caller's client (bucket `shedlock`, server time, 10 s operation
+    /// timeout).
+    pub fn builder(client: Client) -> NatsLockProviderBuilder {
+        NatsLockProviderBuilder {
+            client,
+            bucket: DEFAULT_BUCKET.to_owned(),
+            domain: None,
+            operation_timeout: Some(DEFAULT_TIMEOUT),
+            time_source: TimeSource::Server,
+            clock: system_clock(),
+            locked_by: None,
+        }
+    }
+
+    /// The bucket name.
+    pub fn bucket(&self) -> &str {
+        &self.inner.bucket
+    }
+
+    /// The JetStream stream behind the bucket, `KV_<bucket>`.
+    pub fn stream(&self) -> &str {
+        &self.inner.stream
+    }
+
+    /// The subject a lock name maps to: `$KV.<bucket>.<key_for(name)>`.
+    pub fn subject_for(&self, name: &str) -> String {
+        self.inner.subject(name)
+    }
+
+    /// The stream configuration [`create_bucket`](Self::create_bucket) sends (JSON, the
+    /// JetStream `STREAM.CREATE` request): a key-value bucket keeping one message per key, file
+    /// storage, one replica, direct get allowed, purge allowed, and (in server time) per-message
+    /// TTL. Use it to create the bucket with your own tooling, e.g. with more replicas.
+    pub fn bucket_config(&self) -> String {
+        let i = &self.inner;
+        let mut v = json!({
+            "name": i.stream,
+            "description": "shedlock locks",
+            "subjects": [format!("{}>", i.subject_prefix)],
+            "retention": "limits",
+            "max_consumers": -1,
+            "max_msgs_per_subject": 1,
+            "max_msgs": -1,
+            "max_bytes": -1,
+            "max_age": 0,
+            "max_msg_size": -1,
+            "storage": "file",
+            "discard": "new",
+            "num_replicas": 1,
+            "duplicate_window": 120_000_000_000u64,
+            "allow_rollup_hdrs": true,
+            "deny_delete": true,
+            "deny_purge": false,
+            "allow_direct": true,
+        });
+        if i.time.is_server() {
+            v["allow_msg_ttl"] = json!(true);
+        }
+        v.to_string()
+    }
+
+    /// Creates the bucket (stream `KV_<bucket>`, see [`bucket_config`](Self::bucket_config)),
+    /// or, when a stream of that name already exists, checks that it can hold locks
+    /// ([`check_bucket`](Self::check_bucket)). Idempotent.
+    pub async fn create_bucket(&self) -> Result<()> {
+        let i = &self.inner;
+        with_timeout("create_bucket", i.timeout, async {
+            let m = i
+                .request("create_bucket", i.create.clone(), None, self.bucket_config().into_bytes())
+                .await?;
+            let v: Value = serde_json::from_slice(&m.payload)
+                .map_err(|_| json_err("stream create", &m.payload))?;
+            match api_error(&v) {
+                None => i.validate(&v),
+                Some((ERR_STREAM_NAME_IN_USE, _)) => i.check_bucket().await,
+                Some((code, desc)) => Err(setup(format!(
+                    "creating the stream {} failed: {desc} (err_code {code})",
+                    i.stream
+                ))),
+            }
+        })
+        .await
+    }
+
+    /// Checks that the bucket exists and can hold locks: its subjects cover `$KV.<bucket>.>`,
+    /// direct get and purge are allowed, and (in server time) per-message TTL is enabled (which
+    /// needs nats-server 2.11 or newer). Otherwise [`Error::Setup`](shedlock::Error::Setup)
+    /// says what to change.
+    pub async fn check_bucket(&self) -> Result<()> {
+        with_timeout("check_bucket", self.inner.timeout, self.inner.check_bucket()).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn keys_are_valid_subject_tokens_and_one_to_one() {
+        let names = ["a", "a.b", "a=2Eb", "a b", "*", ">", "..", "ü", "a/b", "a\0", "=", "%2E"];
+        let keys: std::collections::HashSet<_> = names.iter().map(|n| key_for(n)).collect();
+        assert_eq!(keys.len(), names.len());
+        for k in &keys {
+            assert!(k.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_/=".contains(&b)), "{k}");
+        }
+        assert_eq!(key_for("ü"), "=C3=BC");
+        assert_eq!(key_for(&"\u{7f}".repeat(MAX_NAME_LEN)).len(), 3 * MAX_NAME_LEN);
+    }
+}
+
+/// The README's examples, compiled as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
