@@ -179,7 +179,9 @@ impl Pool {
                 Some(c) if c.is_idle_and_open() => {
                     return Ok(Checkout { pool: self, conn: c, _permit: permit });
                 }
-                Some(c) => tracing::debug!(conn = ?c, "discarding a closed idle memcached connection"),
+                Some(c) => {
+                    tracing::debug!(conn = ?c, "discarding a closed idle memcached connection")
+                }
                 None => break,
             }
         }
