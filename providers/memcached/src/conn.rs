@@ -2,14 +2,19 @@
 //! small pool of them.
 
 use std::{
-    fmt, io,
+    fmt,
+    future::Future,
+    io,
+    pin::Pin,
     sync::{Mutex, PoisonError},
+    time::Duration,
 };
 
 use tokio::{
     io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
     net::TcpStream,
-    sync::{Semaphore, SemaphorePermit},
+    sync::{Semaphore, SemaphorePermit, TryAcquireError},
+    time::{Instant, Sleep},
 };
 
 use crate::proto::{Line, Reply, parse_line};
@@ -27,6 +32,17 @@ pub(crate) enum ConnError {
     /// The server answered something this client does not understand.
     #[error("unexpected reply {0:?}")]
     Protocol(String),
+    /// The call's deadline passed first.
+    #[error("the deadline passed")]
+    TimedOut,
+}
+
+/// Runs `f` until `deadline` (none: no limit).
+async fn until<F: Future>(deadline: Option<Instant>, f: F) -> Result<F::Output, ConnError> {
+    match deadline {
+        None => Ok(f.await),
+        Some(d) => tokio::time::timeout_at(d, f).await.map_err(|_| ConnError::TimedOut),
+    }
 }
 
 /// Which memcached process a connection talks to: its pid and its start time (Unix seconds).
@@ -40,9 +56,18 @@ pub(crate) struct Epoch {
 
 /// One connection: requests are written whole, then one reply is read whole.
 pub(crate) struct Conn {
+    io: Io,
+    epoch: Option<Epoch>,
+    /// The deadline timer of this connection's requests, re-armed for each one. Moving a
+    /// registered tokio timer to a later deadline only updates it in place, where a fresh
+    /// `tokio::time::timeout` per request registers a new timer each time (and may wake the
+    /// timer driver): that cost as much as the request itself on a loopback server.
+    timer: Pin<Box<Sleep>>,
+}
+
+struct Io {
     stream: BufReader<TcpStream>,
     line: Vec<u8>,
-    epoch: Option<Epoch>,
 }
 
 impl Conn {
@@ -50,13 +75,18 @@ impl Conn {
     pub(crate) async fn open(address: &str) -> Result<Self, ConnError> {
         let stream = TcpStream::connect(address).await?;
         stream.set_nodelay(true)?;
-        Ok(Self { stream: BufReader::new(stream), line: Vec::with_capacity(64), epoch: None })
+        let far = Instant::now() + Duration::from_secs(86_400);
+        Ok(Self {
+            io: Io { stream: BufReader::new(stream), line: Vec::with_capacity(64) },
+            epoch: None,
+            timer: Box::pin(tokio::time::sleep_until(far)),
+        })
     }
 
     /// Opens a connection and asks the server who it is (`stats`: pid, time, uptime).
     pub(crate) async fn open_with_epoch(address: &str) -> Result<Self, ConnError> {
         let mut conn = Self::open(address).await?;
-        conn.epoch = Some(conn.stats_epoch().await?);
+        conn.epoch = Some(conn.io.stats_epoch().await?);
         Ok(conn)
     }
 
@@ -65,6 +95,35 @@ impl Conn {
         self.epoch
     }
 
+    /// Sends one request (command line and data block, CRLF-terminated) and reads its reply,
+    /// unless `deadline` passes first ([`ConnError::TimedOut`]; the connection must then be
+    /// dropped). An error line is [`ConnError::Server`].
+    pub(crate) async fn request(
+        &mut self,
+        request: &[u8],
+        deadline: Option<Instant>,
+    ) -> Result<Reply, ConnError> {
+        let Some(deadline) = deadline else { return self.io.request(request).await };
+        self.timer.as_mut().reset(deadline);
+        tokio::select! {
+            biased;
+            r = self.io.request(request) => r,
+            () = self.timer.as_mut() => Err(ConnError::TimedOut),
+        }
+    }
+
+    /// Whether an idle connection still looks usable: nothing to read and not closed by the
+    /// server (a restarted or stopped server, or a cut connection, closes it).
+    fn is_idle_and_open(&self) -> bool {
+        if !self.io.stream.buffer().is_empty() {
+            return false;
+        }
+        let mut probe = [0u8; 1];
+        matches!(self.io.stream.get_ref().try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    }
+}
+
+impl Io {
     async fn stats_epoch(&mut self) -> Result<Epoch, ConnError> {
         self.stream.get_mut().write_all(b"stats\r\n").await?;
         let (mut pid, mut time, mut uptime) = (None, None, None);
@@ -102,9 +161,7 @@ impl Conn {
         Ok(&self.line)
     }
 
-    /// Sends one request (command line and data block, CRLF-terminated) and reads its reply.
-    /// An error line is [`ConnError::Server`].
-    pub(crate) async fn request(&mut self, request: &[u8]) -> Result<Reply, ConnError> {
+    async fn request(&mut self, request: &[u8]) -> Result<Reply, ConnError> {
         self.stream.get_mut().write_all(request).await?;
         let line = self.read_line().await?;
         match parse_line(line) {
@@ -122,22 +179,12 @@ impl Conn {
             }
         }
     }
-
-    /// Whether an idle connection still looks usable: nothing to read and not closed by the
-    /// server (a restarted or stopped server, or a cut connection, closes it).
-    fn is_idle_and_open(&self) -> bool {
-        if !self.stream.buffer().is_empty() {
-            return false;
-        }
-        let mut probe = [0u8; 1];
-        matches!(self.stream.get_ref().try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
-    }
 }
 
 impl fmt::Debug for Conn {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Conn")
-            .field("peer", &self.stream.get_ref().peer_addr().ok())
+            .field("peer", &self.io.stream.get_ref().peer_addr().ok())
             .field("epoch", &self.epoch)
             .finish()
     }
@@ -167,12 +214,20 @@ impl Pool {
     /// A connection for one exchange: an idle one that is still open, or a new one. Give it
     /// back with [`Checkout::done`] once its reply has been read whole; a checkout dropped
     /// earlier (an error, a timeout, a cancelled call) closes its connection.
-    pub(crate) async fn checkout(&self) -> Result<Checkout<'_>, ConnError> {
-        let permit = self
-            .permits
-            .acquire()
-            .await
-            .map_err(|_| ConnError::Io(io::Error::other("the connection pool is closed")))?;
+    ///
+    /// Waiting for a free connection and connecting end at `deadline`.
+    pub(crate) async fn checkout(
+        &self,
+        deadline: Option<Instant>,
+    ) -> Result<Checkout<'_>, ConnError> {
+        let closed = || ConnError::Io(io::Error::other("the connection pool is closed"));
+        let permit = match self.permits.try_acquire() {
+            Ok(p) => p,
+            Err(TryAcquireError::NoPermits) => {
+                until(deadline, self.permits.acquire()).await?.map_err(|_| closed())?
+            }
+            Err(TryAcquireError::Closed) => return Err(closed()),
+        };
         loop {
             let conn = self.idle.lock().unwrap_or_else(PoisonError::into_inner).pop();
             match conn {
@@ -185,7 +240,7 @@ impl Pool {
                 None => break,
             }
         }
-        let conn = Conn::open_with_epoch(&self.address).await?;
+        let conn = until(deadline, Conn::open_with_epoch(&self.address)).await??;
         Ok(Checkout { pool: self, conn, _permit: permit })
     }
 }

@@ -106,9 +106,7 @@ use std::{fmt, sync::Arc, time::Duration};
 use async_trait::async_trait;
 use shedlock::{
     Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
-    support::{
-        MAX_LOCKED_BY_LEN, acquisition_id, check_lock_name, default_locked_by, with_timeout,
-    },
+    support::{MAX_LOCKED_BY_LEN, acquisition_id, check_lock_name, default_locked_by},
 };
 use tokio::time::Instant;
 
@@ -256,7 +254,9 @@ fn parse_address(address: &str) -> Result<String> {
 fn map_err(e: ConnError) -> Error {
     match e {
         ConnError::Io(e) => Error::unavailable(BACKEND, e),
-        e @ (ConnError::Server(_) | ConnError::Protocol(_)) => Error::backend(BACKEND, e),
+        e @ (ConnError::Server(_) | ConnError::Protocol(_) | ConnError::TimedOut) => {
+            Error::backend(BACKEND, e)
+        }
     }
 }
 
@@ -290,6 +290,23 @@ struct Shared {
 }
 
 impl Shared {
+    /// The deadline of an operation starting now (`None`: no limit).
+    fn deadline(&self) -> Option<Instant> {
+        self.timeout.and_then(|t| Instant::now().checked_add(t))
+    }
+
+    /// [`map_err`], with an expired deadline as [`Error::Timeout`] of `operation`. Like
+    /// [`shedlock::support::with_timeout`], but the deadline is enforced by the connection's
+    /// own re-armed timer (see `conn::Conn::request`).
+    fn error(&self, operation: &'static str, e: ConnError) -> Error {
+        match e {
+            ConnError::TimedOut => {
+                Error::Timeout { operation, after: self.timeout.unwrap_or_default() }
+            }
+            e => map_err(e),
+        }
+    }
+
     fn key(&self, name: &str) -> Result<String> {
         check_lock_name(BACKEND, name, Some(self.max_name_len), false)?;
         let mut key = Vec::with_capacity(self.prefix.len() + name.len());
@@ -358,24 +375,22 @@ impl LockProvider for MemcachedLockProvider {
         let value = format!("{:016x} {}", acquisition_id(), s.locked_by).into_bytes();
         let request = meta_set(&key, &value, &format!("T{ttl} ME c"));
         let acquisition = Acquisition::begin(config);
-        let won = with_timeout("try_lock", s.timeout, async {
-            let mut c = s.pool.checkout().await.map_err(map_err)?;
-            let reply = c.conn().request(&request).await.map_err(map_err)?;
-            let epoch = c.conn().epoch();
-            if reply.is("NS") {
+        let deadline = s.deadline();
+        let err = |e| s.error("try_lock", e);
+        let mut c = s.pool.checkout(deadline).await.map_err(err)?;
+        let reply = c.conn().request(&request, deadline).await.map_err(err)?;
+        let epoch = c.conn().epoch();
+        let (cas, epoch) = match (reply.code_str().as_str(), reply.cas(), epoch) {
+            ("NS", _, _) => {
                 c.done();
                 return Ok(None);
             }
-            match (reply.is("HD"), reply.cas(), epoch) {
-                (true, Some(cas), Some(epoch)) => {
-                    c.done();
-                    Ok(Some((cas, epoch)))
-                }
-                _ => Err(unexpected("acquire", &reply)),
+            ("HD", Some(cas), Some(epoch)) => {
+                c.done();
+                (cas, epoch)
             }
-        })
-        .await?;
-        let Some((cas, epoch)) = won else { return Ok(None) };
+            _ => return Err(unexpected("acquire", &reply)),
+        };
         let handle = MemcachedHandle {
             shared: self.shared.clone(),
             key,
@@ -423,23 +438,22 @@ impl LockHandle for MemcachedHandle {
             meta_set(&self.key, &self.value, &format!("C{cas} T{}", at_least_ttl(remaining)))
         };
         let s = &self.shared;
-        with_timeout("unlock", s.timeout, async {
-            let mut c = s.pool.checkout().await.map_err(map_err)?;
-            if c.conn().epoch() != Some(self.epoch) {
-                // Another server process: it lost every record, this lock's included.
-                c.done();
-                return Ok(());
-            }
-            let reply = c.conn().request(&request).await.map_err(map_err)?;
-            // HD: released (or kept for at least); EX: another holder's record; NF: gone.
-            if reply.is("HD") || reply.is("EX") || reply.is("NF") {
-                c.done();
-                Ok(())
-            } else {
-                Err(unexpected("unlock", &reply))
-            }
-        })
-        .await
+        let deadline = s.deadline();
+        let err = |e| s.error("unlock", e);
+        let mut c = s.pool.checkout(deadline).await.map_err(err)?;
+        if c.conn().epoch() != Some(self.epoch) {
+            // Another server process: it lost every record, this lock's included.
+            c.done();
+            return Ok(());
+        }
+        let reply = c.conn().request(&request, deadline).await.map_err(err)?;
+        // HD: released (or kept for at least); EX: another holder's record; NF: gone.
+        if reply.is("HD") || reply.is("EX") || reply.is("NF") {
+            c.done();
+            Ok(())
+        } else {
+            Err(unexpected("unlock", &reply))
+        }
     }
 
     async fn extend(&mut self, config: &LockConfig) -> Result<()> {
@@ -447,26 +461,25 @@ impl LockHandle for MemcachedHandle {
         let request = meta_set(&self.key, &self.value, &format!("C{} T{ttl} c", self.cas));
         let s = &self.shared;
         let lost = || Error::LockLost { name: self.name.clone() };
-        let cas = with_timeout("extend", s.timeout, async {
-            let mut c = s.pool.checkout().await.map_err(map_err)?;
-            if c.conn().epoch() != Some(self.epoch) {
+        let deadline = s.deadline();
+        let err = |e| s.error("extend", e);
+        let mut c = s.pool.checkout(deadline).await.map_err(err)?;
+        if c.conn().epoch() != Some(self.epoch) {
+            c.done();
+            return Err(lost());
+        }
+        let reply = c.conn().request(&request, deadline).await.map_err(err)?;
+        if reply.is("EX") || reply.is("NF") {
+            c.done();
+            return Err(lost());
+        }
+        let cas = match (reply.is("HD"), reply.cas()) {
+            (true, Some(cas)) => {
                 c.done();
-                return Err(lost());
+                cas
             }
-            let reply = c.conn().request(&request).await.map_err(map_err)?;
-            if reply.is("EX") || reply.is("NF") {
-                c.done();
-                return Err(lost());
-            }
-            match (reply.is("HD"), reply.cas()) {
-                (true, Some(cas)) => {
-                    c.done();
-                    Ok(cas)
-                }
-                _ => Err(unexpected("extend", &reply)),
-            }
-        })
-        .await?;
+            _ => return Err(unexpected("extend", &reply)),
+        };
         self.cas = cas;
         self.since = Instant::now();
         Ok(())
@@ -519,7 +532,7 @@ impl RawConnection {
     /// `SERVER_ERROR …`) is [`Error::Backend`](shedlock::Error::Backend); a broken connection
     /// [`Error::Unavailable`](shedlock::Error::Unavailable).
     pub async fn request(&mut self, request: &[u8]) -> Result<RawReply> {
-        let r = self.conn.request(request).await.map_err(map_err)?;
+        let r = self.conn.request(request, None).await.map_err(map_err)?;
         Ok(RawReply { code: r.code_str(), flags: r.flags, value: r.value })
     }
 }
