@@ -39,7 +39,7 @@
 //! ([`MemcachedLockProvider::key`] shows it). Any name is therefore a valid key — spaces,
 //! newlines, NUL, any UTF-8 — and no two names share a key. memcached limits the encoded key to
 //! 250 characters, which is [`MAX_KEY_LEN`] (186) bytes of prefix and name together; a longer
-//! name is refused with [`Error::InvalidName`](shedlock::Error::InvalidName), never truncated.
+//! name is refused with [`Error::InvalidName`], never truncated.
 //! [`Capabilities::max_name_len`](shedlock::Capabilities::max_name_len) is 186 minus the
 //! prefix length (177 with the default prefix).
 //!
@@ -65,7 +65,7 @@
 //! - so the declared [`GRANULARITY`] is **2 s**, the width of memcached's expiry window;
 //! - a TTL above 30 days is read by memcached as an absolute Unix time, so a `lock_at_most_for`
 //!   above [`MAX_LOCK_DURATION`] (30 days less 2 s) is refused with
-//!   [`Error::Unsupported`](shedlock::Error::Unsupported) before anything is sent. TTL 0
+//!   [`Error::Unsupported`] before anything is sent. TTL 0
 //!   ("never expire") is never sent.
 //!
 //! # Restarts and fencing
@@ -75,7 +75,7 @@
 //! its server's process id and start time (`stats`, once per connection), every lock remembers
 //! those of the server that granted it, and an unlock or extend that reaches another process
 //! changes nothing (unlock: `Ok`, the lock is gone anyway; extend:
-//! [`Error::LockLost`](shedlock::Error::LockLost)) instead of comparing a CAS value that may now
+//! [`Error::LockLost`]) instead of comparing a CAS value that may now
 //! belong to another holder. For the same reason the provider declares **no fencing**: the CAS
 //! values handed out after a restart are smaller than those before it.
 //!
@@ -87,7 +87,7 @@
 //! cancelled (a timeout, a dropped future) is closed, never reused, so no reply is ever read by
 //! the wrong call; an idle connection the server has closed is noticed and replaced before use.
 //! A connection lost during a call fails that call with the retryable
-//! [`Error::Unavailable`](shedlock::Error::Unavailable) (the command may or may not have run);
+//! [`Error::Unavailable`] (the command may or may not have run);
 //! the next call opens a fresh one. Every call runs under
 //! [`operation_timeout`](MemcachedLockProviderBuilder::operation_timeout) (default 5 s),
 //! connecting included.
@@ -172,7 +172,7 @@ impl MemcachedLockProviderBuilder {
 
     /// The time limit of each operation, waiting for a connection and connecting included
     /// (default [`DEFAULT_OPERATION_TIMEOUT`]; `None`: no limit). On expiry the call returns
-    /// [`Error::Timeout`](shedlock::Error::Timeout): the command may or may not have taken
+    /// [`Error::Timeout`]: the command may or may not have taken
     /// effect.
     pub fn operation_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.timeout = timeout;
@@ -189,7 +189,7 @@ impl MemcachedLockProviderBuilder {
     /// Validates the configuration and builds the provider. An address that is not
     /// `host:port` (optionally `memcache://host:port`), a prefix that leaves no room for a name,
     /// a `locked_by` over 255 bytes or zero connections give
-    /// [`Error::Setup`](shedlock::Error::Setup). Does no I/O.
+    /// [`Error::Setup`]. Does no I/O.
     pub fn build(self) -> Result<MemcachedLockProvider> {
         let address = parse_address(&self.address)?;
         if self.prefix.len() >= MAX_KEY_LEN {
@@ -350,7 +350,7 @@ impl MemcachedLockProvider {
 
     /// The key of lock `name` as sent on the wire: prefix and name, base64-encoded, for meta
     /// commands with the `b` flag (e.g. `mg <key> b t v` shows the record and its TTL).
-    /// [`Error::InvalidName`](shedlock::Error::InvalidName) when the name is too long.
+    /// [`Error::InvalidName`] when the name is too long.
     pub fn key(&self, name: &str) -> Result<String> {
         self.shared.key(name)
     }
@@ -529,8 +529,8 @@ impl RawConnection {
 
     /// Sends `request` — a meta command line and, for `ms`, its data block, each ending in
     /// `\r\n` — and reads the reply. An error line (`ERROR`, `CLIENT_ERROR …`,
-    /// `SERVER_ERROR …`) is [`Error::Backend`](shedlock::Error::Backend); a broken connection
-    /// [`Error::Unavailable`](shedlock::Error::Unavailable).
+    /// `SERVER_ERROR …`) is [`Error::Backend`]; a broken connection
+    /// [`Error::Unavailable`].
     pub async fn request(&mut self, request: &[u8]) -> Result<RawReply> {
         let r = self.conn.request(request, None).await.map_err(map_err)?;
         Ok(RawReply { code: r.code_str(), flags: r.flags, value: r.value })
