@@ -51,7 +51,7 @@
 //! memcached keeps time in whole seconds: a timer sets its clock once a second, and an item
 //! with TTL `n` expires at the first tick at which that clock has advanced by `n`. The clock may
 //! be a tick stale when the item is stored, and the timer drifts (it is re-armed after each
-//! tick), so every twenty minutes or so the clock advances by two seconds in one tick. An item
+//! tick), so every fifteen minutes or so the clock advances by two seconds in one tick. An item
 //! with TTL `n` therefore lives between `n - 2` and `n` seconds. Hence:
 //!
 //! - acquire and extend use **TTL = ⌈lock_at_most_for⌉ + 2 s**, the smallest TTL that surely

@@ -23,7 +23,7 @@ pub(crate) const MAX_RELATIVE_TTL: u64 = 60 * 60 * 24 * 30;
 /// whole seconds elapsed, and an item with TTL `n` expires at the first tick at which that clock
 /// reaches the item's set-time clock plus `n`. The clock may be up to one tick stale when the item
 /// is stored, and because the timer is re-armed *after* each tick (libevent rounds up to a
-/// millisecond), its phase drifts by about a millisecond per second: roughly every twenty minutes
+/// millisecond), its phase drifts by about a millisecond per second: roughly every fifteen minutes
 /// the clock advances by two in one tick. So an item with TTL `n` lives between `n - 2` and `n`
 /// seconds (between `n - 1` and `n` between those skips). Only `⌈d⌉ + 2` guarantees that the item
 /// outlives `d`; `⌈d⌉ + 1` would let it expire up to a second early whenever its life spans a
