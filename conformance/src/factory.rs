@@ -52,8 +52,8 @@ pub trait ProviderFactory: Send + Sync + 'static {
     ///   seconds) so that calls fail instead of hanging when the proxy cuts the connection.
     async fn create(&self, options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError>;
 
-    /// Optional access to the backend for the checks that need it (C14, C22, C24, C25 and the
-    /// round-trip figures). Called once per run. Default: none.
+    /// Optional access to the backend for the checks that need it (C14, C22, C24, C25, the
+    /// in-flight parts of C12 and C13, and the round-trip figures). Called once per run. Default: none.
     fn hooks(&self) -> Hooks {
         Hooks::new()
     }
@@ -165,6 +165,7 @@ pub struct Hooks {
     records: Option<Arc<dyn RecordHooks>>,
     restart: Option<Arc<dyn RestartHook>>,
     backend_address: Option<SocketAddr>,
+    node_env: Option<Vec<(String, String)>>,
 }
 
 impl Hooks {
@@ -173,10 +174,29 @@ impl Hooks {
         Self::default()
     }
 
-    /// Raw record access (enables C14).
+    /// Raw record access (enables C14; with `fencing`, C14 also compares tokens across
+    /// deletions).
     pub fn with_records(mut self, hooks: impl RecordHooks) -> Self {
         self.records = Some(Arc::new(hooks));
         self
+    }
+
+    /// The environment that lets a separate node process of this test binary reach the same
+    /// backend as this process — e.g. `SHEDLOCK_POSTGRES_URL` set to the server this process
+    /// started — (enables C28). Node processes also inherit the run id
+    /// ([`run_id`](crate::run_id)), which the factory must use to namespace its records. An
+    /// empty list says the node processes need nothing extra.
+    pub fn with_node_env<K: Into<String>, V: Into<String>>(
+        mut self,
+        env: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
+        self.node_env = Some(env.into_iter().map(|(k, v)| (k.into(), v.into())).collect());
+        self
+    }
+
+    /// The node environment, if the factory offers one ([`with_node_env`](Self::with_node_env)).
+    pub fn node_env(&self) -> Option<&[(String, String)]> {
+        self.node_env.as_deref()
     }
 
     /// Backend restart (enables C25).
@@ -186,8 +206,8 @@ impl Hooks {
     }
 
     /// The backend's TCP address. The kit then runs its fault proxy in front of it and builds
-    /// instances with [`InstanceOptions::address`] set to the proxy (enables C24 and the
-    /// round-trip figures).
+    /// instances with [`InstanceOptions::address`] set to the proxy (enables C24, the in-flight
+    /// parts of C12 and C13, and the round-trip figures).
     pub fn with_backend_address(mut self, address: SocketAddr) -> Self {
         self.backend_address = Some(address);
         self
@@ -215,6 +235,14 @@ impl fmt::Debug for Hooks {
             .field("records", &self.records.is_some())
             .field("restart", &self.restart.is_some())
             .field("backend_address", &self.backend_address)
+            // Only the names: a URL may carry a password.
+            .field(
+                "node_env",
+                &self
+                    .node_env
+                    .as_ref()
+                    .map(|e| e.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>()),
+            )
             .finish()
     }
 }

@@ -109,6 +109,10 @@ where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = Result<P, BoxError>> + 'static,
 {
+    // A node process of C28 (this binary, re-executed by the check): run the node, nothing else.
+    if std::env::var_os(checks::NODE_ENV).is_some() {
+        return checks::node_main_if_requested(setup).unwrap_or(ExitCode::FAILURE);
+    }
     let run = run_trials(Arguments::from_args(), options, setup);
     match run {
         Ok(run) if run.write_error.is_none() => run.conclusion.exit_code(),
@@ -166,6 +170,10 @@ where
 
     let mut trials = Vec::new();
     for check in checks::catalogue() {
+        // A soak run ([`Options::soak_for`]) is only its checks.
+        if options.soak_for.is_some() && !checks::SOAK_CHECKS.contains(&check.id) {
+            continue;
+        }
         let shared = shared.clone();
         let options = options.clone();
         trials.push(Trial::test(check.test_name(), move || {

@@ -1,6 +1,6 @@
 //! # shedlock-conformance
 //!
-//! The conformance kit for [`shedlock`] lock providers. It runs the checks C01–C27 of the
+//! The conformance kit for [`shedlock`] lock providers. It runs the checks C01–C28 of the
 //! conformance catalogue against any provider — in this workspace or written by a third party —
 //! and writes a report (Markdown and JSON), so that "C13 pass" means the same thing for every
 //! provider.
@@ -82,26 +82,27 @@
 //! |---|---|
 //! | [`RecordHooks`] (inspect / delete a record, plant an expired one) | C14 |
 //! | [`RestartHook`] (restart the backend while the process runs) | C25 |
-//! | backend address ([`Hooks::with_backend_address`]) | C24 (through the kit's fault proxy) and the round-trip figures |
+//! | backend address ([`Hooks::with_backend_address`]) | C24 (through the kit's fault proxy), the in-flight parts of C12 and C13, and the round-trip figures |
 //!
 //! ## The checks
 //!
 //! | id | check | needs |
 //! |---|---|---|
 //! | C01–C08 | held, no double hold, names independent, lock-unlock-lock, expiry after at-most, relock, at-least, fuzzed counters | — |
-//! | C09–C11 | extend keeps the lock, extending an expired lock fails, at-least via extend | `extend` |
-//! | C12–C13 | a stale holder's unlock / extend changes nothing | `owner_checked` (+ `extend` for C13) |
-//! | C14 | leftover or externally deleted records never block | record hooks |
+//! | C09–C11 | extend keeps the lock, extending an expired lock fails, at-least via a late extend counts from the extension | `extend` |
+//! | C12–C13 | a stale holder's unlock / extend changes nothing, also in flight during the takeover (with a backend address) | `owner_checked` (+ `extend` for C13) |
+//! | C14 | leftover or externally deleted records never block; fencing tokens keep increasing across a deletion | record hooks |
 //! | C15–C17 | race rounds (one winner), history overlap check, proptest model vs `shedlock-memory` | — |
 //! | C18 | clock skew: server time intact at ±1 h; client time: skew bound measured, violation detected | — |
 //! | C19 | scheduler on K instances: every fire time once, with and without skew | — |
 //! | C20–C21 | monotonic fencing tokens; a fenced resource refuses a paused stale holder | `fencing` |
 //! | C22 | keep-alive: long task keeps the lock, dead holder frees it, failed extension signals loss | `extend` |
 //! | C23 | executor: skip, release on return / error / panic / cancel, reentrancy, `assert_locked` | — |
-//! | C24 | backend unreachable: typed errors in bounded time, no false "held", recovery | backend address |
-//! | C25 | backend restart: recovery without a process restart | restart hook |
-//! | C26 | futures dropped at random await points never leave a name locked past at-most | — |
+//! | C24 | backend unreachable or stalled: typed errors in bounded time, no false "held", recovery | backend address |
+//! | C25 | backend restart: recovery without a process restart; fencing tokens keep increasing | restart hook |
+//! | C26 | futures dropped mid-flight at random await points never leave a name locked past at-most | — |
 //! | C27 | hostile names, max length (+1 is `InvalidName`, never truncation) | — |
+//! | C28 | real clock skew between node processes (libfaketime): server time intact, client-time bound measured | node environment, libfaketime |
 //!
 //! Each check is a public async function in [`checks`] (e.g.
 //! [`checks::c05_expires_after_at_most`]), so a provider's own tests can run single checks
@@ -162,8 +163,20 @@ mod suite;
 mod test_support;
 pub mod tools;
 
+pub use checks::node_main_if_requested;
 pub use factory::{Hooks, InstanceOptions, ProviderFactory, RecordHooks, RestartHook};
 pub use harness::harness;
 pub use options::{Expectation, Options};
 pub use report::{CheckResult, Figures, Outcome, Report, Verdict, report_dir};
 pub use suite::{Suite, Timing, run};
+
+/// The id of this conformance run: the parent process's id, inherited by the node processes of
+/// C28 (through `SHEDLOCK_CONFORMANCE_RUN_ID`). A factory that namespaces its records per run
+/// (a table, a key prefix) should use it instead of its own process id, so that node processes
+/// address the same records as the instances of the parent.
+pub fn run_id() -> String {
+    std::env::var(checks::RUN_ID_ENV)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| std::process::id().to_string())
+}

@@ -52,11 +52,19 @@ pub struct Options {
     /// For client-time providers: the clock skew below which the provider documents it is safe.
     /// C18 fails if a violation is seen below it. `None`: only measured.
     pub documented_skew_bound: Option<Duration>,
+    /// A soak run: C15, C16 and C28 repeat for this long in total (a third each), C16 through
+    /// the fault proxy with delays and cuts mixed in when the factory offers a backend address,
+    /// and the report counts the acquisitions checked and the overlaps found. `None`: a normal
+    /// run. From `SHEDLOCK_CONFORMANCE_SOAK_MINUTES` in [`Options::from_env`].
+    pub soak_for: Option<Duration>,
+    /// How long the node processes of each rung of C28 run their contended workload.
+    pub process_skew_run_for: Duration,
     /// Instances running the scheduler (C19).
     pub scheduler_instances: usize,
     /// Fire periods observed per scheduler run (C19).
     pub scheduler_fires: u32,
-    /// Cancelled operations (C26).
+    /// Operations C26 cancels mid-flight (polled, still pending when dropped); it draws at most
+    /// eight times as many operations to get there.
     pub cancel_rounds: usize,
     /// The longest any call may take when the backend is unreachable (C24). A call that hangs
     /// longer fails the check.
@@ -115,6 +123,8 @@ impl Default for Options {
             model_max_steps: 14,
             skews: None,
             documented_skew_bound: None,
+            process_skew_run_for: Duration::from_secs(2),
+            soak_for: None,
             scheduler_instances: 3,
             scheduler_fires: 4,
             cancel_rounds: 150,
@@ -151,6 +161,13 @@ impl Options {
         {
             o.seed = Some(s);
         }
+        if let Some(m) = std::env::var("SHEDLOCK_CONFORMANCE_SOAK_MINUTES")
+            .ok()
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|m| m.is_finite() && *m > 0.0)
+        {
+            o = o.soak_for(Duration::from_secs_f64(m * 60.0));
+        }
         o
     }
 
@@ -165,6 +182,23 @@ impl Options {
         self.scheduler_fires *= factor.max(1);
         self.cancel_rounds *= f;
         self.latency_samples *= f;
+        self.process_skew_run_for *= factor.max(1);
+        self
+    }
+
+    /// A soak run of `d` ([`soak_for`](Self::soak_for)): only C15, C16 and C28, no figures.
+    #[must_use]
+    pub fn soak_for(mut self, d: Duration) -> Self {
+        self.soak_for = Some(d);
+        self.only = vec!["C15".into(), "C16".into(), "C28".into()];
+        self.figures = false;
+        self
+    }
+
+    /// Sets [`process_skew_run_for`](Self::process_skew_run_for).
+    #[must_use]
+    pub fn with_process_skew_run_for(mut self, d: Duration) -> Self {
+        self.process_skew_run_for = d;
         self
     }
 

@@ -183,6 +183,11 @@ pub struct Figures {
     /// For client-time providers: the largest injected skew at which no exclusion violation was
     /// seen (C18), in milliseconds. `None` for server-time providers or when C18 did not run.
     pub skew_bound_ms: Option<f64>,
+    /// Soak runs only: the acquisitions the history checks examined (C15's winners, C16's and
+    /// C28's histories).
+    pub acquisitions_checked: Option<u64>,
+    /// Soak runs only: how many times two holders held one name at once.
+    pub overlaps: Option<u64>,
 }
 
 /// A run's report: one result per check, the declared capabilities and the figures.
@@ -236,6 +241,10 @@ struct JsonFigures {
     round_trips_acquire: Option<f64>,
     round_trips_release: Option<f64>,
     skew_bound_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    acquisitions_checked: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    overlaps: Option<u64>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -313,6 +322,8 @@ impl Report {
                 round_trips_acquire: self.figures.round_trips_acquire,
                 round_trips_release: self.figures.round_trips_release,
                 skew_bound_ms: self.figures.skew_bound_ms,
+                acquisitions_checked: self.figures.acquisitions_checked,
+                overlaps: self.figures.overlaps,
             },
         };
         serde_json::to_string_pretty(&r).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
@@ -359,6 +370,12 @@ impl Report {
             num(f.round_trips_background, "")
         ));
         s.push_str(&format!("| skew bound | {} |\n", num(f.skew_bound_ms, "ms")));
+        if let Some(n) = f.acquisitions_checked {
+            s.push_str(&format!("| acquisitions checked (soak) | {n} |\n"));
+        }
+        if let Some(n) = f.overlaps {
+            s.push_str(&format!("| overlaps (soak) | {n} |\n"));
+        }
         s
     }
 
@@ -448,7 +465,10 @@ impl Figures {
             num(self.round_trips_acquire, ""),
             num(self.round_trips_release, ""),
             num(self.skew_bound_ms, " ms")
-        )
+        ) + &match (self.acquisitions_checked, self.overlaps) {
+            (Some(a), Some(o)) => format!(", soak: {a} acquisitions checked, {o} overlaps"),
+            _ => String::new(),
+        }
     }
 }
 

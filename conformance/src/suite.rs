@@ -68,6 +68,11 @@ pub struct Suite {
     seed: u64,
     counter: AtomicU64,
     figures: Mutex<Figures>,
+    /// Soak: acquisitions examined by the history checks, and overlaps found.
+    checked: AtomicU64,
+    overlaps: AtomicU64,
+    /// Soak: the fault proxy new instances connect through (C16 under faults).
+    soak_proxy: Mutex<Option<std::net::SocketAddr>>,
 }
 
 impl std::fmt::Debug for Suite {
@@ -110,6 +115,9 @@ impl Suite {
             seed,
             counter: AtomicU64::new(0),
             figures: Mutex::new(Figures::default()),
+            checked: AtomicU64::new(0),
+            overlaps: AtomicU64::new(0),
+            soak_proxy: Mutex::new(None),
         })
     }
 
@@ -178,13 +186,39 @@ impl Suite {
         self.factory.create(options).await
     }
 
-    /// Builds `n` independent instances.
+    /// Builds `n` independent instances (in a soak run, through the fault proxy while one is
+    /// active).
     pub async fn instances(&self, n: usize) -> Result<Vec<Arc<dyn LockProvider>>, BoxError> {
+        let proxy = *self.soak_proxy.lock().unwrap_or_else(PoisonError::into_inner);
         let mut v = Vec::with_capacity(n);
         for i in 0..n {
-            v.push(self.factory.create(InstanceOptions::new(i)).await?);
+            let mut o = InstanceOptions::new(i);
+            if let Some(a) = proxy {
+                o = o.with_address(a);
+            }
+            v.push(self.factory.create(o).await?);
         }
         Ok(v)
+    }
+
+    /// Whether this is a soak run ([`Options::soak_for`]): the workloads then tolerate
+    /// retryable errors (the kit injects faults), and the figures count what was checked.
+    pub fn soaking(&self) -> bool {
+        self.options.soak_for.is_some()
+    }
+
+    /// Counts `n` acquisitions examined by a history check (soak figure).
+    pub(crate) fn count_checked(&self, n: usize) {
+        self.checked.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Counts one overlap of two holders (soak figure).
+    pub(crate) fn count_overlap(&self) {
+        self.overlaps.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_soak_proxy(&self, addr: Option<std::net::SocketAddr>) {
+        *self.soak_proxy.lock().unwrap_or_else(PoisonError::into_inner) = addr;
     }
 
     /// A lock configuration (an invalid one is reported as an error string).
@@ -201,6 +235,11 @@ impl Suite {
     /// Runs one check, timing it. A check that panics is a failure. The result carries the
     /// declaration of [`Options::expected`] for this check, if any.
     pub async fn run_check(&self, check: &Check) -> CheckResult {
+        if let Some(total) = self.options.soak_for {
+            if checks::SOAK_CHECKS.contains(&check.id) {
+                return checks::soak_check(self, check, total).await;
+            }
+        }
         let started = Instant::now();
         let verdict = CatchPanic(Box::pin((check.run)(self))).await;
         let verdict = match verdict {
@@ -262,7 +301,12 @@ impl Suite {
 
     /// The figures measured so far.
     pub fn figures(&self) -> Figures {
-        self.figures.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        let mut f = self.figures.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        if self.soaking() {
+            f.acquisitions_checked = Some(self.checked.load(Ordering::Relaxed));
+            f.overlaps = Some(self.overlaps.load(Ordering::Relaxed));
+        }
+        f
     }
 
     /// A report from `results` and the figures measured so far.
@@ -270,12 +314,13 @@ impl Suite {
         let order =
             |id: &str| checks::catalogue().iter().position(|c| c.id == id).unwrap_or(usize::MAX);
         results.sort_by_key(|r| order(r.id));
-        Report {
-            provider: self.provider_name().to_owned(),
-            capabilities: self.caps.clone(),
-            results,
-            figures: self.figures(),
-        }
+        // A soak report is its own: `<provider>-soak`, beside the provider's full report.
+        let provider = if self.soaking() {
+            format!("{}-soak", self.provider_name())
+        } else {
+            self.provider_name().to_owned()
+        };
+        Report { provider, capabilities: self.caps.clone(), results, figures: self.figures() }
     }
 }
 

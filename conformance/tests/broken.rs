@@ -17,7 +17,8 @@ use shedlock::{
     Acquisition, BoxError, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
 };
 use shedlock_conformance::{
-    InstanceOptions, Options, Outcome, ProviderFactory, Suite, Verdict, checks,
+    Hooks, InstanceOptions, Options, Outcome, ProviderFactory, RecordHooks, RestartHook, Suite,
+    Verdict, checks,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +39,12 @@ enum Bug {
     TruncatesNames,
     /// lock_at_most_for is ignored: locks never expire.
     NeverExpires,
+    /// The fencing token is a counter kept in the lock's own record (previous token + 1), so it
+    /// starts over when the record is deleted or the backend restarts.
+    TokenInRecord,
+    /// Extend moves the expiry but not `locked_at`: an unlock counts the extension's
+    /// `lock_at_least_for` from the acquisition.
+    AtLeastFromAcquisition,
 }
 
 #[derive(Debug, Clone)]
@@ -45,6 +52,7 @@ struct Rec {
     until: SystemTime,
     locked_at: SystemTime,
     owner: u64,
+    token: u64,
 }
 
 #[derive(Debug, Default)]
@@ -76,24 +84,28 @@ impl LockProvider for Broken {
         };
         let owner = self.backend.next.fetch_add(1, Ordering::SeqCst) + 1;
         let free = |recs: &HashMap<String, Rec>| recs.get(&k).is_none_or(|r| r.until <= now);
+        let token_after = |recs: &HashMap<String, Rec>| match self.bug {
+            Bug::TokenNotMonotonic => 1_000_000 - owner,
+            Bug::TokenInRecord => recs.get(&k).map_or(0, |r| r.token) + 1,
+            _ => owner,
+        };
+        let token;
         if self.bug == Bug::ReadThenWrite {
             if !free(&self.backend.recs.lock().unwrap()) {
                 return Ok(None);
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
-            self.backend
-                .recs
-                .lock()
-                .unwrap()
-                .insert(k.clone(), Rec { until, locked_at: now, owner });
+            let mut recs = self.backend.recs.lock().unwrap();
+            token = token_after(&recs);
+            recs.insert(k.clone(), Rec { until, locked_at: now, owner, token });
         } else {
             let mut recs = self.backend.recs.lock().unwrap();
             if !free(&recs) {
                 return Ok(None);
             }
-            recs.insert(k.clone(), Rec { until, locked_at: now, owner });
+            token = token_after(&recs);
+            recs.insert(k.clone(), Rec { until, locked_at: now, owner, token });
         }
-        let token = if self.bug == Bug::TokenNotMonotonic { 1_000_000 - owner } else { owner };
         acquisition.grant(Handle { p: self.clone(), key: k, owner, token }).await.map(Some)
     }
 
@@ -141,7 +153,9 @@ impl LockHandle for Handle {
                     && (r.until > now || self.p.bug == Bug::ExpiredExtendable) =>
             {
                 r.until = now + config.lock_at_most_for();
-                r.locked_at = now;
+                if self.p.bug != Bug::AtLeastFromAcquisition {
+                    r.locked_at = now;
+                }
                 Ok(())
             }
             _ => Err(Error::LockLost { name: config.name().to_owned() }),
@@ -166,6 +180,47 @@ impl ProviderFactory for Factory {
 
     async fn create(&self, _options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError> {
         Ok(Arc::new(Broken { backend: self.backend.clone(), bug: self.bug }))
+    }
+
+    fn hooks(&self) -> Hooks {
+        let hooks = BackendHooks { backend: self.backend.clone(), bug: self.bug };
+        Hooks::new().with_records(hooks.clone()).with_restart(hooks)
+    }
+}
+
+/// Record access and restart for the in-process backend (C14, C25).
+#[derive(Clone)]
+struct BackendHooks {
+    backend: Arc<Backend>,
+    bug: Bug,
+}
+
+#[async_trait]
+impl RecordHooks for BackendHooks {
+    async fn record_exists(&self, name: &str) -> Result<bool, BoxError> {
+        Ok(self.backend.recs.lock().unwrap().contains_key(&key(self.bug, name)))
+    }
+
+    async fn delete_record(&self, name: &str) -> Result<(), BoxError> {
+        self.backend.recs.lock().unwrap().remove(&key(self.bug, name));
+        Ok(())
+    }
+
+    async fn plant_expired_record(&self, name: &str) -> Result<(), BoxError> {
+        let an_hour_ago = SystemTime::now() - Duration::from_secs(3600);
+        let owner = self.backend.next.fetch_add(1, Ordering::SeqCst) + 1;
+        let rec = Rec { until: an_hour_ago, locked_at: an_hour_ago, owner, token: owner };
+        self.backend.recs.lock().unwrap().insert(key(self.bug, name), rec);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl RestartHook for BackendHooks {
+    /// A non-durable backend: a restart forgets every record (the owner counter survives).
+    async fn restart(&self) -> Result<(), BoxError> {
+        self.backend.recs.lock().unwrap().clear();
+        Ok(())
     }
 }
 
@@ -272,4 +327,352 @@ async fn no_owner_check_fails_the_history_check() {
         details.push(r.detail);
     }
     panic!("C16 never rejected a provider without owner check: {details:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_kept_in_the_record_fails_c14_and_c25_though_it_passes_c20() {
+    // Monotonic while the record lives: C20 cannot see it.
+    let c20 = suite(Bug::TokenInRecord).await.run_check(checks::by_id("C20").unwrap()).await;
+    assert_eq!(c20.outcome, Outcome::Pass, "{}", c20.detail);
+    let v = rejected_by(Bug::TokenInRecord, "C14").await;
+    assert!(v.detail.contains("after the held record was deleted"), "{}", v.detail);
+    assert!(v.detail.contains("is not greater than token"), "{}", v.detail);
+    let v = rejected_by(Bug::TokenInRecord, "C25").await;
+    assert!(v.detail.contains("after the restart"), "{}", v.detail);
+    assert!(v.detail.contains("is not greater than token"), "{}", v.detail);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_least_counted_from_the_acquisition_fails_c11() {
+    let v = rejected_by(Bug::AtLeastFromAcquisition, "C11").await;
+    assert!(v.detail.contains("counts from the extension"), "{}", v.detail);
+    assert!(v.detail.contains("must stay held until +"), "{}", v.detail);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_least_counted_from_the_acquisition_fails_the_model_check() {
+    // The model's extends now carry lock_at_least_for; the minimal sequence needs a late one.
+    let v = rejected_by(Bug::AtLeastFromAcquisition, "C17").await;
+    assert!(v.detail.contains("minimal failing sequence"), "{}", v.detail);
+    assert!(v.detail.contains("extend(") && v.detail.contains("least="), "{}", v.detail);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Broken providers that talk to a backend over TCP, so that the kit's fault proxy can hold their
+// answers in flight (C12, C13) or stall them (C24).
+// ---------------------------------------------------------------------------------------------
+
+mod net {
+    use std::{
+        collections::HashMap,
+        net::SocketAddr,
+        sync::{
+            Arc, Mutex,
+            atomic::{AtomicU64, Ordering},
+        },
+        time::{Duration, Instant},
+    };
+
+    use async_trait::async_trait;
+    use shedlock::{
+        Acquisition, BoxError, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider,
+        Result,
+    };
+    use shedlock_conformance::{
+        Hooks, InstanceOptions, Options, Outcome, ProviderFactory, Suite, Verdict, checks,
+    };
+    use tokio::{
+        io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
+        net::{TcpListener, TcpStream},
+    };
+
+    const BACKEND: &str = "net-lock";
+    const CALL_TIMEOUT: Duration = Duration::from_secs(2);
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub(super) enum NetBug {
+        /// No bug: the control.
+        None,
+        /// Unlock reads the record (`GET`), and if it is this holder's, frees it with an
+        /// unconditional write (`FREE`): another holder may have taken over in between.
+        UnlockReadThenWrite,
+        /// Extend reads the record, and if it is this holder's and unexpired, sets the new
+        /// expiry with an unconditional write (`SET`).
+        ExtendReadThenWrite,
+        /// No client timeout: a backend that accepts the connection and never answers hangs
+        /// every call.
+        NoTimeout,
+    }
+
+    #[derive(Debug, Clone, Copy)]
+    struct Rec {
+        until: Instant,
+        locked_at: Instant,
+        owner: u64,
+    }
+
+    /// The server, one request line per connection, expiry on the server's clock:
+    ///
+    /// - `LOCK <name> <at_most_ms>` → `OK <owner>` | `HELD` (the owner id is the fencing token)
+    /// - `UNLOCK <name> <owner> <at_least_ms>` → `OK` (owner-checked, atomic)
+    /// - `EXTEND <name> <owner> <at_most_ms>` → `OK` | `LOST` (owner-checked, atomic)
+    /// - `GET <name>` → `REC <owner> <remaining_ms>` | `NONE`
+    /// - `FREE <name> <at_least_ms>`, `SET <name> <at_most_ms>` → `OK` (no owner check)
+    async fn serve() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let recs: Arc<Mutex<HashMap<String, Rec>>> = Arc::default();
+        let next = Arc::new(AtomicU64::new(1));
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let (recs, next) = (recs.clone(), next.clone());
+                tokio::spawn(async move {
+                    let _ = stream.set_nodelay(true);
+                    let (r, mut w) = stream.into_split();
+                    let mut line = String::new();
+                    if BufReader::new(r).read_line(&mut line).await.is_err() {
+                        return;
+                    }
+                    let reply = answer(&recs, &next, &line);
+                    let _ = w.write_all(format!("{reply}\n").as_bytes()).await;
+                });
+            }
+        });
+        addr
+    }
+
+    fn answer(recs: &Mutex<HashMap<String, Rec>>, next: &AtomicU64, line: &str) -> String {
+        let ms = |s: &str| Duration::from_millis(s.parse().unwrap_or(0));
+        let now = Instant::now();
+        let mut map = recs.lock().unwrap();
+        let release = |r: &mut Rec, at_least: Duration| {
+            r.until = r.until.min(now.max(r.locked_at + at_least));
+        };
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        match parts.as_slice() {
+            ["LOCK", name, at_most] => {
+                if map.get(*name).is_some_and(|r| r.until > now) {
+                    return "HELD".into();
+                }
+                let owner = next.fetch_add(1, Ordering::SeqCst);
+                map.insert((*name).into(), Rec { until: now + ms(at_most), locked_at: now, owner });
+                format!("OK {owner}")
+            }
+            ["UNLOCK", name, owner, at_least] => {
+                if let Some(r) = map.get_mut(*name).filter(|r| r.owner.to_string() == *owner) {
+                    release(r, ms(at_least));
+                }
+                "OK".into()
+            }
+            ["EXTEND", name, owner, at_most] => match map.get_mut(*name) {
+                Some(r) if r.owner.to_string() == *owner && r.until > now => {
+                    r.until = now + ms(at_most);
+                    r.locked_at = now;
+                    "OK".into()
+                }
+                _ => "LOST".into(),
+            },
+            ["GET", name] => match map.get(*name) {
+                Some(r) => {
+                    format!(
+                        "REC {} {}",
+                        r.owner,
+                        r.until.saturating_duration_since(now).as_millis()
+                    )
+                }
+                None => "NONE".into(),
+            },
+            ["FREE", name, at_least] => {
+                if let Some(r) = map.get_mut(*name) {
+                    release(r, ms(at_least));
+                }
+                "OK".into()
+            }
+            ["SET", name, at_most] => {
+                if let Some(r) = map.get_mut(*name) {
+                    r.until = now + ms(at_most);
+                    r.locked_at = now;
+                }
+                "OK".into()
+            }
+            _ => "ERR".into(),
+        }
+    }
+
+    #[derive(Clone)]
+    struct NetLock {
+        addr: SocketAddr,
+        bug: NetBug,
+    }
+
+    impl NetLock {
+        async fn call(&self, request: String) -> Result<String> {
+            let io = async {
+                let mut s = TcpStream::connect(self.addr).await?;
+                s.set_nodelay(true)?;
+                s.write_all(format!("{request}\n").as_bytes()).await?;
+                let mut line = String::new();
+                BufReader::new(s).read_line(&mut line).await?;
+                if line.is_empty() {
+                    return Err(std::io::Error::other("connection closed"));
+                }
+                Ok(line.trim().to_owned())
+            };
+            let r = if self.bug == NetBug::NoTimeout {
+                io.await
+            } else {
+                match tokio::time::timeout(CALL_TIMEOUT, io).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        return Err(Error::Timeout { operation: "call", after: CALL_TIMEOUT });
+                    }
+                }
+            };
+            match r {
+                Ok(reply) if reply == "ERR" => Err(Error::backend(BACKEND, "bad request")),
+                Ok(reply) => Ok(reply),
+                Err(e) => Err(Error::unavailable(BACKEND, e)),
+            }
+        }
+
+        /// `GET`: the record's owner and whether it is unexpired.
+        async fn owner(&self, name: &str) -> Result<Option<(u64, bool)>> {
+            let reply = self.call(format!("GET {name}")).await?;
+            let parts: Vec<&str> = reply.split_whitespace().collect();
+            Ok(match parts.as_slice() {
+                ["REC", owner, remaining] => {
+                    Some((owner.parse().unwrap_or(0), remaining.parse::<u64>().unwrap_or(0) > 0))
+                }
+                _ => None,
+            })
+        }
+    }
+
+    #[async_trait]
+    impl LockProvider for NetLock {
+        async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
+            let acquisition = Acquisition::begin(config);
+            let at_most = config.lock_at_most_for().as_millis();
+            let reply = self.call(format!("LOCK {} {at_most}", config.name())).await?;
+            let Some(owner) = reply.strip_prefix("OK ").and_then(|o| o.parse().ok()) else {
+                return Ok(None);
+            };
+            acquisition.grant(NetHandle { p: self.clone(), owner }).await.map(Some)
+        }
+
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::new()
+                .with_extend(true)
+                .with_fencing(true)
+                .with_owner_checked(true)
+                .with_server_time(true)
+                .with_granularity(Duration::from_millis(1))
+        }
+    }
+
+    struct NetHandle {
+        p: NetLock,
+        owner: u64,
+    }
+
+    #[async_trait]
+    impl LockHandle for NetHandle {
+        async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
+            let (name, at_least) = (config.name(), config.lock_at_least_for().as_millis());
+            if self.p.bug == NetBug::UnlockReadThenWrite {
+                if self.p.owner(name).await?.is_some_and(|(o, _)| o == self.owner) {
+                    self.p.call(format!("FREE {name} {at_least}")).await?;
+                }
+                return Ok(());
+            }
+            self.p.call(format!("UNLOCK {name} {} {at_least}", self.owner)).await.map(|_| ())
+        }
+
+        async fn extend(&mut self, config: &LockConfig) -> Result<()> {
+            let (name, at_most) = (config.name(), config.lock_at_most_for().as_millis());
+            let lost = || Error::LockLost { name: name.to_owned() };
+            if self.p.bug == NetBug::ExtendReadThenWrite {
+                return match self.p.owner(name).await? {
+                    Some((o, true)) if o == self.owner => {
+                        self.p.call(format!("SET {name} {at_most}")).await.map(|_| ())
+                    }
+                    _ => Err(lost()),
+                };
+            }
+            match self.p.call(format!("EXTEND {name} {} {at_most}", self.owner)).await?.as_str() {
+                "OK" => Ok(()),
+                _ => Err(lost()),
+            }
+        }
+
+        fn fencing_token(&self) -> Option<u64> {
+            Some(self.owner)
+        }
+    }
+
+    struct Factory {
+        addr: SocketAddr,
+        bug: NetBug,
+    }
+
+    #[async_trait]
+    impl ProviderFactory for Factory {
+        fn name(&self) -> &str {
+            "net-lock"
+        }
+
+        async fn create(
+            &self,
+            options: InstanceOptions,
+        ) -> std::result::Result<Arc<dyn LockProvider>, BoxError> {
+            let addr = options.address.unwrap_or(self.addr);
+            Ok(Arc::new(NetLock { addr, bug: self.bug }))
+        }
+
+        fn hooks(&self) -> Hooks {
+            Hooks::new().with_backend_address(self.addr)
+        }
+    }
+
+    async fn suite(bug: NetBug) -> Suite {
+        // A 5 s fault bound: the control's calls time out after 2 s.
+        let options = Options::new().with_seed(7).with_fault_bound(Duration::from_secs(5));
+        Suite::new(Factory { addr: serve().await, bug }, options).await.unwrap()
+    }
+
+    /// Runs `check` on the buggy provider (must fail) and on the control (must pass).
+    pub(super) async fn rejected_by(bug: NetBug, id: &str) -> Verdict {
+        let check = checks::by_id(id).unwrap();
+        let control = suite(NetBug::None).await.run_check(check).await;
+        assert_eq!(control.outcome, Outcome::Pass, "control failed {id}: {}", control.detail);
+        let broken = suite(bug).await.run_check(check).await;
+        assert_eq!(
+            broken.outcome,
+            Outcome::Fail,
+            "{bug:?} not rejected by {id}: {}",
+            broken.detail
+        );
+        println!("{bug:?} rejected by {id}: {}", broken.detail);
+        Verdict { outcome: broken.outcome, detail: broken.detail }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlock_reading_the_owner_then_writing_unconditionally_fails_c12() {
+    let v = net::rejected_by(net::NetBug::UnlockReadThenWrite, "C12").await;
+    assert!(v.detail.contains("in flight during the takeover"), "{}", v.detail);
+    assert!(v.detail.contains("succeeded while the lock is held"), "{}", v.detail);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_reading_the_owner_then_writing_unconditionally_fails_c13() {
+    let v = net::rejected_by(net::NetBug::ExtendReadThenWrite, "C13").await;
+    assert!(v.detail.contains("in flight during the takeover"), "{}", v.detail);
+    assert!(v.detail.contains("still held at +"), "{}", v.detail);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_without_timeouts_fails_c24_on_a_stalled_backend() {
+    let v = net::rejected_by(net::NetBug::NoTimeout, "C24").await;
+    assert!(v.detail.contains("on a stalled backend hung"), "{}", v.detail);
 }

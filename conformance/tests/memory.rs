@@ -70,9 +70,15 @@ impl RestartHook for Restart {
 }
 
 fn main() -> std::process::ExitCode {
-    let options = Options::from_env().expect_not_applicable(
-        "C24",
-        "the memory backend lives in the test process: no network address to cut",
-    );
+    let options = Options::from_env()
+        .expect_not_applicable(
+            "C24",
+            "the memory backend lives in the test process: no network address to cut",
+        )
+        .expect_not_applicable(
+            "C28",
+            "the memory backend lives in the test process: node processes cannot share it (the \
+             toy, the memory model behind a TCP server, runs C28)",
+        );
     shedlock_conformance::harness(options, || async { Ok(Memory { server: MemoryServer::new() }) })
 }

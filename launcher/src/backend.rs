@@ -23,6 +23,10 @@ pub enum Backend {
     Redis,
     /// Valkey (the Redis fork). URL `redis://127.0.0.1:PORT`.
     Valkey,
+    /// A Redis Cluster of 3 masters with one replica each (6 `redis-server --cluster-enabled yes`
+    /// processes, joined by `redis-cli --cluster create`). URL: the six node URLs
+    /// `redis://127.0.0.1:PORT` joined by commas, masters first.
+    RedisCluster,
     /// memcached. URL `memcache://127.0.0.1:PORT`.
     Memcached,
     /// NATS with JetStream (server 2.11 or newer). URL `nats://127.0.0.1:PORT`.
@@ -45,12 +49,13 @@ pub enum Backend {
 
 impl Backend {
     /// Every backend, in a stable order.
-    pub const ALL: [Backend; 14] = [
+    pub const ALL: [Backend; 15] = [
         Backend::Postgres,
         Backend::MariaDb,
         Backend::Sqlite,
         Backend::Redis,
         Backend::Valkey,
+        Backend::RedisCluster,
         Backend::Memcached,
         Backend::Nats,
         Backend::MongoDb,
@@ -63,7 +68,7 @@ impl Backend {
     ];
 
     /// The stable lower-case name: `postgres`, `mariadb`, `sqlite`, `redis`, `valkey`,
-    /// `memcached`, `nats`, `mongodb`, `dynamodb`, `s3`, `etcd`, `etcd-cluster`, `zookeeper`,
+    /// `redis-cluster`, `memcached`, `nats`, `mongodb`, `dynamodb`, `s3`, `etcd`, `etcd-cluster`, `zookeeper`,
     /// `zookeeper-ensemble`.
     pub fn name(self) -> &'static str {
         match self {
@@ -72,6 +77,7 @@ impl Backend {
             Backend::Sqlite => "sqlite",
             Backend::Redis => "redis",
             Backend::Valkey => "valkey",
+            Backend::RedisCluster => "redis-cluster",
             Backend::Memcached => "memcached",
             Backend::Nats => "nats",
             Backend::MongoDb => "mongodb",
@@ -95,6 +101,7 @@ impl Backend {
             "sqlite" => Backend::Sqlite,
             "redis" => Backend::Redis,
             "valkey" => Backend::Valkey,
+            "redis-cluster" => Backend::RedisCluster,
             "memcached" | "memcache" => Backend::Memcached,
             "nats" => Backend::Nats,
             "mongodb" | "mongo" => Backend::MongoDb,
@@ -112,6 +119,7 @@ impl Backend {
     /// The environment variable whose value, when set and non-empty, is used as this backend's
     /// URL instead of starting anything: `SHEDLOCK_POSTGRES_URL`, `SHEDLOCK_MARIADB_URL`,
     /// `SHEDLOCK_SQLITE_URL`, `SHEDLOCK_REDIS_URL`, `SHEDLOCK_VALKEY_URL`,
+    /// `SHEDLOCK_REDIS_CLUSTER_URL`,
     /// `SHEDLOCK_MEMCACHED_URL`, `SHEDLOCK_NATS_URL`, `SHEDLOCK_MONGODB_URL`,
     /// `SHEDLOCK_DYNAMODB_URL`, `SHEDLOCK_S3_URL`, `SHEDLOCK_ETCD_URL`,
     /// `SHEDLOCK_ETCD_CLUSTER_URL`, `SHEDLOCK_ZOOKEEPER_URL`, `SHEDLOCK_ZOOKEEPER_ENSEMBLE_URL`.
@@ -122,6 +130,7 @@ impl Backend {
             Backend::Sqlite => "SHEDLOCK_SQLITE_URL",
             Backend::Redis => "SHEDLOCK_REDIS_URL",
             Backend::Valkey => "SHEDLOCK_VALKEY_URL",
+            Backend::RedisCluster => "SHEDLOCK_REDIS_CLUSTER_URL",
             Backend::Memcached => "SHEDLOCK_MEMCACHED_URL",
             Backend::Nats => "SHEDLOCK_NATS_URL",
             Backend::MongoDb => "SHEDLOCK_MONGODB_URL",
@@ -134,11 +143,12 @@ impl Backend {
         }
     }
 
-    /// How many server processes (nodes) this backend runs: 3 for the cluster variants, 0 for
-    /// SQLite, 1 otherwise.
+    /// How many server processes (nodes) this backend runs: 6 for the Redis Cluster, 3 for the
+    /// other cluster variants, 0 for SQLite, 1 otherwise.
     pub fn node_count(self) -> usize {
         match self {
             Backend::Sqlite => 0,
+            Backend::RedisCluster => 6,
             Backend::EtcdCluster | Backend::ZooKeeperEnsemble => 3,
             _ => 1,
         }
@@ -153,6 +163,14 @@ impl Backend {
             Backend::Sqlite => &[],
             Backend::Redis => &["redis"],
             Backend::Valkey => &["valkey"],
+            Backend::RedisCluster => &[
+                "redis-cluster-1",
+                "redis-cluster-2",
+                "redis-cluster-3",
+                "redis-cluster-4",
+                "redis-cluster-5",
+                "redis-cluster-6",
+            ],
             Backend::Memcached => &["memcached"],
             Backend::Nats => &["nats"],
             Backend::MongoDb => &["mongodb"],
@@ -174,6 +192,7 @@ impl Backend {
             Backend::Sqlite => &[],
             Backend::Redis => &[16379],
             Backend::Valkey => &[16380],
+            Backend::RedisCluster => &[17001, 17002, 17003, 17004, 17005, 17006],
             Backend::Memcached => &[11311],
             Backend::Nats => &[14222],
             Backend::MongoDb => &[27117],
@@ -194,6 +213,9 @@ impl Backend {
             Backend::MariaDb => format!("mysql://root@127.0.0.1:{first}/shedlock"),
             Backend::Sqlite => String::new(),
             Backend::Redis | Backend::Valkey => format!("redis://127.0.0.1:{first}"),
+            Backend::RedisCluster => {
+                ports.iter().map(|p| format!("redis://127.0.0.1:{p}")).collect::<Vec<_>>().join(",")
+            }
             Backend::Memcached => format!("memcache://127.0.0.1:{first}"),
             Backend::Nats => format!("nats://127.0.0.1:{first}"),
             Backend::MongoDb => format!("mongodb://127.0.0.1:{first}/?directConnection=true"),
@@ -253,6 +275,10 @@ mod tests {
         assert_eq!(
             Backend::ZooKeeperEnsemble.url_for_ports(&[1, 2, 3]),
             "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"
+        );
+        assert_eq!(
+            Backend::RedisCluster.url_for_ports(&[1, 2]),
+            "redis://127.0.0.1:1,redis://127.0.0.1:2"
         );
         assert_eq!(
             Backend::EtcdCluster.url_for_ports(&[1, 2]),

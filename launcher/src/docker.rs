@@ -116,7 +116,7 @@ pub(crate) fn probes(backend: Backend, ports: &[u16], nats_monitor: u16) -> Vec<
             match backend {
                 Backend::Postgres => Probe::Postgres(a),
                 Backend::MariaDb => Probe::MySql(a),
-                Backend::Redis | Backend::Valkey => Probe::Redis(a),
+                Backend::Redis | Backend::Valkey | Backend::RedisCluster => Probe::Redis(a),
                 Backend::Memcached => Probe::Memcached(a),
                 Backend::Nats => Probe::Nats { client: a, monitor: local(nats_monitor) },
                 Backend::MongoDb => Probe::MongoDb(a),
@@ -344,7 +344,10 @@ pub(crate) mod containers {
                 ],
             ),
             Backend::ZooKeeper => ("zookeeper", "3.8", 2181, vec![], vec![]),
-            Backend::Sqlite | Backend::EtcdCluster | Backend::ZooKeeperEnsemble => return None,
+            Backend::Sqlite
+            | Backend::EtcdCluster
+            | Backend::ZooKeeperEnsemble
+            | Backend::RedisCluster => return None,
         })
     }
 

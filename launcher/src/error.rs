@@ -137,7 +137,7 @@ pub enum LaunchError {
     },
     /// A backend name that is not in the zoo.
     #[error(
-        "unknown backend {name:?}: expected one of postgres, mariadb (mysql), sqlite, redis, valkey, memcached, \
+        "unknown backend {name:?}: expected one of postgres, mariadb (mysql), sqlite, redis, valkey, redis-cluster, memcached, \
          nats, mongodb, dynamodb, s3, etcd, etcd-cluster, zookeeper, zookeeper-ensemble"
     )]
     UnknownBackend {

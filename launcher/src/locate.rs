@@ -61,6 +61,7 @@ pub(crate) enum Programs {
     MariaDb { install_db: PathBuf, server: PathBuf },
     Sqlite,
     Redis { server: PathBuf },
+    RedisCluster { server: PathBuf, cli: PathBuf },
     Memcached { server: PathBuf },
     Nats { server: PathBuf },
     MongoDb { server: PathBuf },
@@ -114,6 +115,10 @@ pub(crate) fn programs(backend: Backend, local: &Path) -> Result<Programs, Launc
         Backend::Redis => which("redis-server")
             .map(|server| Programs::Redis { server })
             .ok_or_else(|| apt(backend, "redis-server on PATH", "redis-server")),
+        Backend::RedisCluster => match (which("redis-server"), which("redis-cli")) {
+            (Some(server), Some(cli)) => Ok(Programs::RedisCluster { server, cli }),
+            _ => Err(apt(backend, "redis-server and redis-cli on PATH", "redis-server")),
+        },
         Backend::Valkey => which("valkey-server")
             .map(|server| Programs::Redis { server })
             .ok_or_else(|| {

@@ -31,6 +31,8 @@ pub(crate) fn ports_needed(backend: Backend) -> usize {
         Backend::Sqlite => 0,
         Backend::Nats | Backend::Etcd => 2,
         Backend::EtcdCluster => 6,
+        // A client port and a cluster-bus port per node.
+        Backend::RedisCluster => 12,
         Backend::ZooKeeperEnsemble => 9,
         _ => 1,
     }
@@ -319,12 +321,107 @@ pub(crate) fn nodes(
                 .arg(port(0).to_string())
                 .cwd(&d)
         }
+        Programs::RedisCluster { server, .. } => {
+            return redis_cluster_nodes(backend, server, dir, ports);
+        }
         Programs::Etcd { server } => return etcd_nodes(backend, server, dir, ports),
         Programs::ZooKeeper { java, jar } => {
             return zookeeper_nodes(backend, java, jar, dir, ports);
         }
     };
     Ok(vec![spec])
+}
+
+fn redis_cluster_nodes(
+    backend: Backend,
+    server: &Path,
+    dir: &Path,
+    ports: &[u16],
+) -> Result<Vec<NodeSpec>, LaunchError> {
+    let n = backend.node_count();
+    // ports: client_0..client_{n-1}, then the cluster-bus ports (not client + 10000, which
+    // may be taken or out of range).
+    let client = |i: usize| ports.get(i).copied().unwrap_or(0);
+    let bus = |i: usize| ports.get(n + i).copied().unwrap_or(0);
+    (0..n)
+        .map(|i| {
+            let d = dir.join(format!("redis{i}"));
+            fresh_dir(backend, &d)?;
+            Ok(NodeSpec::new(server, d.join("server.log"), Probe::Redis(local(client(i))))
+                .arg("--port")
+                .arg(client(i).to_string())
+                .arg("--cluster-port")
+                .arg(bus(i).to_string())
+                .args(["--bind", "127.0.0.1", "--dir"])
+                .arg(d.as_os_str())
+                .args(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"])
+                // Fail-over within about two seconds on loopback.
+                .args(["--cluster-node-timeout", "1000"])
+                // Replicas sync at once (the default waits 5 s to batch diskless syncs, and a
+                // replica that has not synced cannot take over).
+                .args(["--repl-diskless-sync-delay", "0"])
+                // A stopping master does not wait for its replicas (its append-only file keeps
+                // the data for a restart).
+                .args(["--shutdown-timeout", "1"])
+                .args(["--save", "", "--appendonly", "yes", "--appendfsync", "no"])
+                .cwd(&d))
+        })
+        .collect()
+}
+
+/// What a backend needs once all its nodes answer, on its first start: the Redis Cluster is
+/// created (`redis-cli --cluster create`, 3 masters and 3 replicas). A restart keeps each node's
+/// `nodes.conf`, so the cluster re-forms by itself.
+pub(crate) fn after_first_start(
+    backend: Backend,
+    programs: &Programs,
+    dir: &Path,
+    specs: &[NodeSpec],
+) -> Result<(), LaunchError> {
+    let Programs::RedisCluster { cli, .. } = programs else {
+        return Ok(());
+    };
+    let mut cmd = Command::new(cli);
+    cmd.args(["--cluster", "create"]);
+    for s in specs {
+        cmd.arg(s.probe.addr().to_string());
+    }
+    cmd.args(["--cluster-replicas", "1", "--cluster-yes"]);
+    run(backend, &mut cmd, &dir.join("cluster-create.log"))
+}
+
+/// Waits, after the nodes answer, until the backend as a whole is ready: every Redis Cluster
+/// node reports `cluster_state:ok`. Other backends are ready when their nodes are.
+pub(crate) fn settle(
+    backend: Backend,
+    specs: &[NodeSpec],
+    limit: std::time::Duration,
+) -> Result<(), LaunchError> {
+    if backend != Backend::RedisCluster {
+        return Ok(());
+    }
+    let start = std::time::Instant::now();
+    loop {
+        let failing =
+            specs.iter().find_map(|s| crate::probe::redis_cluster_ok(s.probe.addr()).err());
+        let Some(last_probe) = failing else {
+            return Ok(());
+        };
+        if start.elapsed() > limit {
+            return Err(LaunchError::StartFailed {
+                backend: backend.name(),
+                reason: format!(
+                    "the cluster did not reach cluster_state:ok within {limit:?}: {last_probe}"
+                ),
+                output: crate::error::ServerOutput::new(
+                    specs.first().map(NodeSpec::command_line).unwrap_or_default(),
+                    specs.first().map(|s| s.log.clone()).unwrap_or_default(),
+                    String::new(),
+                ),
+            });
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 fn etcd_nodes(

@@ -189,6 +189,45 @@ fn read_line(s: &mut TcpStream) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&buf).into_owned())
 }
 
+/// `Ok(())` when the Redis Cluster node at `addr` reports `cluster_state:ok` (every slot
+/// served) in `CLUSTER INFO` and, if it is a replica, has finished its sync with its master
+/// (`master_link_status:up`): a replica that never synced cannot take over in a fail-over;
+/// and no append-only-file rewrite is running.
+pub(crate) fn redis_cluster_ok(addr: SocketAddr) -> Result<(), String> {
+    let info = redis_bulk(addr, b"*2\r\n$7\r\nCLUSTER\r\n$4\r\nINFO\r\n")?;
+    if !info.lines().any(|l| l.trim() == "cluster_state:ok") {
+        let state = info.lines().find(|l| l.starts_with("cluster_state:")).unwrap_or("no state");
+        return Err(format!("{addr}: {}", state.trim()));
+    }
+    let repl = redis_bulk(addr, b"*2\r\n$4\r\nINFO\r\n$11\r\nreplication\r\n")?;
+    let replica = repl.lines().any(|l| l.trim() == "role:slave");
+    if replica && !repl.lines().any(|l| l.trim() == "master_link_status:up") {
+        return Err(format!("{addr}: the replica has not synced with its master yet"));
+    }
+    // After a sync a replica rewrites its append-only file; until that ends it refuses to shut
+    // down on SIGTERM ("Writing initial AOF, can't exit").
+    let persistence = redis_bulk(addr, b"*2\r\n$4\r\nINFO\r\n$11\r\npersistence\r\n")?;
+    let busy = ["aof_rewrite_in_progress:1", "aof_rewrite_scheduled:1"];
+    if persistence.lines().any(|l| busy.contains(&l.trim())) {
+        return Err(format!("{addr}: rewriting its append-only file"));
+    }
+    Ok(())
+}
+
+/// Sends one RESP command and reads a bulk-string reply.
+fn redis_bulk(addr: SocketAddr, request: &[u8]) -> Result<String, String> {
+    let mut s = connect(addr)?;
+    s.write_all(request).map_err(io("send"))?;
+    let header = read_line(&mut s)?;
+    let len: usize = header
+        .strip_prefix('$')
+        .and_then(|n| n.trim().parse().ok())
+        .ok_or_else(|| format!("{addr} answered {header:?}"))?;
+    let mut body = vec![0; len];
+    s.read_exact(&mut body).map_err(io("read a bulk reply"))?;
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
 fn line_exchange(addr: SocketAddr, request: &[u8]) -> Result<String, String> {
     let mut s = connect(addr)?;
     s.write_all(request).map_err(io("send"))?;

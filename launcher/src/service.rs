@@ -362,7 +362,17 @@ impl Native {
                 return Err(e);
             }
             match wait_native(backend, &mut native.nodes, opts.get_ready_timeout()) {
-                Ok(()) => return Ok(native),
+                Ok(()) => {
+                    let formed = native::after_first_start(backend, programs, dir, &native.specs)
+                        .and_then(|()| {
+                            native::settle(backend, &native.specs, opts.get_ready_timeout())
+                        });
+                    if let Err(e) = formed {
+                        native.shutdown();
+                        return Err(e);
+                    }
+                    return Ok(native);
+                }
                 Err(WaitError::PortConflict(tail)) => {
                     native.shutdown();
                     last = format!("port taken: {}", tail.lines().last().unwrap_or_default());
@@ -606,14 +616,17 @@ impl Service {
                 stop_nodes(&mut n.nodes);
                 n.nodes = spawn_nodes(self.backend, &n.specs)?;
                 n.arm(self.backend)?;
-                wait_native(self.backend, &mut n.nodes, self.ready_timeout).map_err(|e| match e {
-                    WaitError::Fatal(e) => e,
-                    WaitError::PortConflict(tail) => LaunchError::NoFreePort {
-                        backend: self.backend.name(),
-                        attempts: 1,
-                        last: format!("its port was taken while it was down: {tail}"),
+                wait_native(self.backend, &mut n.nodes, self.ready_timeout).map_err(
+                    |e| match e {
+                        WaitError::Fatal(e) => e,
+                        WaitError::PortConflict(tail) => LaunchError::NoFreePort {
+                            backend: self.backend.name(),
+                            attempts: 1,
+                            last: format!("its port was taken while it was down: {tail}"),
+                        },
                     },
-                })
+                )?;
+                native::settle(self.backend, &n.specs, self.ready_timeout)
             }
             Inner::Compose(c) => c.restart(self.backend, self.ready_timeout),
             #[cfg(feature = "docker")]
@@ -641,7 +654,33 @@ impl Service {
         }
     }
 
-    /// Starts node `index` again (same port and data) and waits until it is ready.
+    /// Kills node `index` of a native cluster at once (SIGKILL: no shutdown, no hand-over to
+    /// replicas), as a crash would, and waits until it is gone.
+    /// [`start_node`](Self::start_node) brings it back.
+    pub fn kill_node(&self, index: usize) -> Result<(), LaunchError> {
+        let mut inner = lock(&self.inner);
+        match &mut *inner {
+            Inner::Native(n) if index < n.nodes.len() => {
+                if let Some(mut node) = n.nodes[index].take() {
+                    let pgid = node.pgid();
+                    process::stop_group(
+                        pgid,
+                        Signal::SIGKILL,
+                        Duration::from_secs(15),
+                        Some(&mut node.child),
+                    );
+                }
+                Ok(())
+            }
+            _ => Err(LaunchError::Unsupported {
+                backend: self.backend.name(),
+                what: format!("kill_node({index}) needs a native service with that many nodes"),
+            }),
+        }
+    }
+
+    /// Starts node `index` again (same port and data) and waits until it is ready (for a Redis
+    /// Cluster: until every node reports `cluster_state:ok` and every replica has synced).
     pub fn start_node(&self, index: usize) -> Result<(), LaunchError> {
         let mut inner = lock(&self.inner);
         match &mut *inner {
@@ -650,16 +689,18 @@ impl Service {
                     n.nodes[index] = Some(process::spawn(self.backend.name(), &n.specs[index])?);
                     n.arm(self.backend)?;
                 }
-                wait_native(self.backend, &mut n.nodes[index..=index], self.ready_timeout).map_err(
-                    |e| match e {
+                wait_native(self.backend, &mut n.nodes[index..=index], self.ready_timeout)
+                    .map_err(|e| match e {
                         WaitError::Fatal(e) => e,
                         WaitError::PortConflict(tail) => LaunchError::NoFreePort {
                             backend: self.backend.name(),
                             attempts: 1,
                             last: tail,
                         },
-                    },
-                )
+                    })?;
+                // A Redis Cluster node is ready once it has re-joined and, as a replica, synced
+                // (a replica stopped mid-sync ignores SIGTERM until the sync ends).
+                native::settle(self.backend, &n.specs, self.ready_timeout)
             }
             _ => Err(LaunchError::Unsupported {
                 backend: self.backend.name(),

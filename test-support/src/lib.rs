@@ -114,7 +114,11 @@ pub fn server_hooks(
     addr: SocketAddr,
     service: &'static Service,
 ) -> Hooks {
-    let hooks = Hooks::new().with_records(records).with_backend_address(addr);
+    let hooks = Hooks::new()
+        .with_records(records)
+        .with_backend_address(addr)
+        // C28's node processes use this very server.
+        .with_node_env([(service.backend().env_var(), service.url())]);
     if service.mode() == Mode::External { hooks } else { hooks.with_restart(Restart(service)) }
 }
 

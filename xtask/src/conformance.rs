@@ -48,6 +48,25 @@ fn spec(name: &str) -> Result<Spec, String> {
         "sqlite" => {
             ("shedlock-sqlite".to_owned(), "conformance", None, root().join("providers/sqlite"))
         }
+        // A variant suite of one crate: `providers/redis/tests/conformance_valkey.rs` is
+        // `redis-valkey`, run against the backend the variant names (`redis-cluster`), else
+        // its suffix names (`valkey`), else the crate's own.
+        other if variant(other).is_some() => {
+            let (dir, suffix) = variant(other).unwrap_or_default();
+            // `redis-cluster` names its backend, `redis-valkey` by its suffix, and
+            // `nats-client-time` runs on its crate's own backend.
+            let backend = Backend::from_name(other)
+                .or_else(|| Backend::from_name(&suffix))
+                .or_else(|| Backend::from_name(&dir));
+            let test = format!("conformance_{suffix}");
+            return Ok(Spec {
+                krate: format!("shedlock-{dir}"),
+                test,
+                backend,
+                dir: root().join("providers").join(&dir),
+                name,
+            });
+        }
         other => {
             let backend = Backend::from_name(other).ok_or_else(|| {
                 format!("unknown provider {other:?} (memory, sqlite, or a backend name)")
@@ -63,23 +82,48 @@ fn spec(name: &str) -> Result<Spec, String> {
     Ok(Spec { name, krate, test: test.to_owned(), backend, dir })
 }
 
+/// `<dir>-<suffix>` when `providers/<dir>/tests/conformance_<suffix>.rs` exists.
+fn variant(name: &str) -> Option<(String, String)> {
+    name.match_indices('-').map(|(i, _)| (&name[..i], &name[i + 1..])).find_map(|(dir, suffix)| {
+        let file = format!("conformance_{}.rs", suffix.replace('-', "_"));
+        root()
+            .join("providers")
+            .join(dir)
+            .join("tests")
+            .join(file)
+            .is_file()
+            .then(|| (dir.to_owned(), suffix.replace('-', "_")))
+    })
+}
+
 /// `sqlite` if that provider exists, else `memory`.
 fn default_provider() -> &'static str {
     if root().join("providers/sqlite/Cargo.toml").is_file() { "sqlite" } else { "memory" }
 }
 
-/// memory, then every provider crate with a `tests/conformance.rs`.
+/// memory, then every provider crate with a `tests/conformance.rs`, and its variant suites
+/// (`tests/conformance_<suffix>.rs` is `<crate dir>-<suffix>`).
 fn all_providers() -> Vec<String> {
     let mut names = vec!["memory".to_owned()];
-    let mut dirs: Vec<String> = std::fs::read_dir(root().join("providers"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.path().join("tests/conformance.rs").is_file())
-        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
-        .collect();
-    dirs.sort();
-    names.extend(dirs);
+    let mut found: Vec<String> = Vec::new();
+    for e in std::fs::read_dir(root().join("providers")).into_iter().flatten().flatten() {
+        let Some(dir) = e.file_name().to_str().map(str::to_owned) else { continue };
+        let tests = e.path().join("tests");
+        if !tests.join("conformance.rs").is_file() {
+            continue;
+        }
+        found.push(dir.clone());
+        for t in std::fs::read_dir(&tests).into_iter().flatten().flatten() {
+            let file = t.file_name().to_string_lossy().into_owned();
+            if let Some(suffix) =
+                file.strip_prefix("conformance_").and_then(|f| f.strip_suffix(".rs"))
+            {
+                found.push(format!("{dir}-{}", suffix.replace('_', "-")));
+            }
+        }
+    }
+    found.sort();
+    names.extend(found);
     names
 }
 
@@ -91,6 +135,12 @@ pub fn run(args: &[String]) -> Result<u8, String> {
     let provider = take_value(&mut args, "--provider")?;
     let all = take_flag(&mut args, "--all");
     let record = take_flag(&mut args, "--record");
+    let soak = take_value(&mut args, "--soak")?
+        .map(|m| match m.trim().parse::<f64>() {
+            Ok(v) if v.is_finite() && v > 0.0 => Ok(m.trim().to_owned()),
+            _ => Err(format!("--soak takes a positive number of minutes, not {m:?}")),
+        })
+        .transpose()?;
     if let Some(a) = args.first() {
         return Err(format!("unexpected argument {a:?}"));
     }
@@ -111,15 +161,19 @@ pub fn run(args: &[String]) -> Result<u8, String> {
             code = code.max(130);
             break;
         }
-        let run = run_one(&spec(p)?, via, url.as_deref())?;
+        let run = run_one(&spec(p)?, via, url.as_deref(), soak.as_deref())?;
         code = code.max(run.code);
         if record {
-            recorded += record_reports(p, &run)?;
+            recorded += record_reports(p, &run, soak.is_some())?;
         }
     }
     if record {
         if recorded == 0 {
             loud("--record: nothing recorded (no run was as expected)");
+        } else if soak.is_some() {
+            eprintln!(
+                "xtask: soak reports recorded in conformance/reports/soak/ (not in the table)"
+            );
         } else {
             match regenerate_readme() {
                 Ok(n) => eprintln!("xtask: README provider table regenerated from {n} report(s)"),
@@ -156,6 +210,7 @@ fn run_one(
     spec: &Spec,
     via: Option<shedlock_launcher::Via>,
     url: Option<&str>,
+    soak_minutes: Option<&str>,
 ) -> Result<ProviderRun, String> {
     if !spec.dir.join("Cargo.toml").is_file() {
         return Err(format!(
@@ -170,6 +225,10 @@ fn run_one(
     // one, the provider's test starts its own server through `shedlock_launcher::shared()` (in
     // the mode `SHEDLOCK_VIA` names), which it owns and can restart for C25.
     let mut env: Vec<(String, String)> = Vec::new();
+    // A soak run: C15, C16 and C28 repeated for that many minutes (Options::from_env).
+    if let Some(m) = soak_minutes {
+        env.push(("SHEDLOCK_CONFORMANCE_SOAK_MINUTES".to_owned(), m.to_owned()));
+    }
     match (spec.backend, url) {
         (Some(b), Some(u)) => env.push((b.env_var().to_owned(), u.to_owned())),
         (None, Some(u)) if spec.name == "sqlite" => {
@@ -255,12 +314,12 @@ fn fresh_reports(dir: &Path, since: SystemTime) -> Result<Vec<PathBuf>, String> 
 /// `--record`: copies a run's reports into `conformance/reports/`, but only those of a run that
 /// was as expected (a report with a failure is not a baseline). Returns how many JSON reports
 /// were recorded.
-fn record_reports(provider: &str, run: &ProviderRun) -> Result<usize, String> {
+fn record_reports(provider: &str, run: &ProviderRun, soak: bool) -> Result<usize, String> {
     if run.code != 0 {
         loud(&format!("{provider}: the run was not as expected: its reports are NOT recorded"));
         return Ok(0);
     }
-    let to = root().join("conformance/reports");
+    let to = root().join(if soak { "conformance/reports/soak" } else { "conformance/reports" });
     std::fs::create_dir_all(&to).map_err(|e| format!("creating {}: {e}", to.display()))?;
     let mut json = 0;
     for path in &run.reports {
@@ -578,6 +637,16 @@ mod tests {
         assert_eq!(spec("mysql").unwrap().krate, "shedlock-mysql");
         assert_eq!(spec("sqlite").unwrap().backend, None);
         assert_eq!(spec("redis").unwrap().krate, "shedlock-redis");
+        if root().join("providers/redis/tests/conformance_cluster.rs").is_file() {
+            let c = spec("redis-cluster").unwrap();
+            assert_eq!(
+                (c.krate.as_str(), c.test.as_str(), c.backend),
+                ("shedlock-redis", "conformance_cluster", Some(Backend::RedisCluster))
+            );
+            let v = spec("redis-valkey").unwrap();
+            assert_eq!((v.test.as_str(), v.backend), ("conformance_valkey", Some(Backend::Valkey)));
+            assert!(all_providers().contains(&"redis-valkey".to_owned()));
+        }
         assert!(spec("oracle").is_err());
     }
 }

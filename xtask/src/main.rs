@@ -12,13 +12,19 @@
 //!   prints a summary and fails unless every outcome was the expected one (pass, or the "not
 //!   applicable" / "unsupported" the provider's test declares). It does not touch the checkout;
 //!   `--record` also copies the reports of runs that were as expected to
-//!   `conformance/reports/` and regenerates the README provider table.
+//!   `conformance/reports/` and regenerates the README provider table. `--soak MINUTES`
+//!   repeats C15, C16 (under injected delays and cuts) and C28 for that long and reports the
+//!   acquisitions checked and the overlaps (`<provider>-soak`, recorded in
+//!   `conformance/reports/soak/`).
 //! * `bench [-- <args>]` — `cargo bench` over the bench crate.
+//! * `mutants [memory|toy] [--shard K/N]` — cargo-mutants on the reference provider or the
+//!   third-party example, with the conformance suite as the test (on request, not in CI).
 //! * `package [--no-verify]` — `cargo package` over every crate whose `publish` is not false
 //!   (from `cargo metadata`), after checking their manifests (no surviving dependency on a
 //!   `publish = false` crate, no cycle) and before checking the `.crate` files (licenses, readme).
 
 mod conformance;
+mod mutants;
 mod package;
 mod provision;
 mod services;
@@ -35,11 +41,15 @@ const USAGE: &str = "usage: cargo xtask <command>
   services down                        stop what `services up` started
   services status                      show what `services up` started
   conformance [--provider <name> | --all] [--via auto|native|docker] [--url URL] [--record]
+              [--soak MINUTES]
                                        run the conformance kit (default provider: sqlite); reports go to
                                        <target dir>/conformance; fails on any outcome not declared as
                                        expected; --record also copies the reports to conformance/reports
-                                       and regenerates the README provider table (changes the checkout)
+                                       and regenerates the README provider table (changes the checkout);
+                                       --soak repeats C15, C16 (with faults) and C28 for that long
   bench [-- <cargo bench args>]        run the benchmarks
+  mutants [memory|toy] [--shard K/N]   cargo-mutants on a provider, judged by the conformance suite
+                                       (how strong the kit is; on request, not in CI)
   package [--no-verify]                cargo package (and build) every crate meant for crates.io, with manifest checks
 backends: postgres mariadb(mysql) sqlite redis valkey memcached nats mongodb dynamodb s3 etcd etcd-cluster zookeeper zookeeper-ensemble";
 
@@ -55,6 +65,7 @@ fn main() -> ExitCode {
         "services" => services::run(rest),
         "conformance" => conformance::run(rest),
         "bench" => util::bench(rest),
+        "mutants" => mutants::run(rest),
         "package" => package::run(rest),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");

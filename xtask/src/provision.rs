@@ -32,6 +32,8 @@ const APT_PACKAGES: &[&str] = &[
     "protobuf-compiler",
     "libprotobuf-dev",
     "socat",
+    // The conformance kit's C28 runs node processes under libfaketime (real clock skew).
+    "libfaketime",
 ];
 
 /// Pinned PyPI servers (verified on this project's machines). `moto[s3]` plus Flask is all that

@@ -55,6 +55,10 @@ async fn c15(suite: &Suite) -> R {
             }
         }
         let who: Vec<usize> = winners.iter().map(|(i, _)| *i).collect();
+        suite.count_checked(who.len());
+        if who.len() > 1 {
+            suite.count_overlap();
+        }
         for (_, l) in winners {
             let _ = bounded(suite, "unlock", l.unlock()).await?;
         }
@@ -87,6 +91,8 @@ pub(crate) struct Workload {
     pub at_most: Duration,
     pub extend: bool,
     pub owner_checked: bool,
+    /// Soak under injected faults: a retryable error is counted and the workload goes on.
+    pub tolerate_faults: bool,
 }
 
 /// Runs the random workload on `instances`, recording every acquisition in `history`.
@@ -120,7 +126,14 @@ pub(crate) async fn run_workload(
                 let cfg =
                     LockConfig::new(name.clone(), at_most, at_least).map_err(|e| e.to_string())?;
                 let s = Instant::now();
-                let r = inst.try_lock(&cfg).await.map_err(|e| format!("try_lock: {e}"))?;
+                let r = match inst.try_lock(&cfg).await {
+                    Ok(r) => r,
+                    Err(e) if w.tolerate_faults && e.is_retryable() => {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        continue;
+                    }
+                    Err(e) => return Err(format!("try_lock: {e}")),
+                };
                 let e = Instant::now();
                 if let Some(mut lock) = r {
                     acquired += 1;
@@ -200,12 +213,17 @@ async fn c16(suite: &Suite) -> R {
         at_most: t.at_most,
         extend: suite.capabilities().extend,
         owner_checked: suite.capabilities().owner_checked,
+        tolerate_faults: suite.soaking(),
     };
     let history = Arc::new(History::new());
     let started = Instant::now();
     let acquired = run_workload(suite, &p, &w, &history).await?;
+    suite.count_checked(acquired);
     let tol = t.early;
-    history.check(tol).map_err(|o| Verdict::fail(format!("two holders at once: {o}")))?;
+    history.check(tol).map_err(|o| {
+        suite.count_overlap();
+        Verdict::fail(format!("two holders at once: {o}"))
+    })?;
     ensure!(acquired > n, "only {acquired} acquisitions in the workload: too few to judge");
     Ok(format!(
         "{acquired} acquisitions by {n} instances on 2 names with expiries, at-least and extends: \

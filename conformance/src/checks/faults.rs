@@ -10,6 +10,7 @@ use shedlock::{Error, Lock, LockConfig, LockProvider};
 
 use super::{
     basic::LONG,
+    ownership::Fence,
     util::{R, at, bounded, finish, instances, ms, must_lock, must_not_lock, poll_acquire, unlock},
 };
 use crate::{factory::InstanceOptions, report::Verdict, suite::Suite, tools::proxy::FaultProxy};
@@ -40,8 +41,9 @@ async fn guarded_for<T: Send + 'static>(
     }
 }
 
-/// C24: backend unreachable (connections cut by the kit's fault proxy, new ones refused, or a
-/// call cut mid-operation): every call returns a typed error within a bounded time; no panic,
+/// C24: backend unreachable (connections cut by the kit's fault proxy, new ones refused, a
+/// call cut mid-operation, or a stalled backend that accepts connections and never answers):
+/// every call returns a typed error within a bounded time; no panic,
 /// no hang, no lock reported held that is not; the provider recovers when the backend is
 /// reachable again. Needs [`Hooks::with_backend_address`](crate::Hooks::with_backend_address).
 pub async fn c24_backend_unreachable(suite: &Suite) -> Verdict {
@@ -227,7 +229,10 @@ async fn c24(suite: &Suite) -> R {
     let recovered = recover(suite, &x).await?;
     notes.push(slow_link(suite, &proxy, &x, &direct, &mut worst).await?);
 
-    // 4. Later calls on the same instance work again.
+    // 4. A stalled backend: connections accepted, nothing ever answered.
+    notes.push(stalled(suite, &proxy, &x, &via_proxy, &direct, &mut worst).await?);
+
+    // 5. Later calls on the same instance work again.
     let recovered = recovered.max(recover(suite, &x).await?);
     Ok(format!(
         "{}; slowest failing call {} ms (bound {} ms); recovered again after {} ms",
@@ -341,6 +346,122 @@ async fn slow_link(
     ))
 }
 
+/// C24 on a stalled backend (the proxy accepts connections and keeps them open, but forwards
+/// nothing either way): every call — `try_lock` on a fresh name, `extend` and `unlock` of held
+/// locks, and a new instance's `try_lock` — must end with a typed error within the fault bound
+/// (a client without timeouts waits forever), never a false answer; the held locks free within
+/// `lock_at_most_for` (nothing reached the backend). The calls run at once, on instances of
+/// their own, so the check costs one client timeout, not one per call.
+async fn stalled(
+    suite: &Suite,
+    proxy: &FaultProxy,
+    x: &Arc<dyn LockProvider>,
+    via_proxy: &InstanceOptions,
+    direct: &Arc<dyn LockProvider>,
+    worst: &mut Duration,
+) -> Result<String, Verdict> {
+    let t = suite.timing();
+    let build = |what: &'static str| {
+        let f = suite.factory().clone();
+        let opts = via_proxy.clone();
+        async move {
+            bounded(suite, "the factory", f.create(opts)).await?.map_err(|e| {
+                Verdict::fail(format!("the factory could not build {what} via the proxy: {e}"))
+            })
+        }
+    };
+    let (xe, xu) = (build("an instance").await?, build("an instance").await?);
+    let extend = suite.capabilities().extend;
+    let ne = suite.config(&suite.lock_name("c24se"), t.at_most, Duration::ZERO)?;
+    let nu = suite.config(&suite.lock_name("c24su"), t.at_most, Duration::ZERO)?;
+    let le = if extend {
+        Some(must_lock(suite, &xe, &ne, "lock before the stall").await?)
+    } else {
+        None
+    };
+    let lu = must_lock(suite, &xu, &nu, "lock before the stall").await?;
+    let fresh = suite.config(&suite.lock_name("c24sf"), LONG, Duration::ZERO)?;
+    proxy.set_stalled(true);
+    let stalled_at = Instant::now();
+    let (x1, c1) = (x.clone(), fresh.clone());
+    let try_lock = guarded(suite, "try_lock on a stalled backend", async move {
+        x1.try_lock(&c1).await.map(|o| o.is_some())
+    });
+    let at_most = t.at_most;
+    let extend_call = guarded(suite, "extend on a stalled backend", async move {
+        match le {
+            Some(mut l) => Some(l.extend(at_most, Duration::ZERO).await),
+            None => None,
+        }
+    });
+    let unlock_call = guarded(suite, "unlock on a stalled backend", lu.unlock());
+    let (f, opts, c2) = (suite.factory().clone(), via_proxy.clone(), fresh.clone());
+    let new_instance =
+        guarded(suite, "building and using an instance on a stalled backend", async move {
+            match f.create(opts).await {
+                Err(e) => Err(format!("building failed: {e}")),
+                Ok(y) => match y.try_lock(&c2).await {
+                    Err(e) => Err(kind(&e)),
+                    Ok(o) => Ok(o.is_some()),
+                },
+            }
+        });
+    let (r1, r2, r3, r4) = tokio::join!(try_lock, extend_call, unlock_call, new_instance);
+    proxy.cut_all();
+    proxy.set_stalled(false);
+    let mut notes = Vec::new();
+    let (r, took) = r1?;
+    *worst = (*worst).max(took);
+    match r {
+        Err(e) => notes.push(format!("try_lock {} ({} ms)", kind(&e), took.as_millis())),
+        Ok(true) => bail!("try_lock reported a lock acquired on a stalled backend"),
+        Ok(false) => bail!("try_lock reported a free name as held on a stalled backend"),
+    }
+    let (r, took) = r2?;
+    match r {
+        None => {}
+        Some(Err(e)) => {
+            *worst = (*worst).max(took);
+            notes.push(format!("extend {} ({} ms)", kind(&e), took.as_millis()));
+        }
+        Some(Ok(())) => bail!("extend reported success on a stalled backend"),
+    }
+    let (r, took) = r3?;
+    *worst = (*worst).max(took);
+    match r {
+        Err(e) => notes.push(format!("unlock {} ({} ms)", kind(&e), took.as_millis())),
+        Ok(()) => bail!("unlock reported success on a stalled backend"),
+    }
+    let (r, took) = r4?;
+    *worst = (*worst).max(took);
+    match r {
+        Err(e) => notes.push(format!("new instance: {e} ({} ms)", took.as_millis())),
+        Ok(acquired) => bail!(
+            "a new instance's try_lock on a stalled backend answered {}",
+            if acquired { "acquired" } else { "held" }
+        ),
+    }
+    // Nothing reached the backend: the held locks expire on their own schedule.
+    let mut names = vec![&nu];
+    if extend {
+        names.push(&ne);
+    }
+    for cfg in names {
+        let (l, _) = poll_acquire(
+            suite,
+            direct,
+            cfg,
+            stalled_at,
+            Duration::ZERO,
+            t.at_most + t.slack + *worst,
+            "a lock whose call stalled",
+        )
+        .await?;
+        unlock(suite, l).await?;
+    }
+    Ok(format!("stalled backend: {}", notes.join(", ")))
+}
+
 fn kind(e: &Error) -> String {
     let k = match e {
         Error::Unavailable { .. } => "Unavailable",
@@ -375,7 +496,8 @@ async fn recover(suite: &Suite, p: &Arc<dyn LockProvider>) -> Result<Duration, V
 }
 
 /// C25: backend restarted while the process runs: the provider recovers without a process
-/// restart, and a lock held across the restart frees within `lock_at_most_for`. Needs
+/// restart, and a lock held across the restart frees within `lock_at_most_for`. When the
+/// provider declares `fencing`, tokens after the restart exceed every token before it. Needs
 /// [`Hooks::with_restart`](crate::Hooks::with_restart).
 pub async fn c25_backend_restart(suite: &Suite) -> Verdict {
     finish(c25(suite).await)
@@ -390,7 +512,15 @@ async fn c25(suite: &Suite) -> R {
     let t = suite.timing();
     let p = instances(suite, 2).await?;
     let cfg = suite.config(&suite.lock_name("c25"), t.at_most, Duration::ZERO)?;
+    let mut fence = Fence::new(suite);
+    for (i, inst) in p.iter().enumerate() {
+        let l = must_lock(suite, inst, &cfg, "warm-up before the restart").await?;
+        fence.saw(&l, &format!("warm-up on instance {i} before the restart"))?;
+        unlock(suite, l).await?;
+    }
     let held = must_lock(suite, &p[0], &cfg, "lock before the restart").await?;
+    fence.saw(&held, "the lock held across the restart")?;
+    fence.settle(suite).await;
     let restart_started = Instant::now();
     tokio::time::timeout(suite.options().recovery_bound, hook.restart())
         .await
@@ -411,53 +541,115 @@ async fn c25(suite: &Suite) -> R {
         "the lock held across the restart",
     )
     .await?;
+    fence.saw(&l, "the first lock after the restart")?;
+    unlock(suite, l).await?;
+    let l = must_lock(suite, &p[0], &cfg, "relock after the restart").await?;
+    fence.saw(&l, "a relock after the restart")?;
     unlock(suite, l).await?;
     Ok(format!(
-        "restart took {} ms; instances recovered after {} and {} ms",
+        "restart took {} ms; instances recovered after {} and {} ms{}",
         at(restart_started, restarted),
         r0.as_millis(),
-        r1.as_millis()
+        r1.as_millis(),
+        fence.summary("across the restart")
     ))
 }
 
 /// C26: cancellation: dropping try_lock / unlock / extend futures at random await points never
 /// leaves a name locked past `lock_at_most_for` and never poisons the provider for later calls.
+///
+/// Only a future that was polled and was still pending when dropped counts as cancelled
+/// mid-flight (one dropped before its first poll, or that completed, proves nothing). The check
+/// draws operations until [`Options::cancel_rounds`](crate::Options::cancel_rounds) of them were
+/// cancelled mid-flight (at most eight times as many operations); cancellation points adapt to
+/// the provider's speed (a number of polls up to what a completed call took, or a timeout below
+/// its typical duration). A provider whose calls all complete at their first poll cannot be
+/// cancelled mid-flight: the detail says so.
 pub async fn c26_cancellation(suite: &Suite) -> Verdict {
     finish(c26(suite).await)
 }
 
+/// How a cancellable call ended.
+enum Cancelled<T> {
+    /// It completed, after this many polls.
+    Completed(T, u32),
+    /// It was polled, still pending, and dropped: a real cancellation.
+    MidFlight,
+    /// It was dropped before being polled (not a cancellation of anything).
+    Unpolled,
+}
+
 /// Polls `fut` until it completes or until `polls` yields of the canceller (or `micros` of time)
-/// have passed, then drops it. Returns the output if it completed.
+/// have passed, then drops it.
 async fn cancel_at<T>(
     fut: impl Future<Output = T>,
     polls: u32,
     micros: u64,
     by_time: bool,
-) -> Option<T> {
-    if by_time {
-        return tokio::time::timeout(Duration::from_micros(micros), fut).await.ok();
-    }
-    tokio::select! {
-        biased;
-        _ = async { for _ in 0..polls { tokio::task::yield_now().await; } } => None,
-        r = fut => Some(r),
+) -> Cancelled<T> {
+    let count = std::sync::atomic::AtomicU32::new(0);
+    let mut fut = std::pin::pin!(fut);
+    let tracked = std::future::poll_fn(|cx| {
+        count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        fut.as_mut().poll(cx)
+    });
+    let r = if by_time {
+        tokio::time::timeout(Duration::from_micros(micros), tracked).await.ok()
+    } else {
+        tokio::select! {
+            biased;
+            _ = async { for _ in 0..polls { tokio::task::yield_now().await; } } => None,
+            r = tracked => Some(r),
+        }
+    };
+    let n = count.load(std::sync::atomic::Ordering::Relaxed);
+    match r {
+        Some(v) => Cancelled::Completed(v, n),
+        None if n > 0 => Cancelled::MidFlight,
+        None => Cancelled::Unpolled,
     }
 }
 
 async fn c26(suite: &Suite) -> R {
     let t = suite.timing();
     let p = instances(suite, 2).await?;
-    let names: Vec<String> = (0..3).map(|i| suite.lock_name(&format!("c26-{i}"))).collect();
+    // Half the acquisitions go for a fresh name, so that locks get held (and their unlock and
+    // extend cancelled) although cancelled acquisitions keep names taken until they expire.
+    let mut names: Vec<String> = vec![suite.lock_name("c26")];
     let mut rng = suite.rng();
     let mut held: Vec<Lock> = Vec::new();
-    let (mut completed, mut dropped) = (0u32, 0u32);
+    let target = suite.options().cancel_rounds;
+    let max_ops = target * 8;
+    let (mut ops, mut completed, mut mid_flight, mut unpolled) = (0usize, 0usize, 0usize, 0usize);
+    // What completed calls took: the most polls, and a running mean of their duration.
+    let (mut most_polls, mut typical_us) = (1u32, 1000.0f64);
+    // Mid-flight cancellations of try_lock, extend and unlock.
+    let mut per_kind = [0usize; 3];
     let started = Instant::now();
-    for _ in 0..suite.options().cancel_rounds {
-        let polls = rng.u32(0..12);
-        let micros = rng.u64(0..3000);
+    while mid_flight < target && ops < max_ops {
+        // A provider that never left a call pending in `target` operations cannot be cancelled
+        // mid-flight: drawing more proves nothing.
+        if ops >= target && mid_flight == 0 {
+            break;
+        }
+        ops += 1;
+        let polls = rng.u32(1..=most_polls.clamp(1, 12));
+        // Up to twice a typical call: about half of the timed cancellations land mid-flight.
+        let micros = rng.u64(0..=((typical_us * 2.0) as u64).max(20));
         let by_time = rng.bool();
-        match rng.u8(0..3) {
-            0 => {
+        if !held.is_empty() && rng.u8(0..8) == 0 {
+            let l = held.swap_remove(rng.usize(0..held.len()));
+            drop(l); // left to expire
+        }
+        // 0 | 1: try_lock, 2: unlock, 3: extend (a third each while a lock is held).
+        let kind = if held.is_empty() { 0 } else { rng.u8(1..4) };
+        let kind = if kind == 3 && !suite.capabilities().extend { 2 } else { kind };
+        let call_started = Instant::now();
+        let done = match kind {
+            0 | 1 => {
+                if rng.bool() {
+                    names.push(suite.lock_name("c26"));
+                }
                 let cfg = LockConfig::new(
                     names[rng.usize(0..names.len())].clone(),
                     t.at_most,
@@ -466,37 +658,70 @@ async fn c26(suite: &Suite) -> R {
                 .map_err(|e| Verdict::fail(format!("kit config: {e}")))?;
                 let inst = &p[rng.usize(0..p.len())];
                 match cancel_at(inst.try_lock(&cfg), polls, micros, by_time).await {
-                    Some(Ok(Some(l))) => {
-                        completed += 1;
+                    Cancelled::Completed(Ok(Some(l)), n) => {
                         held.push(l);
+                        Some(n)
                     }
-                    Some(Ok(None)) => completed += 1,
-                    Some(Err(e)) => bail!("try_lock failed after earlier cancellations: {e}"),
-                    None => dropped += 1,
+                    Cancelled::Completed(Ok(None), n) => Some(n),
+                    Cancelled::Completed(Err(e), _) => {
+                        bail!("try_lock failed after earlier cancellations: {e}")
+                    }
+                    Cancelled::MidFlight => None,
+                    Cancelled::Unpolled => {
+                        unpolled += 1;
+                        continue;
+                    }
                 }
             }
-            1 if !held.is_empty() => {
-                let l = held.swap_remove(rng.usize(0..held.len()));
-                match cancel_at(l.unlock(), polls, micros, by_time).await {
-                    Some(Ok(())) => completed += 1,
-                    Some(Err(e)) => bail!("unlock failed after earlier cancellations: {e}"),
-                    None => dropped += 1,
-                }
-            }
-            _ if !held.is_empty() && suite.capabilities().extend => {
+            3 => {
                 let i = rng.usize(0..held.len());
                 let at_most = t.at_most;
                 let r = cancel_at(held[i].extend(at_most, Duration::ZERO), polls, micros, by_time)
                     .await;
                 match r {
-                    Some(Ok(())) | Some(Err(Error::LockLost { .. })) => completed += 1,
-                    Some(Err(e)) => bail!("extend failed after earlier cancellations: {e}"),
-                    None => dropped += 1,
+                    Cancelled::Completed(Ok(()) | Err(Error::LockLost { .. }), n) => Some(n),
+                    Cancelled::Completed(Err(e), _) => {
+                        bail!("extend failed after earlier cancellations: {e}")
+                    }
+                    Cancelled::MidFlight => None,
+                    Cancelled::Unpolled => {
+                        unpolled += 1;
+                        continue;
+                    }
                 }
             }
             _ => {
-                if let Some(l) = held.pop() {
-                    drop(l); // left to expire
+                let l = held.swap_remove(rng.usize(0..held.len()));
+                match cancel_at(l.unlock(), polls, micros, by_time).await {
+                    Cancelled::Completed(Ok(()), n) => Some(n),
+                    Cancelled::Completed(Err(e), _) => {
+                        bail!("unlock failed after earlier cancellations: {e}")
+                    }
+                    Cancelled::MidFlight => None,
+                    Cancelled::Unpolled => {
+                        unpolled += 1;
+                        continue;
+                    }
+                }
+            }
+        };
+        match done {
+            Some(n) => {
+                completed += 1;
+                most_polls = most_polls.max(n);
+                let us = call_started.elapsed().as_secs_f64() * 1e6;
+                typical_us = typical_us * 0.8 + us * 0.2;
+            }
+            None => {
+                mid_flight += 1;
+                per_kind[match kind {
+                    0 | 1 => 0,
+                    3 => 1,
+                    _ => 2,
+                }] += 1;
+                if by_time {
+                    // It takes longer than that: aim later next time.
+                    typical_us = typical_us.max(micros as f64 * 1.25);
                 }
             }
         }
@@ -527,10 +752,21 @@ async fn c26(suite: &Suite) -> R {
             .await?;
         unlock(suite, l).await?;
     }
+    let note = if mid_flight == 0 {
+        " (every call completed at its first poll: nothing could be cancelled mid-flight)"
+            .to_owned()
+    } else if mid_flight < target {
+        format!(" (fewer than the {target} sought within {max_ops} operations)")
+    } else {
+        String::new()
+    };
     Ok(format!(
-        "{} operations ({completed} completed, {dropped} dropped mid-flight) in {} ms: every name freed within \
-         lock_at_most_for; both instances work afterwards",
-        suite.options().cancel_rounds,
+        "{ops} operations: {mid_flight} cancelled mid-flight{note} (try_lock {}, extend {}, \
+         unlock {}), {completed} completed, {unpolled} dropped unpolled, in {} ms; every name \
+         freed within lock_at_most_for; both instances work afterwards",
+        per_kind[0],
+        per_kind[1],
+        per_kind[2],
         started.elapsed().as_millis()
     ))
 }

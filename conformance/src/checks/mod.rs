@@ -1,4 +1,4 @@
-//! The checks C01–C27, each a plain async function taking a [`Suite`] and returning a
+//! The checks C01–C28, each a plain async function taking a [`Suite`] and returning a
 //! [`Verdict`], so a provider's own tests can call single checks:
 //!
 //! ```no_run
@@ -27,6 +27,8 @@ mod extend;
 mod faults;
 mod fencing;
 mod ownership;
+mod process_skew;
+mod soak;
 mod time;
 
 pub use basic::*;
@@ -36,6 +38,8 @@ pub use extend::*;
 pub use faults::*;
 pub use fencing::*;
 pub use ownership::*;
+pub use process_skew::*;
+pub use soak::*;
 pub use time::*;
 
 pub(crate) use util::percentile;
@@ -85,7 +89,7 @@ macro_rules! check {
     };
 }
 
-static CATALOGUE: [Check; 27] = [
+static CATALOGUE: [Check; 28] = [
     check!(
         "C01",
         "lock_is_held",
@@ -242,6 +246,12 @@ static CATALOGUE: [Check; 27] = [
         "hostile_names",
         c27_hostile_names,
         "hostile and edge names work or give InvalidName, never collide"
+    ),
+    check!(
+        "C28",
+        "process_skew",
+        c28_process_skew,
+        "node processes with real clock offsets (libfaketime): server time stays safe"
     ),
 ];
 

@@ -112,6 +112,7 @@ async fn intact_under_skew(suite: &Suite, skew: Duration) -> R {
         ops_per_instance: (suite.options().history_ops / 2).max(10),
         at_most: t.at_most,
         extend: suite.capabilities().extend,
+        tolerate_faults: false,
         owner_checked: suite.capabilities().owner_checked,
     };
     let history = Arc::new(History::new());

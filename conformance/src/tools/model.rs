@@ -57,12 +57,15 @@ pub enum Op {
         /// Handle index.
         slot: usize,
     },
-    /// Extend the handle number `slot` to `(most + ½) U`.
+    /// Extend the handle number `slot` to `(most + ½) U`, with `lock_at_least_for =
+    /// (least + ½) U` from the extension when `least` is set (below at-most).
     Extend {
         /// Handle index.
         slot: usize,
         /// Whole units of at-most.
         most: u8,
+        /// Whole units of at-least.
+        least: Option<u8>,
     },
     /// Let `units` units pass.
     Wait {
@@ -79,7 +82,10 @@ impl fmt::Debug for Op {
                 None => write!(f, "try_lock(i{inst}, n{name}, most={most}.5U)"),
             },
             Op::Unlock { slot } => write!(f, "unlock(h{slot})"),
-            Op::Extend { slot, most } => write!(f, "extend(h{slot}, most={most}.5U)"),
+            Op::Extend { slot, most, least } => match least {
+                Some(l) => write!(f, "extend(h{slot}, most={most}.5U, least={l}.5U)"),
+                None => write!(f, "extend(h{slot}, most={most}.5U)"),
+            },
             Op::Wait { units } => write!(f, "wait({units}U)"),
         }
     }
@@ -98,7 +104,9 @@ pub fn op_strategy(extend: bool) -> impl Strategy<Value = Op, Tree: Send> + Send
             least: (kind == 3).then(|| (c % 3).min(b)),
         },
         4 | 5 => Op::Wait { units: 1 + b % 2 },
-        8 | 9 if extend => Op::Extend { slot: a, most: 1 + c % 3 },
+        8 | 9 if extend => {
+            Op::Extend { slot: a, most: 1 + c % 3, least: (kind == 9).then(|| (c % 3).min(b)) }
+        }
         _ => Op::Unlock { slot: a },
     })
 }
@@ -235,7 +243,7 @@ pub async fn run_case(
                     }
                     let _ = h.model.unlock().await;
                 }
-                Op::Extend { slot, most } => {
+                Op::Extend { slot, most, least } => {
                     if held.is_empty() || !caps.extend {
                         continue;
                     }
@@ -245,19 +253,19 @@ pub async fn run_case(
                     if stale && !caps.owner_checked {
                         continue;
                     }
-                    let r =
-                        match bounded(suite, "extend", h.real.extend(half(*most), Duration::ZERO))
-                            .await
-                        {
-                            Ok(r) => r,
-                            Err(v) => {
-                                break 'case CaseOutcome::Disagreed(format!(
-                                    "step {k} {op:?}: {}",
-                                    v.detail
-                                ));
-                            }
-                        };
-                    let m = h.model.extend(half(*most), Duration::ZERO).await;
+                    let at_least = least.map(half).unwrap_or(Duration::ZERO);
+                    let r = match bounded(suite, "extend", h.real.extend(half(*most), at_least))
+                        .await
+                    {
+                        Ok(r) => r,
+                        Err(v) => {
+                            break 'case CaseOutcome::Disagreed(format!(
+                                "step {k} {op:?}: {}",
+                                v.detail
+                            ));
+                        }
+                    };
+                    let m = h.model.extend(half(*most), at_least).await;
                     match (r, m) {
                         (Ok(()), Ok(())) | (Err(Error::LockLost { .. }), Err(_)) => {}
                         (Ok(()), Err(_)) => {

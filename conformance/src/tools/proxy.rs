@@ -4,7 +4,17 @@
 //! - delays every forwarded chunk ([`FaultProxy::set_delay`]);
 //! - cuts every existing connection ([`FaultProxy::cut_all`]);
 //! - refuses new connections ([`FaultProxy::set_refusing`]): the listener is closed, so clients
-//!   get "connection refused"; it re-binds the same port when refusing is turned off.
+//!   get "connection refused"; it re-binds the same port when refusing is turned off;
+//! - stalls ([`FaultProxy::set_stalled`]): connections, new ones included, are accepted and kept
+//!   open, but nothing is forwarded either way, as a backend that hangs would behave; a client
+//!   without timeouts waits forever;
+//! - holds answers ([`FaultProxy::set_holding_answers`]): requests reach the backend, but its
+//!   answers wait in the proxy until released, so a call stays in flight after the backend acted
+//!   on it (this is how the kit makes a stale holder's unlock or extend land around another
+//!   instance's takeover deterministically).
+//!
+//! Data held by a stall or a hold is forwarded when it ends, unless the connection was cut
+//! meanwhile ([`FaultProxy::cut_all`] drops it).
 //!
 //! **Round trips** are counted as client→server turnarounds: on each connection the proxy
 //! remembers which direction last carried data; a chunk from the client counts one round trip
@@ -31,13 +41,30 @@ use tokio::{
     task::JoinHandle,
 };
 
+/// What the proxy currently holds back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Holds {
+    /// Nothing is forwarded either way.
+    stalled: bool,
+    /// Server→client data is held.
+    answers: bool,
+}
+
+impl Holds {
+    fn holds(self, dir: u8) -> bool {
+        self.stalled || (dir == TO_CLIENT && self.answers)
+    }
+}
+
 #[derive(Debug)]
 struct State {
     upstream: SocketAddr,
     delay_us: AtomicU64,
     round_trips: AtomicU64,
     connections: AtomicU64,
+    held: AtomicU64,
     refusing: AtomicBool,
+    holds: watch::Sender<Holds>,
     cut: watch::Sender<u64>,
     stop: watch::Sender<bool>,
 }
@@ -65,12 +92,15 @@ impl FaultProxy {
         let addr = listener.local_addr()?;
         let (cut, _) = watch::channel(0);
         let (stop, _) = watch::channel(false);
+        let (holds, _) = watch::channel(Holds::default());
         let state = Arc::new(State {
             upstream,
             delay_us: AtomicU64::new(0),
             round_trips: AtomicU64::new(0),
             connections: AtomicU64::new(0),
+            held: AtomicU64::new(0),
             refusing: AtomicBool::new(false),
+            holds,
             cut,
             stop,
         });
@@ -98,6 +128,26 @@ impl FaultProxy {
     /// Closes every existing connection (both sides).
     pub fn cut_all(&self) {
         self.state.cut.send_modify(|e| *e += 1);
+    }
+
+    /// Stalls the link (`true`): every connection, existing or new, is kept open (new ones are
+    /// accepted), but no byte is forwarded in either direction, as a backend that hangs without
+    /// closing anything would behave. `false` forwards what was held and resumes; cut the
+    /// connections first ([`cut_all`](Self::cut_all)) to drop it instead.
+    pub fn set_stalled(&self, stalled: bool) {
+        self.state.holds.send_modify(|h| h.stalled = stalled);
+    }
+
+    /// Holds the backend's answers (`true`): client→server data still flows, so the backend
+    /// acts on requests, but server→client data waits in the proxy; `false` releases it in order.
+    /// A call made meanwhile stays in flight after the backend acted on it.
+    pub fn set_holding_answers(&self, hold: bool) {
+        self.state.holds.send_modify(|h| h.answers = hold);
+    }
+
+    /// Chunks read from either side but held back (by a stall or a hold of answers) right now.
+    pub fn held_chunks(&self) -> u64 {
+        self.state.held.load(Ordering::SeqCst)
     }
 
     /// Refuses new connections (closes the listening socket), or accepts them again (re-binds the
@@ -216,6 +266,9 @@ async fn pump(
         if delay > 0 {
             tokio::time::sleep(Duration::from_micros(delay)).await;
         }
+        if !wait_while_held(&state, dir, epoch).await {
+            break;
+        }
         if *state.cut.borrow() != epoch {
             break;
         }
@@ -224,6 +277,37 @@ async fn pump(
         }
     }
     let _ = to.shutdown().await;
+}
+
+/// Waits while a stall or a hold keeps `dir` from forwarding. Returns `false` when the
+/// connection was cut (or the proxy stopped) meanwhile: the held chunk is dropped.
+async fn wait_while_held(state: &State, dir: u8, epoch: u64) -> bool {
+    let mut holds = state.holds.subscribe();
+    if !holds.borrow_and_update().holds(dir) {
+        return true;
+    }
+    let mut cut = state.cut.subscribe();
+    // Counted while held; the guard also uncounts when the pump is dropped (a cut connection).
+    struct Held<'a>(&'a AtomicU64);
+    impl Drop for Held<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    state.held.fetch_add(1, Ordering::SeqCst);
+    let _held = Held(&state.held);
+    loop {
+        if *cut.borrow_and_update() != epoch {
+            return false;
+        }
+        if !holds.borrow_and_update().holds(dir) {
+            return true;
+        }
+        tokio::select! {
+            r = holds.changed() => if r.is_err() { return false },
+            r = cut.changed() => if r.is_err() { return false },
+        }
+    }
 }
 
 #[cfg(test)]
@@ -300,5 +384,80 @@ mod tests {
         proxy.set_refusing(false).await.unwrap();
         let mut c2 = TcpStream::connect(proxy.addr()).await.unwrap();
         assert_eq!(ask(&mut c2, b"back").await.unwrap(), b"back");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stall_accepts_and_never_answers_until_cut() {
+        let proxy = FaultProxy::start(echo_server().await).await.unwrap();
+        let mut c = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(ask(&mut c, b"one").await.unwrap(), b"one");
+        proxy.set_stalled(true);
+        // An existing connection: no answer.
+        let r = tokio::time::timeout(Duration::from_millis(300), ask(&mut c, b"two")).await;
+        assert!(r.is_err(), "a stalled link answered: {r:?}");
+        // A new connection is accepted, and never answered either.
+        let mut d = tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(proxy.addr()))
+            .await
+            .expect("a stalled proxy must accept connections")
+            .unwrap();
+        let r = tokio::time::timeout(Duration::from_millis(300), ask(&mut d, b"new")).await;
+        assert!(r.is_err(), "a new connection to a stalled link answered: {r:?}");
+        assert!(proxy.held_chunks() >= 2, "{}", proxy.held_chunks());
+        // Cut, then resume: the held data is dropped, new connections work.
+        proxy.cut_all();
+        proxy.set_stalled(false);
+        let r = tokio::time::timeout(Duration::from_secs(2), ask(&mut c, b"x")).await.unwrap();
+        assert!(r.is_err(), "a cut connection still answered");
+        let mut e = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(ask(&mut e, b"back").await.unwrap(), b"back");
+        // The cut connections' held chunks are dropped (asynchronously, with their tasks).
+        let t = Instant::now();
+        while proxy.held_chunks() != 0 {
+            assert!(
+                t.elapsed() < Duration::from_secs(2),
+                "{} chunks still held",
+                proxy.held_chunks()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn held_answers_arrive_after_release_and_requests_get_through() {
+        // The upstream counts what it received, so the test sees the request arrive while its
+        // answer is held.
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let upstream = l.local_addr().unwrap();
+        let seen = Arc::new(AtomicU64::new(0));
+        let seen2 = seen.clone();
+        tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut buf = [0u8; 64];
+            loop {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => {
+                        seen2.fetch_add(n as u64, Ordering::SeqCst);
+                        let _ = s.write_all(&buf[..n]).await;
+                    }
+                }
+            }
+        });
+        let proxy = FaultProxy::start(upstream).await.unwrap();
+        let mut c = TcpStream::connect(proxy.addr()).await.unwrap();
+        proxy.set_holding_answers(true);
+        let call = tokio::spawn(async move { ask(&mut c, b"held").await.map(|v| (v, c)) });
+        let t = Instant::now();
+        while seen.load(Ordering::SeqCst) < 4 {
+            assert!(t.elapsed() < Duration::from_secs(2), "the request never reached upstream");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!call.is_finished(), "the answer was not held");
+        assert_eq!(proxy.held_chunks(), 1);
+        proxy.set_holding_answers(false);
+        let (got, _c) =
+            tokio::time::timeout(Duration::from_secs(2), call).await.unwrap().unwrap().unwrap();
+        assert_eq!(got, b"held");
     }
 }

@@ -1,4 +1,4 @@
-//! The shedlock conformance suite (C01–C27) against a real MariaDB server, provider name
+//! The shedlock conformance suite (C01–C28) against a real MariaDB server, provider name
 //! `mariadb` (database time, one-statement `RETURNING` acquire).
 //!
 //! - `SHEDLOCK_SQL_TIME=client` runs the client-time mode instead (`mariadb-client-time`), to
@@ -50,7 +50,7 @@ impl Maria {
         let mysql_path = std::env::var("SHEDLOCK_MYSQL_FLAVOR").is_ok_and(|v| v == "mysql");
         let pool = recommended_pool_options().connect_with(base.clone()).await?;
         sqlx::raw_sql("CREATE DATABASE IF NOT EXISTS shedlock_conformance").execute(&pool).await?;
-        let table = format!("shedlock_conformance.t_{}", std::process::id());
+        let table = format!("shedlock_conformance.t_{}", shedlock_conformance::run_id());
         let flavor = if mysql_path { Flavor::MySql } else { Flavor::Detect };
         let admin = MySqlLockProvider::builder(pool).table(&table).flavor(flavor).build()?;
         admin.create_table().await?;

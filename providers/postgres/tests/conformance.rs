@@ -1,4 +1,4 @@
-//! The shedlock conformance suite (C01–C27) against a real PostgreSQL server, provider name
+//! The shedlock conformance suite (C01–C28) against a real PostgreSQL server, provider name
 //! `postgres` (database time, the default). `SHEDLOCK_SQL_TIME=client` runs the client-time mode
 //! instead, reported as `postgres-client-time`, to show what the skew checks detect.
 //!
@@ -42,7 +42,7 @@ impl Pg {
             .next()
             .ok_or("the server host does not resolve")?;
         let client_time = std::env::var("SHEDLOCK_SQL_TIME").is_ok_and(|v| v == "client");
-        let table = format!("shedlock_conformance_{}", std::process::id());
+        let table = format!("shedlock_conformance_{}", shedlock_conformance::run_id());
         let admin = PostgresLockProvider::builder(
             recommended_pool_options().connect_with(base.clone()).await?,
         )

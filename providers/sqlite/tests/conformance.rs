@@ -1,4 +1,4 @@
-//! The shedlock conformance suite (C01–C27) against SQLite, provider name `sqlite`: one database
+//! The shedlock conformance suite (C01–C28) against SQLite, provider name `sqlite`: one database
 //! file in a fresh temp dir, each instance its own pool on it (like separate processes on one
 //! host). `SHEDLOCK_SQL_TIME=client` runs the client-time mode instead (`sqlite-client-time`).
 //!
@@ -27,7 +27,7 @@ struct Sqlite {
 impl Sqlite {
     async fn new() -> Result<Self, BoxError> {
         let dir = std::env::temp_dir()
-            .join(format!("shedlock-sqlite-conformance-{}", std::process::id()));
+            .join(format!("shedlock-sqlite-conformance-{}", shedlock_conformance::run_id()));
         std::fs::create_dir_all(&dir)?;
         let path = dir.join("locks.db");
         let client_time = std::env::var("SHEDLOCK_SQL_TIME").is_ok_and(|v| v == "client");
@@ -62,7 +62,13 @@ impl ProviderFactory for Sqlite {
     }
 
     fn hooks(&self) -> Hooks {
-        Hooks::new().with_records(Records(self.admin.records()))
+        let hooks = Hooks::new().with_records(Records(self.admin.records()));
+        if self.client_time {
+            // C28's node processes open the same file (its path follows the run id).
+            hooks.with_node_env(Vec::<(String, String)>::new())
+        } else {
+            hooks
+        }
     }
 
     async fn teardown(&self) {
@@ -74,5 +80,15 @@ fn main() -> std::process::ExitCode {
     let options = Options::from_env()
         .expect_not_applicable("C24", "SQLite is embedded: no network address to cut")
         .expect_not_applicable("C25", "SQLite is embedded: no server to restart");
+    let options = if std::env::var("SHEDLOCK_SQL_TIME").is_ok_and(|v| v == "client") {
+        options
+    } else {
+        options.expect_not_applicable(
+            "C28",
+            "SQLite is embedded: its database time is read inside each node process, which \
+             libfaketime would skew; the processes sharing a database file share one host clock, \
+             so per-process offsets cannot happen (the client-time mode runs C28)",
+        )
+    };
     shedlock_conformance::harness(options, || async { Sqlite::new().await })
 }

@@ -16,8 +16,14 @@ use shedlock_conformance::{
 use shedlock_toy::{ToyLockProvider, ToyServer};
 
 struct ToyFactory {
-    server: Arc<ToyServer>,
+    /// The server this process started; `None` in a node process of C28, which uses the
+    /// parent's server at `addr`.
+    server: Option<Arc<ToyServer>>,
+    addr: std::net::SocketAddr,
 }
+
+/// How a node process of C28 finds the parent's server.
+const TOY_ADDR: &str = "SHEDLOCK_TOY_ADDR";
 
 #[async_trait::async_trait]
 impl ProviderFactory for ToyFactory {
@@ -28,15 +34,21 @@ impl ProviderFactory for ToyFactory {
     async fn create(&self, options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError> {
         // The toy judges time on the server, so the instance clock is not needed; a client-time
         // provider must use `options.clock_or_system()` for every time it reads.
-        let addr = options.address.unwrap_or(self.server.addr());
+        let addr = options.address.unwrap_or(self.addr);
         Ok(Arc::new(ToyLockProvider::new(addr).with_timeout(Duration::from_secs(2))))
     }
 
     fn hooks(&self) -> Hooks {
-        Hooks::new()
-            .with_backend_address(self.server.addr())
-            .with_records(Records(self.server.clone()))
-            .with_restart(Restart(self.server.clone()))
+        let hooks = Hooks::new()
+            .with_backend_address(self.addr)
+            // C28 runs node processes of this binary: they reach this server through TOY_ADDR.
+            .with_node_env([(TOY_ADDR, self.addr.to_string())]);
+        match &self.server {
+            Some(server) => {
+                hooks.with_records(Records(server.clone())).with_restart(Restart(server.clone()))
+            }
+            None => hooks,
+        }
     }
 }
 
@@ -75,7 +87,10 @@ fn main() -> std::process::ExitCode {
     // address to cut")` or `.expect_unsupported("C20", "no fencing tokens")`; any other outcome
     // than pass or the declared one fails its test.
     shedlock_conformance::harness(Options::from_env(), || async {
-        let server = ToyServer::start().await?;
-        Ok(ToyFactory { server: Arc::new(server) })
+        if let Ok(addr) = std::env::var(TOY_ADDR) {
+            return Ok(ToyFactory { server: None, addr: addr.parse()? });
+        }
+        let server = Arc::new(ToyServer::start().await?);
+        Ok(ToyFactory { addr: server.addr(), server: Some(server) })
     })
 }

@@ -1,0 +1,546 @@
+//! C28: real clock skew between operating-system processes.
+//!
+//! C18 skews the [`Clock`](shedlock::Clock) each instance is given; a provider that reads the
+//! process clock itself (`SystemTime::now()`, a client library's timestamp) escapes it. C28 runs
+//! the provider in separate node processes — the test binary itself, re-executed in node mode
+//! (see [`node_main_if_requested`]) — each under libfaketime with its own wall-clock offset
+//! (`CLOCK_REALTIME` shifted, `CLOCK_MONOTONIC` true), all on a few shared names. Every node
+//! logs its acquisitions and releases on the host's monotonic clock; the parent merges the logs
+//! and runs the history checker of C16 over them.
+
+use std::{
+    collections::HashMap,
+    future::Future,
+    path::{Path, PathBuf},
+    process::{Command, ExitCode, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde::{Deserialize, Serialize};
+use shedlock::{BoxError, LockConfig};
+
+use crate::{
+    checks::util::{R, finish, ms},
+    factory::{InstanceOptions, ProviderFactory},
+    report::Verdict,
+    suite::Suite,
+    tools::history::{Interval, check_intervals},
+};
+
+/// The environment variable that puts a test binary into node mode: a JSON [`NodeSpec`].
+pub const NODE_ENV: &str = "SHEDLOCK_CONFORMANCE_NODE";
+
+/// The environment variable naming the run, so that node processes address the same records
+/// as their parent (see [`run_id`](crate::run_id)).
+pub const RUN_ID_ENV: &str = "SHEDLOCK_CONFORMANCE_RUN_ID";
+
+/// The environment variable that overrides where libfaketime's multi-threaded library is.
+pub const LIBFAKETIME_ENV: &str = "SHEDLOCK_LIBFAKETIME";
+
+const LIBFAKETIME_PATHS: &[&str] = &[
+    "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+    "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+    "/usr/lib/faketime/libfaketimeMT.so.1",
+    "/usr/local/lib/faketime/libfaketimeMT.so.1",
+];
+
+const INSTALL_HINT: &str = "libfaketime is not installed: `apt-get install libfaketime` (Debian, \
+    Ubuntu; `cargo xtask provision` does it), or set SHEDLOCK_LIBFAKETIME to libfaketimeMT.so.1";
+
+/// What one node process does, passed in [`NODE_ENV`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeSpec {
+    /// The node's index (its instance index).
+    pub index: usize,
+    /// The lock names all nodes contend for.
+    pub names: Vec<String>,
+    /// When to start, in host-monotonic nanoseconds (so that all nodes start together).
+    pub start_ns: u64,
+    /// How long to run the workload.
+    pub run_for_ms: u64,
+    /// `lock_at_most_for` of every acquisition.
+    pub at_most_ms: u64,
+    /// The longest a node holds a lock before unlocking.
+    pub hold_max_ms: u64,
+    /// Where to write the [`NodeLog`] (JSON).
+    pub out: PathBuf,
+    /// A seed for the node's choices.
+    pub seed: u64,
+}
+
+/// One acquisition as a node saw it, on the host's monotonic clock (nanoseconds).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeAcq {
+    /// The name.
+    pub name: String,
+    /// When the `try_lock` call started.
+    pub call_start_ns: u64,
+    /// When it returned the lock.
+    pub call_end_ns: u64,
+    /// When the `unlock` call started.
+    pub released_ns: u64,
+}
+
+/// What a node reports.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct NodeLog {
+    /// Its acquisitions.
+    pub acquisitions: Vec<NodeAcq>,
+    /// `(name, when the refusing try_lock returned)`.
+    pub refusals: Vec<(String, u64)>,
+    /// Calls that failed.
+    pub errors: u64,
+    /// The last error, for the report.
+    pub last_error: Option<String>,
+    /// The node's wall clock (ms since the Unix epoch) at `start_ns`, as the node saw it: the
+    /// parent compares it with its own to prove that the offset took.
+    pub wall_at_start_ms: i64,
+}
+
+/// The host's monotonic clock in nanoseconds (`CLOCK_MONOTONIC`, which libfaketime leaves alone
+/// with `FAKETIME_DONT_FAKE_MONOTONIC=1`): comparable across processes, unlike [`Instant`].
+#[cfg(unix)]
+pub fn monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(t.tv_nsec).unwrap_or(0)
+}
+
+/// The host's monotonic clock in nanoseconds (only meaningful within one process here).
+#[cfg(not(unix))]
+pub fn monotonic_ns() -> u64 {
+    use std::sync::OnceLock;
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    u64::try_from(ORIGIN.get_or_init(Instant::now).elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// If this process was started as a C28 node ([`NODE_ENV`] is set), runs the node — `setup`
+/// builds the factory, one instance runs the contended workload — and returns its exit code;
+/// otherwise returns `None` without calling `setup`. [`harness`](crate::harness) calls it first;
+/// a test binary with its own `main` calls it before anything else to support C28:
+///
+/// ```no_run
+/// # struct MyFactory;
+/// # #[async_trait::async_trait]
+/// # impl shedlock_conformance::ProviderFactory for MyFactory {
+/// #     fn name(&self) -> &str { "mine" }
+/// #     async fn create(&self, _: shedlock_conformance::InstanceOptions)
+/// #         -> Result<std::sync::Arc<dyn shedlock::LockProvider>, shedlock::BoxError> { unimplemented!() }
+/// # }
+/// fn main() -> std::process::ExitCode {
+///     if let Some(code) = shedlock_conformance::node_main_if_requested(|| async { Ok(MyFactory) }) {
+///         return code;
+///     }
+///     // ... the binary's own work
+/// #   std::process::ExitCode::SUCCESS
+/// }
+/// ```
+pub fn node_main_if_requested<P, F, Fut>(setup: F) -> Option<ExitCode>
+where
+    P: ProviderFactory,
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<P, BoxError>>,
+{
+    let spec = std::env::var(NODE_ENV).ok()?;
+    let run = || -> Result<(), BoxError> {
+        let spec: NodeSpec = serde_json::from_str(&spec)?;
+        let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+        rt.block_on(async {
+            let factory = setup().await?;
+            let log = run_node(&factory, &spec).await?;
+            std::fs::write(&spec.out, serde_json::to_vec(&log)?)?;
+            // No teardown: the backend and its records belong to the parent's run.
+            Ok::<(), BoxError>(())
+        })
+    };
+    Some(match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shedlock-conformance node: {e}");
+            ExitCode::FAILURE
+        }
+    })
+}
+
+async fn run_node(factory: &impl ProviderFactory, spec: &NodeSpec) -> Result<NodeLog, BoxError> {
+    let p = factory.create(InstanceOptions::new(spec.index)).await?;
+    let now = monotonic_ns();
+    if spec.start_ns > now {
+        tokio::time::sleep(Duration::from_nanos(spec.start_ns - now)).await;
+    }
+    let late = Duration::from_nanos(monotonic_ns().saturating_sub(spec.start_ns));
+    let wall = unix_ms() - i64::try_from(late.as_millis()).unwrap_or(0);
+    let mut log = NodeLog { wall_at_start_ms: wall, ..NodeLog::default() };
+    let end = spec.start_ns.max(monotonic_ns()) + spec.run_for_ms * 1_000_000;
+    let mut rng = fastrand::Rng::with_seed(spec.seed);
+    let at_most = Duration::from_millis(spec.at_most_ms);
+    while monotonic_ns() < end {
+        let name = &spec.names[rng.usize(..spec.names.len())];
+        let cfg = LockConfig::new(name.clone(), at_most, Duration::ZERO)?;
+        let call_start_ns = monotonic_ns();
+        match tokio::time::timeout(at_most * 10 + Duration::from_secs(5), p.try_lock(&cfg)).await {
+            Ok(Ok(Some(lock))) => {
+                let call_end_ns = monotonic_ns();
+                tokio::time::sleep(Duration::from_millis(rng.u64(0..=spec.hold_max_ms))).await;
+                let released_ns = monotonic_ns();
+                if let Err(e) = lock.unlock().await {
+                    log.errors += 1;
+                    log.last_error = Some(format!("unlock: {e}"));
+                }
+                log.acquisitions.push(NodeAcq {
+                    name: name.clone(),
+                    call_start_ns,
+                    call_end_ns,
+                    released_ns,
+                });
+            }
+            Ok(Ok(None)) => log.refusals.push((name.clone(), monotonic_ns())),
+            Ok(Err(e)) => {
+                log.errors += 1;
+                log.last_error = Some(format!("try_lock: {e}"));
+            }
+            Err(_) => {
+                log.errors += 1;
+                log.last_error = Some("try_lock hung".into());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(rng.u64(0..=3))).await;
+    }
+    Ok(log)
+}
+
+fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// The libfaketime library to preload, if installed.
+fn libfaketime() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os(LIBFAKETIME_ENV).filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    LIBFAKETIME_PATHS.iter().map(PathBuf::from).find(|p| p.is_file())
+}
+
+/// One rung of the ladder: the `FAKETIME` of each node, and the largest offset between two.
+struct Rung {
+    label: &'static str,
+    faketime: [&'static str; 3],
+    spread: Duration,
+}
+
+const LADDER: [Rung; 5] = [
+    Rung { label: "no offset", faketime: ["+0", "+0", "+0"], spread: Duration::ZERO },
+    Rung { label: "±1 s", faketime: ["+0", "+1s", "-1s"], spread: Duration::from_secs(2) },
+    Rung { label: "±1 min", faketime: ["+0", "+1m", "-1m"], spread: Duration::from_secs(120) },
+    Rung { label: "±1 h", faketime: ["+0", "+1h", "-1h"], spread: Duration::from_secs(7200) },
+    Rung {
+        label: "drift ×1.01 / ×0.99",
+        faketime: ["+0", "+0 x1.01", "+0 x0.99"],
+        spread: Duration::from_millis(100),
+    },
+];
+
+/// What one rung's nodes did.
+struct RungRun {
+    intervals: Vec<Interval>,
+    cross_refusals: usize,
+    acquisitions: usize,
+    holders: usize,
+    errors: u64,
+    offsets_ms: Vec<i64>,
+}
+
+/// C28: real clock skew between processes (libfaketime). Server-time providers: no overlap at
+/// any rung (0, ±1 s, ±1 min, ±1 h, and drifting clocks). Client-time providers: the largest
+/// spread with no overlap is reported, and a violation below [`Options::documented_skew_bound`]
+/// fails. Not applicable without libfaketime (with the install hint) or without
+/// [`Hooks::with_node_env`] (the factory cannot put node processes on the same backend).
+///
+/// [`Options::documented_skew_bound`]: crate::Options::documented_skew_bound
+/// [`Hooks::with_node_env`]: crate::Hooks::with_node_env
+pub async fn c28_process_skew(suite: &Suite) -> Verdict {
+    finish(c28(suite).await)
+}
+
+async fn c28(suite: &Suite) -> R {
+    if !cfg!(target_os = "linux") {
+        return Err(Verdict::not_applicable("libfaketime process skew needs Linux"));
+    }
+    let Some(node_env) = suite.hooks().node_env().map(<[_]>::to_vec) else {
+        return Err(Verdict::not_applicable(
+            "the factory offers no node environment (Hooks::with_node_env): node processes \
+             could not reach the same backend",
+        ));
+    };
+    let Some(lib) = libfaketime() else {
+        return Err(Verdict::not_applicable(INSTALL_HINT));
+    };
+    let exe = std::env::current_exe()
+        .map_err(|e| Verdict::fail(format!("cannot find the test binary to re-execute: {e}")))?;
+    let t = suite.timing();
+    let server_time = suite.capabilities().server_time;
+    let dir = std::env::temp_dir().join(format!(
+        "shedlock-c28-{}-{}",
+        std::process::id(),
+        suite.rng().u64(..)
+    ));
+    std::fs::create_dir_all(&dir).map_err(|e| Verdict::fail(format!("temp dir: {e}")))?;
+    let started = Instant::now();
+    let mut lines = Vec::new();
+    let mut checked = 0usize;
+    let mut bound: Option<Duration> = None;
+    let mut violation: Option<(String, String)> = None;
+    for (k, rung) in LADDER.iter().enumerate() {
+        let names =
+            vec![suite.lock_name(&format!("c28r{k}a")), suite.lock_name(&format!("c28r{k}b"))];
+        let run = run_rung(suite, &exe, &lib, &node_env, &dir, k, rung, &names).await;
+        let run = match run {
+            Ok(r) => r,
+            Err(v) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(v);
+            }
+        };
+        checked += run.acquisitions;
+        suite.count_checked(run.acquisitions);
+        if k == 0 {
+            ensure!(
+                run.holders >= 2 && run.cross_refusals > 0,
+                "the node processes do not contend ({} acquisitions by {} nodes, {} refusals \
+                 while another node held the name): they do not share lock state — does the \
+                 factory namespace its records with shedlock_conformance::run_id() and give the \
+                 backend's address in Hooks::with_node_env?",
+                run.acquisitions,
+                run.holders,
+                run.cross_refusals
+            );
+        }
+        let offsets_took = rung.spread.is_zero()
+            || run.offsets_ms.iter().max().zip(run.offsets_ms.iter().min()).is_some_and(
+                |(hi, lo)| {
+                    u128::try_from(hi - lo).unwrap_or(0) + 50 >= rung.spread.as_millis()
+                        || rung.label.starts_with("drift")
+                },
+            );
+        ensure!(
+            offsets_took,
+            "libfaketime did not shift the node clocks at rung {} (wall offsets {:?} ms): is {} \
+             the multi-threaded libfaketime?",
+            rung.label,
+            run.offsets_ms,
+            lib.display()
+        );
+        let verdict = check_intervals(&run.intervals, t.early);
+        if verdict.is_err() {
+            suite.count_overlap();
+        }
+        lines.push(format!(
+            "{}: {} acquisitions, {} cross-process refusals, {} errors{}",
+            rung.label,
+            run.acquisitions,
+            run.cross_refusals,
+            run.errors,
+            match &verdict {
+                Ok(()) => String::new(),
+                Err(o) => format!(", OVERLAP {o}"),
+            }
+        ));
+        match verdict {
+            Ok(()) if violation.is_none() => {
+                bound = Some(rung.spread.max(bound.unwrap_or_default()))
+            }
+            Ok(()) => {}
+            Err(o) if violation.is_none() => {
+                violation = Some((rung.label.to_owned(), o.to_string()))
+            }
+            Err(_) => {}
+        }
+        if server_time && violation.is_some() {
+            break;
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let summary = lines.join("; ");
+    if server_time {
+        if let Some((rung, o)) = violation {
+            bail!(
+                "server time declared, but two processes held one lock at once at rung {rung}: \
+                 {o} (a provider that reads the process clock itself; {summary})"
+            );
+        }
+        return Ok(format!(
+            "server time: {checked} acquisitions by 3 processes, no overlap at any rung ({summary}; \
+             {} ms)",
+            started.elapsed().as_millis()
+        ));
+    }
+    let Some((vrung, o)) = violation else {
+        bail!(
+            "client time declared, but no overlap even with process clocks ±1 h apart: is the \
+             provider's time really the client's? ({summary})"
+        );
+    };
+    let Some(safe) = bound else {
+        bail!("exclusion broken without any skew: {o}");
+    };
+    if let Some(doc) = suite.options().documented_skew_bound {
+        let first_bad =
+            LADDER.iter().find(|r| r.label == vrung).map_or(Duration::ZERO, |r| r.spread);
+        ensure!(
+            first_bad >= doc,
+            "documented skew bound {} ms, but processes {} ms apart overlapped: {o}",
+            ms(doc),
+            ms(first_bad)
+        );
+    }
+    Ok(format!(
+        "client time: no overlap up to {} ms between process clocks; overlap at rung {vrung} ({o}); \
+         {summary}",
+        ms(safe)
+    ))
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_rung(
+    suite: &Suite,
+    exe: &Path,
+    lib: &Path,
+    node_env: &[(String, String)],
+    dir: &Path,
+    k: usize,
+    rung: &Rung,
+    names: &[String],
+) -> Result<RungRun, Verdict> {
+    let t = suite.timing();
+    let run_for = suite.options().process_skew_run_for;
+    let now_ns = monotonic_ns();
+    let start_ns = now_ns + 1_500_000_000;
+    let host_wall_at_start = unix_ms() + 1_500;
+    let mut children = Vec::new();
+    for (i, faketime) in rung.faketime.iter().enumerate() {
+        let out = dir.join(format!("rung{k}-node{i}.json"));
+        let err = dir.join(format!("rung{k}-node{i}.stderr"));
+        let spec = NodeSpec {
+            index: i,
+            names: names.to_vec(),
+            start_ns,
+            run_for_ms: u64::try_from(run_for.as_millis()).unwrap_or(u64::MAX),
+            at_most_ms: u64::try_from(t.at_most.as_millis()).unwrap_or(300),
+            hold_max_ms: u64::try_from((t.at_most / 3).as_millis()).unwrap_or(100),
+            out: out.clone(),
+            seed: suite.seed() ^ ((k as u64) << 8) ^ i as u64,
+        };
+        let spec_json =
+            serde_json::to_string(&spec).map_err(|e| Verdict::fail(format!("node spec: {e}")))?;
+        let stderr = std::fs::File::create(&err)
+            .map_err(|e| Verdict::fail(format!("creating {}: {e}", err.display())))?;
+        let mut cmd = Command::new(exe);
+        cmd.env(NODE_ENV, spec_json)
+            .env(RUN_ID_ENV, crate::run_id())
+            .env("LD_PRELOAD", lib)
+            .env("FAKETIME", faketime)
+            .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+            .envs(node_env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr);
+        let child = cmd.spawn().map_err(|e| {
+            Verdict::fail(format!("cannot start node process {}: {e}", exe.display()))
+        })?;
+        children.push((i, *faketime, child, out, err));
+    }
+    let limit = Duration::from_millis(1500) + run_for + t.at_most * 10 + Duration::from_secs(30);
+    let waited = Instant::now();
+    let mut logs = Vec::new();
+    let mut failure: Option<String> = None;
+    for (i, faketime, mut child, out, err) in children {
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(s)) => break Some(s),
+                Ok(None) if waited.elapsed() < limit => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break None;
+                }
+            }
+        };
+        let tail = tail(&err, 15);
+        match status {
+            Some(s) if s.success() => {}
+            Some(s) => {
+                failure.get_or_insert(format!(
+                    "node {i} (FAKETIME={faketime:?}) exited with {s}; stderr:\n{tail}"
+                ));
+                continue;
+            }
+            None => {
+                failure.get_or_insert(format!(
+                    "node {i} (FAKETIME={faketime:?}) did not finish within {} ms (killed); stderr:\n{tail}",
+                    ms(limit)
+                ));
+                continue;
+            }
+        }
+        let log: NodeLog = std::fs::read(&out)
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+            .map_err(|e| Verdict::fail(format!("node {i}'s log {}: {e}", out.display())))?;
+        logs.push((i, log));
+    }
+    if let Some(f) = failure {
+        bail!("at rung {}: {f}", rung.label);
+    }
+    let at_most_ns = u64::try_from(t.at_most.as_nanos()).unwrap_or(u64::MAX);
+    let origin = start_ns.saturating_sub(1_000_000_000);
+    let mut intervals = Vec::new();
+    let mut by_name: HashMap<&str, Vec<(usize, u64, u64)>> = HashMap::new();
+    let mut holders = std::collections::BTreeSet::new();
+    let mut errors = 0;
+    let mut offsets_ms = Vec::new();
+    for (i, log) in &logs {
+        errors += log.errors;
+        offsets_ms.push(log.wall_at_start_ms - host_wall_at_start);
+        for a in &log.acquisitions {
+            holders.insert(*i);
+            let end = (a.call_start_ns + at_most_ns).min(a.released_ns);
+            let iv = Interval {
+                name: a.name.clone(),
+                holder: format!("process {i} ({})", rung.faketime[*i]),
+                start: Duration::from_nanos(a.call_end_ns.saturating_sub(origin)),
+                end: Duration::from_nanos(end.saturating_sub(origin)),
+            };
+            intervals.push(iv);
+            by_name.entry(a.name.as_str()).or_default().push((*i, a.call_end_ns, end));
+        }
+    }
+    let mut cross_refusals = 0;
+    for (i, log) in &logs {
+        for (name, at) in &log.refusals {
+            let held_elsewhere = by_name
+                .get(name.as_str())
+                .is_some_and(|v| v.iter().any(|(j, s, e)| j != i && s <= at && at <= e));
+            if held_elsewhere {
+                cross_refusals += 1;
+            }
+        }
+    }
+    Ok(RungRun {
+        acquisitions: intervals.len(),
+        intervals,
+        cross_refusals,
+        holders: holders.len(),
+        errors,
+        offsets_ms,
+    })
+}
+
+fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let v: Vec<&str> = text.lines().collect();
+    v[v.len().saturating_sub(lines)..].join("\n")
+}

@@ -1,0 +1,236 @@
+//! C28 can fail, and measures what C18 measures: a lock table in files shared by processes,
+//! judged by the clock of whichever process writes it.
+//!
+//! - Declared **server time** while it reads `SystemTime::now()` itself (the bug C18 cannot
+//!   see: it ignores the skewed clock C18 injects): C18 passes, C28 fails.
+//! - Declared **client time**, reading the clock it is given (`InstanceOptions::clock`, the
+//!   system clock in a node process): C18 and C28 both report a bound below the first skew
+//!   that breaks it.
+//!
+//! `harness = false`: this binary is also the node process C28 re-executes.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+// `File::lock` (Rust 1.89) in this test only: the workspace's tests build with the toolchain
+// the SQL providers need (1.94); the kit's library keeps its 1.85 MSRV.
+#![allow(clippy::incompatible_msrv)]
+
+use std::{
+    fs::File,
+    io::{Read, Write},
+    path::PathBuf,
+    process::ExitCode,
+    sync::Arc,
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use async_trait::async_trait;
+use shedlock::{
+    Acquisition, BoxError, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider,
+    SharedClock,
+};
+use shedlock_conformance::{
+    Hooks, InstanceOptions, Options, Outcome, ProviderFactory, Suite, checks,
+};
+
+const DIR: &str = "SHEDLOCK_FILELOCKS_DIR";
+const LIAR: &str = "SHEDLOCK_FILELOCKS_LIAR";
+
+/// A lock table of one file per name, under an exclusive file lock.
+struct FileLocks {
+    dir: PathBuf,
+    /// `Some`: judge time by this clock (honest client time); `None`: by `SystemTime::now()`
+    /// while declaring server time (the liar).
+    clock: Option<SharedClock>,
+}
+
+fn millis(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+impl FileLocks {
+    fn now(&self) -> u64 {
+        match &self.clock {
+            Some(c) => millis(c.now()),
+            None => millis(SystemTime::now()),
+        }
+    }
+
+    /// Runs `f` on the record of `name` (`(owner, locked_at, lock_until)`) under the table's
+    /// exclusive lock, off the runtime (file locks block).
+    async fn with_record<T: Send + 'static>(
+        &self,
+        name: &str,
+        f: impl FnOnce(Option<(u64, u64, u64)>) -> (Option<Option<(u64, u64, u64)>>, T) + Send + 'static,
+    ) -> Result<T, Error> {
+        let dir = self.dir.clone();
+        let file = dir.join(name.bytes().map(|b| format!("{b:02x}")).collect::<String>());
+        tokio::task::spawn_blocking(move || -> std::io::Result<T> {
+            let mutex = File::create(dir.join(".mutex"))?;
+            mutex.lock()?;
+            let mut text = String::new();
+            let current = match File::open(&file) {
+                Ok(mut f) => {
+                    f.read_to_string(&mut text)?;
+                    let v: Vec<u64> =
+                        text.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+                    (v.len() == 3).then(|| (v[0], v[1], v[2]))
+                }
+                Err(_) => None,
+            };
+            let (write, out) = f(current);
+            match write {
+                Some(Some((o, at, until))) => {
+                    File::create(&file)?.write_all(format!("{o} {at} {until}").as_bytes())?
+                }
+                Some(None) => {
+                    let _ = std::fs::remove_file(&file);
+                }
+                None => {}
+            }
+            mutex.unlock()?;
+            Ok(out)
+        })
+        .await
+        .map_err(|e| Error::Backend { backend: "files", source: Box::new(e) })?
+        .map_err(|e| Error::Backend { backend: "files", source: Box::new(e) })
+    }
+}
+
+/// One node's provider.
+struct Files(Arc<FileLocks>);
+
+#[async_trait]
+impl LockProvider for Files {
+    async fn try_lock(&self, config: &LockConfig) -> shedlock::Result<Option<Lock>> {
+        let acquisition = Acquisition::begin(config);
+        let owner = shedlock::support::acquisition_id();
+        let now = self.0.now();
+        let until = now + config.lock_at_most_for().as_millis() as u64;
+        let won = self
+            .0
+            .with_record(config.name(), move |cur| match cur {
+                Some((_, _, u)) if u > now => (None, false),
+                _ => (Some(Some((owner, now, until))), true),
+            })
+            .await?;
+        if !won {
+            return Ok(None);
+        }
+        acquisition.grant(Handle { locks: self.0.clone(), owner }).await.map(Some)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new().with_owner_checked(true).with_server_time(self.0.clock.is_none())
+    }
+}
+
+struct Handle {
+    locks: Arc<FileLocks>,
+    owner: u64,
+}
+
+#[async_trait]
+impl LockHandle for Handle {
+    async fn unlock(&mut self, config: &LockConfig) -> shedlock::Result<()> {
+        let (owner, now) = (self.owner, self.locks.now());
+        let least = config.lock_at_least_for().as_millis() as u64;
+        self.locks
+            .with_record(config.name(), move |cur| match cur {
+                Some((o, at, u)) if o == owner => {
+                    if at + least > now {
+                        (Some(Some((o, at, u.min(at + least)))), ())
+                    } else {
+                        (Some(None), ())
+                    }
+                }
+                _ => (None, ()),
+            })
+            .await
+    }
+}
+
+struct Factory {
+    dir: PathBuf,
+    liar: bool,
+}
+
+impl Factory {
+    fn from_env() -> Result<Self, BoxError> {
+        Ok(Self {
+            dir: std::env::var(DIR)?.into(),
+            liar: std::env::var(LIAR).is_ok_and(|v| v == "1"),
+        })
+    }
+}
+
+#[async_trait]
+impl ProviderFactory for Factory {
+    fn name(&self) -> &str {
+        if self.liar { "files-lying-server-time" } else { "files-client-time" }
+    }
+
+    async fn create(&self, options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError> {
+        let clock = (!self.liar).then(|| options.clock_or_system());
+        Ok(Arc::new(Files(Arc::new(FileLocks { dir: self.dir.clone(), clock }))))
+    }
+
+    fn hooks(&self) -> Hooks {
+        Hooks::new().with_node_env([
+            (DIR, self.dir.display().to_string()),
+            (LIAR, if self.liar { "1" } else { "0" }.to_owned()),
+        ])
+    }
+}
+
+async fn suite(liar: bool) -> Suite {
+    let dir = std::env::temp_dir().join(format!(
+        "shedlock-filelocks-{}-{}",
+        std::process::id(),
+        if liar { "liar" } else { "honest" }
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    Suite::new(Factory { dir, liar }, Options::new().with_seed(11)).await.unwrap()
+}
+
+async fn a_provider_reading_the_process_clock_passes_c18_and_fails_c28() {
+    let s = suite(true).await;
+    let c18 = s.run_check(checks::by_id("C18").unwrap()).await;
+    assert_eq!(c18.outcome, Outcome::Pass, "C18 cannot see the process clock: {}", c18.detail);
+    let c28 = s.run_check(checks::by_id("C28").unwrap()).await;
+    assert_eq!(c28.outcome, Outcome::Fail, "{}", c28.detail);
+    assert!(
+        c28.detail.contains("server time declared, but two processes held one lock at once"),
+        "{}",
+        c28.detail
+    );
+    println!("liar: C18 {}; C28 {}", c18.detail, c28.detail);
+}
+
+async fn honest_client_time_gets_a_bound_from_c28_consistent_with_c18() {
+    let s = suite(false).await;
+    let c18 = s.run_check(checks::by_id("C18").unwrap()).await;
+    assert_eq!(c18.outcome, Outcome::Pass, "{}", c18.detail);
+    let c28 = s.run_check(checks::by_id("C28").unwrap()).await;
+    assert_eq!(c28.outcome, Outcome::Pass, "{}", c28.detail);
+    // C28's ladder is coarse (0, 2 s, 2 min, 2 h apart): safe only without offset, broken at
+    // ±1 s, as C18 found it broken well below a second.
+    assert!(c28.detail.starts_with("client time: no overlap up to 0 ms"), "{}", c28.detail);
+    assert!(c28.detail.contains("overlap at rung ±1 s"), "{}", c28.detail);
+    let bound = s.figures().skew_bound_ms.expect("C18 measured a bound");
+    assert!(bound < 2000.0, "C18's bound {bound} ms is below C28's first breaking spread");
+    println!("honest: C18 {}; C28 {}", c18.detail, c28.detail);
+}
+
+fn main() -> ExitCode {
+    if let Some(code) =
+        shedlock_conformance::node_main_if_requested(|| async { Factory::from_env() })
+    {
+        return code;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        a_provider_reading_the_process_clock_passes_c18_and_fails_c28().await;
+        honest_client_time_gets_a_bound_from_c28_consistent_with_c18().await;
+    });
+    println!("process_skew: 2 tests passed");
+    ExitCode::SUCCESS
+}

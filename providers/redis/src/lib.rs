@@ -1,0 +1,577 @@
+//! Redis lock provider for [`shedlock`], on the caller's own `redis` connection: a
+//! [`ConnectionManager`](redis::aio::ConnectionManager) (recommended: it reconnects), a
+//! [`MultiplexedConnection`](redis::aio::MultiplexedConnection), or a Redis Cluster connection
+//! (feature `cluster`, on by default). Works unchanged on Redis ≥ 6.2, Valkey and Redis Cluster.
+//!
+//! - **One round trip per acquire**: one Lua script (`EVALSHA`) checks the key, reads the server
+//!   clock (`TIME`), issues the fencing token and sets the key with a relative expiry (`PX`).
+//! - **Server time**: the key expires by the server's own clock, relative to when the server ran
+//!   the script, so client clock skew cannot break exclusion. `lock_at_least_for` is counted from
+//!   the server time stored at acquisition (or at the last extension).
+//! - **Owner-checked** unlock and extend: compare-and-`DEL` / compare-and-`PEXPIRE` in Lua
+//!   against a value unique to the acquisition, so a stale holder changes nothing.
+//! - **Fencing tokens**: `max(previous + 1, server time in µs)`, kept under a second key in the
+//!   same hash slot, so tokens keep increasing across unlocks, expiries, deletion of the lock key
+//!   and — through the clock term — restarts that lost the data.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use shedlock::{LockConfig, LockProvider};
+//! use shedlock_redis::RedisLockProvider;
+//!
+//! let client = redis::Client::open("redis://127.0.0.1:6379")?;
+//! let conn = redis::aio::ConnectionManager::new(client).await?;
+//! let provider = RedisLockProvider::builder(conn).environment("prod").build().await?;
+//!
+//! let cfg = LockConfig::new("nightly-report", Duration::from_secs(600), Duration::from_secs(30))?;
+//! if let Some(lock) = provider.try_lock(&cfg).await? {
+//!     // ... run the task ...
+//!     lock.unlock().await?;
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # Keys
+//!
+//! A lock named `N` lives under `<prefix>[<environment>:]{N'}`, where `N'` is `N` with `%`, `{`
+//! and `}` percent-encoded (`%25`, `%7B`, `%7D`), so every name maps to its own key and the braces
+//! are always the key's hash tag. Its fencing counter is the same key plus `:fence`: both share a
+//! hash slot, which is what lets one script touch both on Redis Cluster. The default prefix is
+//! `shedlock:`. The value is `<acquisition id>|<locked_by>|<token>|<server µs>`.
+//!
+//! # Redis Cluster and replication
+//!
+//! Writes are acknowledged by the master before they reach its replicas. If a master fails
+//! after granting a lock and before replicating it, the promoted replica does not know the lock
+//! and may grant it again: a lock can be lost on fail-over (see the README for what was measured).
+//! Fencing tokens are not safe across such a fail-over either, unless `WAIT` is used; the clock
+//! term keeps them increasing as long as the new master's clock is not behind.
+
+use std::{fmt, sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use redis::{ErrorKind, FromRedisValue, RedisError, Script, ServerErrorKind, aio::ConnectionLike};
+use shedlock::{
+    Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
+    support::{
+        acquisition_id, check_lock_name, default_locked_by, duration_micros, duration_millis_ceil,
+        with_timeout,
+    },
+};
+
+const BACKEND: &str = "redis";
+
+/// The default key prefix.
+pub const DEFAULT_PREFIX: &str = "shedlock:";
+
+/// The default time limit of one operation (acquire, unlock, extend).
+pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The largest lock name accepted, in bytes (names are keys; Redis allows far more, but a name
+/// this long is a bug, not a job).
+pub const MAX_NAME_LEN: usize = 4096;
+
+/// Acquire. KEYS: lock, fence. ARGV: owner (`<acquisition id>|<locked_by>`), PX in ms.
+/// Returns `{token, locked_at_µs}` when the caller holds the lock (also when this very
+/// acquisition is retried after its answer was lost), `false` (nil) when someone else does.
+const ACQUIRE: &str = r"
+local v = redis.call('GET', KEYS[1])
+if v then
+  local n = string.len(ARGV[1])
+  if string.sub(v, 1, n + 1) == ARGV[1] .. '|' then
+    local tok, at = string.match(string.sub(v, n + 2), '^(%d+)|(%d+)$')
+    if tok then return {tok, at} end
+  end
+  return false
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local tok = string.format('%.0f', math.max(last + 1, now))
+local at = string.format('%.0f', now)
+redis.call('SET', KEYS[2], tok)
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. tok .. '|' .. at, 'PX', ARGV[2])
+return {tok, at}
+";
+
+/// Unlock. KEYS: lock. ARGV: the holder's value, lock_at_least_for in µs. Returns 1 when the
+/// caller held it (deleted, or kept until at-least has passed), 0 otherwise.
+const UNLOCK: &str = r"
+local v = redis.call('GET', KEYS[1])
+if v ~= ARGV[1] then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local at = tonumber(string.match(v, '|(%d+)$'))
+local keep = at + tonumber(ARGV[2]) - now
+if keep > 0 then
+  local ms = math.ceil(keep / 1000)
+  local pttl = redis.call('PTTL', KEYS[1])
+  if pttl < 0 or ms < pttl then redis.call('PEXPIRE', KEYS[1], ms) end
+  return 1
+end
+redis.call('DEL', KEYS[1])
+return 1
+";
+
+/// Extend. KEYS: lock. ARGV: the holder's value, new PX in ms. Returns the new server time in
+/// µs (the value's last field, from which at-least now counts), or nil when the caller no longer
+/// holds the lock.
+const EXTEND: &str = r"
+local v = redis.call('GET', KEYS[1])
+if v ~= ARGV[1] then return false end
+local t = redis.call('TIME')
+local at = string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2]))
+local head = string.match(v, '^(.*|)%d+$')
+redis.call('SET', KEYS[1], head .. at, 'PX', ARGV[2])
+return at
+";
+
+/// One Lua script and its SHA1.
+struct Lua {
+    source: &'static str,
+    script: Script,
+}
+
+impl Lua {
+    fn new(source: &'static str) -> Self {
+        Self { source, script: Script::new(source) }
+    }
+
+    /// `EVALSHA`, and on `NOSCRIPT` (a node that restarted, or a replica promoted since the
+    /// scripts were loaded) `EVAL` with the source, which also caches it there: one extra round
+    /// trip on that node, once. Routed by the first key on a cluster.
+    async fn run<T: FromRedisValue, C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        keys: &[&str],
+        args: &[&str],
+    ) -> redis::RedisResult<T> {
+        let call = |command: &str, script: &str| {
+            let mut cmd = redis::cmd(command);
+            cmd.arg(script).arg(keys.len()).arg(keys).arg(args);
+            cmd
+        };
+        match call("EVALSHA", self.script.get_hash()).query_async(conn).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                call("EVAL", self.source).query_async(conn).await
+            }
+            other => other,
+        }
+    }
+}
+
+/// The three scripts, hashed once.
+struct Scripts {
+    acquire: Lua,
+    unlock: Lua,
+    extend: Lua,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        Self { acquire: Lua::new(ACQUIRE), unlock: Lua::new(UNLOCK), extend: Lua::new(EXTEND) }
+    }
+}
+
+/// A `redis` connection this provider can use: any async connection that can be cloned cheaply
+/// and shared between tasks, such as [`ConnectionManager`](redis::aio::ConnectionManager),
+/// [`MultiplexedConnection`](redis::aio::MultiplexedConnection) or (feature `cluster`)
+/// `redis::cluster_async::ClusterConnection`.
+pub trait RedisConnection: ConnectionLike + Clone + Send + Sync + 'static {}
+
+impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisConnection for C {}
+
+struct Inner<C> {
+    conn: C,
+    prefix: String,
+    locked_by: String,
+    timeout: Option<Duration>,
+    scripts: Scripts,
+}
+
+/// Locks in Redis, Valkey or Redis Cluster. Cheap to clone; clones share the connection.
+pub struct RedisLockProvider<C = redis::aio::ConnectionManager> {
+    inner: Arc<Inner<C>>,
+}
+
+impl<C> Clone for RedisLockProvider<C> {
+    fn clone(&self) -> Self {
+        Self { inner: self.inner.clone() }
+    }
+}
+
+impl<C> fmt::Debug for RedisLockProvider<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The connection (which may carry credentials) is deliberately left out.
+        f.debug_struct("RedisLockProvider")
+            .field("prefix", &self.inner.prefix)
+            .field("locked_by", &self.inner.locked_by)
+            .field("operation_timeout", &self.inner.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`RedisLockProvider`]; see [`RedisLockProvider::builder`].
+#[must_use]
+pub struct RedisLockProviderBuilder<C> {
+    conn: C,
+    prefix: String,
+    environment: Option<String>,
+    locked_by: Option<String>,
+    timeout: Option<Duration>,
+}
+
+impl<C> fmt::Debug for RedisLockProviderBuilder<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisLockProviderBuilder")
+            .field("prefix", &self.prefix)
+            .field("environment", &self.environment)
+            .field("locked_by", &self.locked_by)
+            .field("operation_timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+fn setup(message: impl Into<String>) -> Error {
+    Error::Setup { backend: BACKEND, message: message.into() }
+}
+
+/// A key segment (prefix or environment) must keep the name's braces the key's hash tag.
+fn check_segment(what: &str, s: &str) -> Result<()> {
+    if let Some(c) = s.chars().find(|c| matches!(c, '{' | '}') || c.is_control()) {
+        return Err(setup(format!(
+            "the {what} {s:?} contains {c:?}: braces and control characters are not allowed \
+             (the braces around the lock name are its Redis Cluster hash tag)"
+        )));
+    }
+    Ok(())
+}
+
+impl<C: RedisConnection> RedisLockProviderBuilder<C> {
+    /// The key prefix (default [`DEFAULT_PREFIX`], `shedlock:`). No braces or control
+    /// characters.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// An environment segment after the prefix (`shedlock:<environment>:{name}`), so that
+    /// several environments can share one Redis. Non-empty; no braces or control characters.
+    pub fn environment(mut self, environment: impl Into<String>) -> Self {
+        self.environment = Some(environment.into());
+        self
+    }
+
+    /// Who holds the lock, stored for people reading the key (default `hostname/pid`).
+    /// Informational only: ownership rests on a random per-acquisition id.
+    pub fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
+        self.locked_by = Some(locked_by.into());
+        self
+    }
+
+    /// The time limit of each operation (default [`DEFAULT_OPERATION_TIMEOUT`]); `None` for
+    /// none. An operation that runs out returns [`Error::Timeout`]; a lock it may have taken
+    /// expires after `lock_at_most_for`.
+    pub fn operation_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Checks the settings, loads the scripts into the server (every master on a cluster) and
+    /// runs one of them, so that a server without Lua, or a user whom an ACL denies `EVALSHA`
+    /// or the key pattern, is an [`Error::Setup`] now instead of at the first lock.
+    pub async fn build(self) -> Result<RedisLockProvider<C>> {
+        check_segment("key prefix", &self.prefix)?;
+        let mut prefix = self.prefix;
+        if let Some(env) = self.environment {
+            if env.is_empty() {
+                return Err(setup("the environment is empty"));
+            }
+            check_segment("environment", &env)?;
+            prefix.push_str(&env);
+            prefix.push(':');
+        }
+        let locked_by = self.locked_by.unwrap_or_else(default_locked_by);
+        if locked_by.len() > shedlock::support::MAX_LOCKED_BY_LEN {
+            return Err(setup(format!(
+                "locked_by is {} bytes long; at most {} are allowed",
+                locked_by.len(),
+                shedlock::support::MAX_LOCKED_BY_LEN
+            )));
+        }
+        let provider = RedisLockProvider {
+            inner: Arc::new(Inner {
+                conn: self.conn,
+                prefix,
+                locked_by,
+                timeout: self.timeout,
+                scripts: Scripts::new(),
+            }),
+        };
+        provider.verify().await?;
+        Ok(provider)
+    }
+}
+
+/// What a Redis error means for the caller: a connection or fail-over problem is
+/// [`Error::Unavailable`] (try again later), a missing permission or Lua is [`Error::Setup`].
+fn map_err(e: RedisError) -> Error {
+    let text = e.to_string();
+    let unavailable = e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || matches!(
+            e.kind(),
+            ErrorKind::Server(
+                ServerErrorKind::ClusterDown
+                    | ServerErrorKind::MasterDown
+                    | ServerErrorKind::TryAgain
+                    | ServerErrorKind::BusyLoading
+                    | ServerErrorKind::ReadOnly
+            )
+        );
+    if unavailable {
+        return Error::Unavailable { backend: BACKEND, source: Box::new(e) };
+    }
+    if e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm) {
+        return setup(format!(
+            "the connection's user may not run the provider's Lua scripts (EVALSHA, EVAL, SCRIPT \
+             LOAD) on its keys: grant them in the ACL ({text})"
+        ));
+    }
+    if text.contains("unknown command") || text.contains("scripting is disabled") {
+        return setup(format!(
+            "this server does not run Lua scripts (EVALSHA), which the provider needs ({text})"
+        ));
+    }
+    Error::Backend { backend: BACKEND, source: Box::new(e) }
+}
+
+fn bad_reply(what: &str, detail: impl fmt::Debug) -> Error {
+    Error::Backend {
+        backend: BACKEND,
+        source: format!("unexpected reply to {what}: {detail:?}").into(),
+    }
+}
+
+fn parse_u64(what: &str, s: &str) -> Result<u64> {
+    s.parse().map_err(|_| bad_reply(what, s))
+}
+
+/// `%`, `{` and `}` percent-encoded: injective, and leaves no brace in the name.
+fn escape(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '{' => out.push_str("%7B"),
+            '}' => out.push_str("%7D"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+impl RedisLockProvider<redis::aio::ConnectionManager> {
+    /// A builder over `conn`; see [`RedisLockProviderBuilder`].
+    pub fn builder<C: RedisConnection>(conn: C) -> RedisLockProviderBuilder<C> {
+        RedisLockProviderBuilder {
+            conn,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            environment: None,
+            locked_by: None,
+            timeout: Some(DEFAULT_OPERATION_TIMEOUT),
+        }
+    }
+}
+
+impl<C: RedisConnection> RedisLockProvider<C> {
+    /// The key that holds lock `name`.
+    pub fn key(&self, name: &str) -> String {
+        format!("{}{{{}}}", self.inner.prefix, escape(name))
+    }
+
+    /// The key that holds the fencing counter of lock `name` (same hash slot as [`key`](Self::key)).
+    pub fn fence_key(&self, name: &str) -> String {
+        format!("{}:fence", self.key(name))
+    }
+
+    /// The `locked_by` this provider writes.
+    pub fn locked_by(&self) -> &str {
+        &self.inner.locked_by
+    }
+
+    /// A clone of the connection, for reading the keys (e.g. in tests or tools).
+    pub fn connection(&self) -> C {
+        self.inner.conn.clone()
+    }
+
+    async fn verify(&self) -> Result<()> {
+        let mut conn = self.inner.conn.clone();
+        let s = &self.inner.scripts;
+        let run = async {
+            for lua in [&s.acquire, &s.unlock, &s.extend] {
+                lua.script.load_async(&mut conn).await.map_err(map_err)?;
+            }
+            // Runs the unlock script on a key no one holds: 0, and nothing written.
+            let probe = self.key("shedlock-setup-probe");
+            let r: i64 =
+                s.unlock.run(&mut conn, &[&probe], &["no one", "0"]).await.map_err(map_err)?;
+            if r != 0 {
+                return Err(bad_reply("the setup probe", r));
+            }
+            Ok(())
+        };
+        with_timeout("redis setup", self.inner.timeout, run).await
+    }
+
+    async fn acquire(&self, config: &LockConfig, owner: &str) -> Result<Option<(u64, u64)>> {
+        let key = self.key(config.name());
+        let fence = self.fence_key(config.name());
+        let px = duration_millis_ceil(config.lock_at_most_for()).max(1).to_string();
+        // The script is idempotent for one acquisition (a retry finds its own value), so a
+        // request whose answer was lost with the connection can be sent once more.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut conn = self.inner.conn.clone();
+            let r: RedisResult =
+                self.inner.scripts.acquire.run(&mut conn, &[&key, &fence], &[owner, &px]).await;
+            match r {
+                Ok(None) => return Ok(None),
+                Ok(Some((tok, at))) => {
+                    return Ok(Some((parse_u64("acquire", &tok)?, parse_u64("acquire", &at)?)));
+                }
+                Err(e) if attempt < 2 && (e.is_connection_dropped() || e.is_io_error()) => {
+                    tracing::debug!(lock = %config.name(), error = %e, "redis acquire: connection lost, retrying once");
+                }
+                Err(e) => return Err(map_err(e)),
+            }
+        }
+    }
+}
+
+type RedisResult = redis::RedisResult<Option<(String, String)>>;
+
+#[async_trait]
+impl<C: RedisConnection> LockProvider for RedisLockProvider<C> {
+    async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
+        check_lock_name(BACKEND, config.name(), Some(MAX_NAME_LEN), false)?;
+        let owner = format!("{:016x}|{}", acquisition_id(), self.inner.locked_by);
+        let acquisition = Acquisition::begin(config);
+        let acquired =
+            with_timeout("redis acquire", self.inner.timeout, self.acquire(config, &owner)).await?;
+        let Some((token, at)) = acquired else {
+            return Ok(None);
+        };
+        let handle = RedisHandle {
+            provider: self.clone(),
+            key: self.key(config.name()),
+            value: format!("{owner}|{token}|{at}"),
+            token,
+        };
+        acquisition.grant(handle).await.map(Some)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new()
+            .with_extend(true)
+            .with_fencing(true)
+            .with_server_time(true)
+            .with_owner_checked(true)
+            .with_granularity(Duration::from_millis(1))
+            .with_max_name_len(Some(MAX_NAME_LEN))
+    }
+}
+
+/// The holder's side of one acquisition.
+struct RedisHandle<C> {
+    provider: RedisLockProvider<C>,
+    key: String,
+    /// The key's value as this holder wrote it: the owner check compares it whole.
+    value: String,
+    token: u64,
+}
+
+#[async_trait]
+impl<C: RedisConnection> LockHandle for RedisHandle<C> {
+    async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
+        let inner = &self.provider.inner;
+        let at_least = duration_micros(config.lock_at_least_for()).to_string();
+        let run = async {
+            let mut conn = inner.conn.clone();
+            let r: i64 = inner
+                .scripts
+                .unlock
+                .run(&mut conn, &[&self.key], &[&self.value, &at_least])
+                .await
+                .map_err(map_err)?;
+            if r == 0 {
+                tracing::debug!(lock = %config.name(), "redis unlock: no longer the holder; nothing changed");
+            }
+            Ok(())
+        };
+        with_timeout("redis unlock", inner.timeout, run).await
+    }
+
+    async fn extend(&mut self, config: &LockConfig) -> Result<()> {
+        let inner = self.provider.inner.clone();
+        let px = duration_millis_ceil(config.lock_at_most_for()).max(1).to_string();
+        let run = async {
+            let mut conn = inner.conn.clone();
+            let r: Option<String> = inner
+                .scripts
+                .extend
+                .run(&mut conn, &[&self.key], &[&self.value, &px])
+                .await
+                .map_err(map_err)?;
+            let Some(at) = r else {
+                return Err(Error::LockLost { name: config.name().to_owned() });
+            };
+            parse_u64("extend", &at)?;
+            let head = self.value.rsplit_once('|').map_or("", |(h, _)| h);
+            self.value = format!("{head}|{at}");
+            Ok(())
+        };
+        with_timeout("redis extend", inner.timeout, run).await
+    }
+
+    fn fencing_token(&self) -> Option<u64> {
+        Some(self.token)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping_is_injective_and_leaves_no_braces() {
+        let names = ["a", "{a}", "%7Ba%7D", "a%", "}", "{", "%", "%25", "a}b{c"];
+        let escaped: Vec<String> = names.iter().map(|n| escape(n)).collect();
+        for (i, e) in escaped.iter().enumerate() {
+            assert!(!e.contains('{') && !e.contains('}'), "{e}");
+            for (j, f) in escaped.iter().enumerate() {
+                assert_eq!(i == j, e == f, "{} and {} collide", names[i], names[j]);
+            }
+        }
+        assert_eq!(escape("{a}%"), "%7Ba%7D%25");
+    }
+
+    #[test]
+    fn segments_with_braces_or_control_characters_are_rejected() {
+        assert!(check_segment("key prefix", "app:").is_ok());
+        for bad in ["a{", "}b", "x\ny"] {
+            assert!(
+                matches!(check_segment("key prefix", bad), Err(Error::Setup { .. })),
+                "{bad:?}"
+            );
+        }
+    }
+}
+
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
