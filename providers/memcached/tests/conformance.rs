@@ -1,4 +1,4 @@
-//! The shedlock conformance suite (C01–C27) against a real memcached server, provider name
+//! The shedlock conformance suite (C01–C28) against a real memcached server, provider name
 //! `memcached`.
 //!
 //! Each instance is a provider of its own (its own connections, like a separate node). The hooks
@@ -37,8 +37,9 @@ impl Memcached {
         let hostport = url.trim_start_matches("memcache://").trim_end_matches('/');
         let addr =
             hostport.to_socket_addrs()?.next().ok_or("the memcached host does not resolve")?;
-        // A prefix of this run's own, so repeated runs against one server never share keys.
-        let prefix = format!("shedlock-conformance-{}:", std::process::id());
+        // A prefix of this run's own (shared with C28's node processes through the run id), so
+        // repeated runs against one server never share keys.
+        let prefix = format!("shedlock-conformance-{}:", shedlock_conformance::run_id());
         Ok(Self { service, addr, prefix })
     }
 
