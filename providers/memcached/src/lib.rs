@@ -1,0 +1,586 @@
+//! memcached lock provider for [`shedlock`], speaking the memcached **meta protocol**
+//! (memcached ≥ 1.6) directly over tokio TCP connections. No client library: tokio, `tracing` and
+//! `thiserror` only.
+//!
+//! - **Acquire: one round trip.** A meta set in add mode with a relative TTL, returning the
+//!   item's CAS value: `ms <key> <len> b T<ttl> ME c`. `HD c<cas>` means the lock is ours, `NS`
+//!   that it is held.
+//! - **Owner-checked unlock and extend** by CAS: `md <key> b C<cas>` deletes the record only if
+//!   it is still the one this acquisition stored; extend rewrites it with `ms … C<cas> T<ttl> c`
+//!   and keeps the new CAS. A stale holder's call changes nothing.
+//! - **Server time**: memcached judges expiry by its own clock (a relative TTL), so clock skew
+//!   between nodes cannot break exclusion. Its clock ticks in whole seconds; see
+//!   [Time](#time) for the TTLs and the declared 2 s granularity.
+//! - **No fencing tokens**: CAS values restart from 1 when memcached restarts. See
+//!   [Restarts](#restarts-and-fencing).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use shedlock::{LockConfig, LockProvider};
+//! use shedlock_memcached::MemcachedLockProvider;
+//!
+//! let provider = MemcachedLockProvider::builder("127.0.0.1:11211")
+//!     .key_prefix("myapp:lock:")
+//!     .build()?; // no I/O: connections open on first use
+//!
+//! let cfg = LockConfig::new("nightly-report", Duration::from_secs(600), Duration::from_secs(30))?;
+//! if let Some(lock) = provider.try_lock(&cfg).await? {
+//!     // ... run the task ...
+//!     lock.unlock().await?;
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # Keys
+//!
+//! A lock's key is the configured prefix (default [`DEFAULT_KEY_PREFIX`], `shedlock:`) followed
+//! by the lock name, as bytes, sent base64-encoded with the meta `b` flag
+//! ([`MemcachedLockProvider::key`] shows it). Any name is therefore a valid key — spaces,
+//! newlines, NUL, any UTF-8 — and no two names share a key. memcached limits the encoded key to
+//! 250 characters, which is [`MAX_KEY_LEN`] (186) bytes of prefix and name together; a longer
+//! name is refused with [`Error::InvalidName`], never truncated.
+//! [`Capabilities::max_name_len`](shedlock::Capabilities::max_name_len) is 186 minus the
+//! prefix length (177 with the default prefix).
+//!
+//! The value of the record is `<acquisition id, 16 hex digits> <locked_by>` (informational:
+//! ownership rests on the CAS value).
+//!
+//! # Time
+//!
+//! memcached keeps time in whole seconds: a timer sets its clock once a second, and an item
+//! with TTL `n` expires at the first tick at which that clock has advanced by `n`. The clock may
+//! be a tick stale when the item is stored, and the timer drifts (it is re-armed after each
+//! tick), so every fifteen minutes or so the clock advances by two seconds in one tick. An item
+//! with TTL `n` therefore lives between `n - 2` and `n` seconds. Hence:
+//!
+//! - acquire and extend use **TTL = ⌈lock_at_most_for⌉ + 2 s**, the smallest TTL that surely
+//!   outlives `lock_at_most_for` (and so the lock's lease, which ends `lock_at_most_for` after
+//!   the request was sent). A lock frees between `lock_at_most_for` and
+//!   `⌈lock_at_most_for⌉ + 2 s` after it was taken;
+//! - an unlock with `lock_at_least_for` time left (counted from when the acquire or the last
+//!   extend was answered) rewrites the record, CAS-checked, with **TTL = ⌈remaining⌉ + 1 s**, and
+//!   otherwise deletes it. The lock then frees within a second after at least — up to a second
+//!   earlier when memcached's clock skips a second;
+//! - so the declared [`GRANULARITY`] is **2 s**, the width of memcached's expiry window;
+//! - a TTL above 30 days is read by memcached as an absolute Unix time, so a `lock_at_most_for`
+//!   above [`MAX_LOCK_DURATION`] (30 days less 2 s) is refused with
+//!   [`Error::Unsupported`] before anything is sent. TTL 0
+//!   ("never expire") is never sent.
+//!
+//! # Restarts and fencing
+//!
+//! memcached keeps nothing across a restart, and its CAS counter starts again from 1. A CAS
+//! value therefore identifies a record only within one server process: each connection learns
+//! its server's process id and start time (`stats`, once per connection), every lock remembers
+//! those of the server that granted it, and an unlock or extend that reaches another process
+//! changes nothing (unlock: `Ok`, the lock is gone anyway; extend:
+//! [`Error::LockLost`]) instead of comparing a CAS value that may now
+//! belong to another holder. For the same reason the provider declares **no fencing**: the CAS
+//! values handed out after a restart are smaller than those before it.
+//!
+//! # Connections
+//!
+//! The provider opens up to [`max_connections`](MemcachedLockProviderBuilder::max_connections)
+//! TCP connections (default 4) to one server, lazily, and keeps idle ones for reuse. Each call
+//! takes one connection for one request and its reply. A connection whose exchange failed or was
+//! cancelled (a timeout, a dropped future) is closed, never reused, so no reply is ever read by
+//! the wrong call; an idle connection the server has closed is noticed and replaced before use.
+//! A connection lost during a call fails that call with the retryable
+//! [`Error::Unavailable`] (the command may or may not have run);
+//! the next call opens a fresh one. Every call runs under
+//! [`operation_timeout`](MemcachedLockProviderBuilder::operation_timeout) (default 5 s),
+//! connecting included.
+//!
+//! # Eviction
+//!
+//! memcached is a cache: under memory pressure it may evict any item, a held lock included,
+//! which frees the lock early. Give the server memory to spare (`-m`), or run it with `-M`
+//! (return errors instead of evicting), or use a memcached instance of its own for locks.
+
+mod conn;
+mod proto;
+
+use std::{fmt, sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use shedlock::{
+    Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
+    support::{MAX_LOCKED_BY_LEN, acquisition_id, check_lock_name, default_locked_by},
+};
+use tokio::time::Instant;
+
+use crate::{
+    conn::{Conn, ConnError, Epoch, Pool},
+    proto::{Reply, at_least_ttl, at_most_ttl, base64, meta_delete, meta_set},
+};
+
+pub use crate::proto::{MAX_KEY_LEN, MAX_LOCK_DURATION};
+
+const BACKEND: &str = "memcached";
+
+/// The default start of every key: `shedlock:`.
+pub const DEFAULT_KEY_PREFIX: &str = "shedlock:";
+
+/// The default time limit of each operation, connecting included: 5 s.
+pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The default number of connections a provider opens at most: 4.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4;
+
+/// The declared time granularity: 2 s, the width of memcached's expiry window (an item with TTL
+/// `n` lives between `n - 2` and `n` seconds; see [Time](crate#time)).
+pub const GRANULARITY: Duration = Duration::from_secs(2);
+
+/// Builds a [`MemcachedLockProvider`].
+#[must_use]
+pub struct MemcachedLockProviderBuilder {
+    address: String,
+    prefix: Vec<u8>,
+    locked_by: Option<String>,
+    timeout: Option<Duration>,
+    max_connections: usize,
+}
+
+impl fmt::Debug for MemcachedLockProviderBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemcachedLockProviderBuilder")
+            .field("address", &self.address)
+            .field("key_prefix", &String::from_utf8_lossy(&self.prefix))
+            .field("locked_by", &self.locked_by)
+            .field("operation_timeout", &self.timeout)
+            .field("max_connections", &self.max_connections)
+            .finish()
+    }
+}
+
+impl MemcachedLockProviderBuilder {
+    /// The start of every key (default [`DEFAULT_KEY_PREFIX`]): any bytes, since keys are sent
+    /// base64-encoded. It shortens the longest lock name: prefix and name together hold at most
+    /// [`MAX_KEY_LEN`] bytes.
+    pub fn key_prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
+        self.prefix = prefix.as_ref().to_vec();
+        self
+    }
+
+    /// Who holds the lock, stored in the record for operators (default `hostname/pid`); at most
+    /// 255 bytes. Informational only: ownership rests on the record's CAS value.
+    pub fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
+        self.locked_by = Some(locked_by.into());
+        self
+    }
+
+    /// The time limit of each operation, waiting for a connection and connecting included
+    /// (default [`DEFAULT_OPERATION_TIMEOUT`]; `None`: no limit). On expiry the call returns
+    /// [`Error::Timeout`]: the command may or may not have taken
+    /// effect.
+    pub fn operation_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// How many connections the provider opens at most (default [`DEFAULT_MAX_CONNECTIONS`],
+    /// at least 1). Calls beyond that wait for a free connection (within the operation timeout).
+    pub fn max_connections(mut self, n: usize) -> Self {
+        self.max_connections = n;
+        self
+    }
+
+    /// Validates the configuration and builds the provider. An address that is not
+    /// `host:port` (optionally `memcache://host:port`), a prefix that leaves no room for a name,
+    /// a `locked_by` over 255 bytes or zero connections give
+    /// [`Error::Setup`]. Does no I/O.
+    pub fn build(self) -> Result<MemcachedLockProvider> {
+        let address = parse_address(&self.address)?;
+        if self.prefix.len() >= MAX_KEY_LEN {
+            return Err(setup(format!(
+                "the key prefix is {} bytes long; prefix and lock name together hold at most \
+                 {MAX_KEY_LEN} bytes",
+                self.prefix.len()
+            )));
+        }
+        let locked_by = self.locked_by.unwrap_or_else(default_locked_by);
+        if locked_by.len() > MAX_LOCKED_BY_LEN {
+            return Err(setup(format!(
+                "locked_by is {} bytes long; at most {MAX_LOCKED_BY_LEN}",
+                locked_by.len()
+            )));
+        }
+        if self.max_connections == 0 {
+            return Err(setup("max_connections must be at least 1".into()));
+        }
+        Ok(MemcachedLockProvider {
+            shared: Arc::new(Shared {
+                pool: Pool::new(address, self.max_connections),
+                max_name_len: MAX_KEY_LEN - self.prefix.len(),
+                prefix: self.prefix,
+                locked_by,
+                timeout: self.timeout,
+            }),
+        })
+    }
+}
+
+fn setup(message: String) -> Error {
+    Error::Setup { backend: BACKEND, message }
+}
+
+/// `host:port` from `host:port`, `memcache://host:port` or `memcached://host:port` (a trailing
+/// `/` allowed).
+fn parse_address(address: &str) -> Result<String> {
+    let a = address.trim();
+    let a = a
+        .strip_prefix("memcache://")
+        .or_else(|| a.strip_prefix("memcached://"))
+        .unwrap_or(a)
+        .trim_end_matches('/');
+    let valid = match a.rsplit_once(':') {
+        Some((host, port)) => {
+            !host.is_empty()
+                && port.parse::<u16>().is_ok_and(|p| p != 0)
+                && !host.contains(|c: char| c.is_whitespace() || c == '/' || c == '@')
+        }
+        None => false,
+    };
+    if valid {
+        Ok(a.to_owned())
+    } else {
+        Err(setup(format!(
+            "address {address:?} is not host:port (e.g. 127.0.0.1:11211 or memcache://host:11211)"
+        )))
+    }
+}
+
+fn map_err(e: ConnError) -> Error {
+    match e {
+        ConnError::Io(e) => Error::unavailable(BACKEND, e),
+        e @ (ConnError::Server(_) | ConnError::Protocol(_) | ConnError::TimedOut) => {
+            Error::backend(BACKEND, e)
+        }
+    }
+}
+
+fn unexpected(what: &str, reply: &Reply) -> Error {
+    Error::backend(
+        BACKEND,
+        ConnError::Protocol(format!("{what}: {} {}", reply.code_str(), reply.flags.join(" "))),
+    )
+}
+
+fn too_long(config: &LockConfig) -> Error {
+    tracing::debug!(
+        lock = config.name(),
+        lock_at_most_for = ?config.lock_at_most_for(),
+        max = ?MAX_LOCK_DURATION,
+        "lock_at_most_for too long for memcached"
+    );
+    Error::Unsupported {
+        backend: BACKEND,
+        operation: "a lock_at_most_for over 30 days less 2 s (MAX_LOCK_DURATION): memcached reads \
+                    such a TTL as an absolute time",
+    }
+}
+
+struct Shared {
+    pool: Pool,
+    prefix: Vec<u8>,
+    max_name_len: usize,
+    locked_by: String,
+    timeout: Option<Duration>,
+}
+
+impl Shared {
+    /// The deadline of an operation starting now (`None`: no limit).
+    fn deadline(&self) -> Option<Instant> {
+        self.timeout.and_then(|t| Instant::now().checked_add(t))
+    }
+
+    /// [`map_err`], with an expired deadline as [`Error::Timeout`] of `operation`. Like
+    /// [`shedlock::support::with_timeout`], but the deadline is enforced by the connection's
+    /// own re-armed timer (see `conn::Conn::request`).
+    fn error(&self, operation: &'static str, e: ConnError) -> Error {
+        match e {
+            ConnError::TimedOut => {
+                Error::Timeout { operation, after: self.timeout.unwrap_or_default() }
+            }
+            e => map_err(e),
+        }
+    }
+
+    fn key(&self, name: &str) -> Result<String> {
+        check_lock_name(BACKEND, name, Some(self.max_name_len), false)?;
+        let mut key = Vec::with_capacity(self.prefix.len() + name.len());
+        key.extend_from_slice(&self.prefix);
+        key.extend_from_slice(name.as_bytes());
+        Ok(base64(&key))
+    }
+}
+
+/// A [`LockProvider`] on one memcached server. Cheap to clone (clones share connections).
+#[derive(Clone)]
+pub struct MemcachedLockProvider {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for MemcachedLockProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.shared;
+        f.debug_struct("MemcachedLockProvider")
+            .field("address", &s.pool.address())
+            .field("key_prefix", &String::from_utf8_lossy(&s.prefix))
+            .field("max_name_len", &s.max_name_len)
+            .field("locked_by", &s.locked_by)
+            .field("operation_timeout", &s.timeout)
+            .field("max_connections", &s.pool.max())
+            .finish()
+    }
+}
+
+impl MemcachedLockProvider {
+    /// Starts a builder for the server at `address`: `host:port`, or `memcache://host:port`.
+    pub fn builder(address: impl Into<String>) -> MemcachedLockProviderBuilder {
+        MemcachedLockProviderBuilder {
+            address: address.into(),
+            prefix: DEFAULT_KEY_PREFIX.as_bytes().to_vec(),
+            locked_by: None,
+            timeout: Some(DEFAULT_OPERATION_TIMEOUT),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+
+    /// The key of lock `name` as sent on the wire: prefix and name, base64-encoded, for meta
+    /// commands with the `b` flag (e.g. `mg <key> b t v` shows the record and its TTL).
+    /// [`Error::InvalidName`] when the name is too long.
+    pub fn key(&self, name: &str) -> Result<String> {
+        self.shared.key(name)
+    }
+
+    /// The longest lock name accepted, in bytes: [`MAX_KEY_LEN`] less the prefix length.
+    pub fn max_name_len(&self) -> usize {
+        self.shared.max_name_len
+    }
+
+    /// The server address, `host:port`.
+    pub fn address(&self) -> &str {
+        self.shared.pool.address()
+    }
+}
+
+#[async_trait]
+impl LockProvider for MemcachedLockProvider {
+    async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
+        let s = &self.shared;
+        let key = s.key(config.name())?;
+        let ttl = at_most_ttl(config.lock_at_most_for()).ok_or_else(|| too_long(config))?;
+        let value = format!("{:016x} {}", acquisition_id(), s.locked_by).into_bytes();
+        let request = meta_set(&key, &value, &format!("T{ttl} ME c"));
+        let acquisition = Acquisition::begin(config);
+        let deadline = s.deadline();
+        let err = |e| s.error("try_lock", e);
+        let mut c = s.pool.checkout(deadline).await.map_err(err)?;
+        let reply = c.conn().request(&request, deadline).await.map_err(err)?;
+        let epoch = c.conn().epoch();
+        let (cas, epoch) = match (reply.code_str().as_str(), reply.cas(), epoch) {
+            ("NS", _, _) => {
+                c.done();
+                return Ok(None);
+            }
+            ("HD", Some(cas), Some(epoch)) => {
+                c.done();
+                (cas, epoch)
+            }
+            _ => return Err(unexpected("acquire", &reply)),
+        };
+        let handle = MemcachedHandle {
+            shared: self.shared.clone(),
+            key,
+            value,
+            cas,
+            epoch,
+            since: Instant::now(),
+            name: config.name().to_owned(),
+        };
+        acquisition.grant(handle).await.map(Some)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new()
+            .with_extend(true)
+            .with_fencing(false)
+            .with_server_time(true)
+            .with_owner_checked(true)
+            .with_granularity(GRANULARITY)
+            .with_max_name_len(Some(self.shared.max_name_len))
+    }
+}
+
+/// A held lock: the record's key, value and CAS, and the server process that stored it.
+struct MemcachedHandle {
+    shared: Arc<Shared>,
+    key: String,
+    value: Vec<u8>,
+    cas: u64,
+    epoch: Epoch,
+    /// When the acquire or the last extend was answered: `lock_at_least_for` counts from here
+    /// (no earlier than the server stored the record).
+    since: Instant,
+    name: String,
+}
+
+#[async_trait]
+impl LockHandle for MemcachedHandle {
+    async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
+        let remaining = config.lock_at_least_for().saturating_sub(self.since.elapsed());
+        let cas = self.cas;
+        let request = if remaining.is_zero() {
+            meta_delete(&self.key, &format!("C{cas}"))
+        } else {
+            meta_set(&self.key, &self.value, &format!("C{cas} T{}", at_least_ttl(remaining)))
+        };
+        let s = &self.shared;
+        let deadline = s.deadline();
+        let err = |e| s.error("unlock", e);
+        let mut c = s.pool.checkout(deadline).await.map_err(err)?;
+        if c.conn().epoch() != Some(self.epoch) {
+            // Another server process: it lost every record, this lock's included.
+            c.done();
+            return Ok(());
+        }
+        let reply = c.conn().request(&request, deadline).await.map_err(err)?;
+        // HD: released (or kept for at least); EX: another holder's record; NF: gone.
+        if reply.is("HD") || reply.is("EX") || reply.is("NF") {
+            c.done();
+            Ok(())
+        } else {
+            Err(unexpected("unlock", &reply))
+        }
+    }
+
+    async fn extend(&mut self, config: &LockConfig) -> Result<()> {
+        let ttl = at_most_ttl(config.lock_at_most_for()).ok_or_else(|| too_long(config))?;
+        let request = meta_set(&self.key, &self.value, &format!("C{} T{ttl} c", self.cas));
+        let s = &self.shared;
+        let lost = || Error::LockLost { name: self.name.clone() };
+        let deadline = s.deadline();
+        let err = |e| s.error("extend", e);
+        let mut c = s.pool.checkout(deadline).await.map_err(err)?;
+        if c.conn().epoch() != Some(self.epoch) {
+            c.done();
+            return Err(lost());
+        }
+        let reply = c.conn().request(&request, deadline).await.map_err(err)?;
+        if reply.is("EX") || reply.is("NF") {
+            c.done();
+            return Err(lost());
+        }
+        let cas = match (reply.is("HD"), reply.cas()) {
+            (true, Some(cas)) => {
+                c.done();
+                cas
+            }
+            _ => return Err(unexpected("extend", &reply)),
+        };
+        self.cas = cas;
+        self.since = Instant::now();
+        Ok(())
+    }
+}
+
+/// A bare meta-protocol connection, for tests, benchmarks and operators: it sends the bytes it
+/// is given and reads one reply, with none of the provider's logic (no key encoding, no pool,
+/// no time limit). Combine it with [`MemcachedLockProvider::key`] to inspect or remove a lock's
+/// record (`mg <key> b t v`, `md <key> b`). After an error the connection may be out of step
+/// with the server: open a new one.
+pub struct RawConnection {
+    conn: Conn,
+}
+
+impl fmt::Debug for RawConnection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RawConnection").field("conn", &self.conn).finish()
+    }
+}
+
+/// The reply to one meta command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RawReply {
+    /// The two-letter return code: `HD`, `VA`, `EN`, `NS`, `EX`, `NF`, `MN`.
+    pub code: String,
+    /// The returned flags, e.g. `c42` (CAS) or `t10` (TTL left).
+    pub flags: Vec<String>,
+    /// The value, for a `VA` reply.
+    pub value: Option<Vec<u8>>,
+}
+
+impl RawReply {
+    /// The token of flag `f`, e.g. `Some("42")` for `c42` and `f = 'c'`.
+    pub fn flag(&self, f: char) -> Option<&str> {
+        self.flags.iter().find_map(|t| t.strip_prefix(f))
+    }
+}
+
+impl RawConnection {
+    /// Connects to `address` (`host:port` or `memcache://host:port`).
+    pub async fn connect(address: &str) -> Result<Self> {
+        let address = parse_address(address)?;
+        Ok(Self { conn: Conn::open(&address).await.map_err(map_err)? })
+    }
+
+    /// Sends `request` — a meta command line and, for `ms`, its data block, each ending in
+    /// `\r\n` — and reads the reply. An error line (`ERROR`, `CLIENT_ERROR …`,
+    /// `SERVER_ERROR …`) is [`Error::Backend`]; a broken connection
+    /// [`Error::Unavailable`].
+    pub async fn request(&mut self, request: &[u8]) -> Result<RawReply> {
+        let r = self.conn.request(request, None).await.map_err(map_err)?;
+        Ok(RawReply { code: r.code_str(), flags: r.flags, value: r.value })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+
+    use super::*;
+
+    #[test]
+    fn addresses_are_host_and_port() {
+        assert_eq!(parse_address("127.0.0.1:11211").unwrap(), "127.0.0.1:11211");
+        assert_eq!(parse_address("memcache://127.0.0.1:11311/").unwrap(), "127.0.0.1:11311");
+        assert_eq!(parse_address("memcached://cache.local:1").unwrap(), "cache.local:1");
+        assert_eq!(parse_address("[::1]:11211").unwrap(), "[::1]:11211");
+        for bad in ["", "127.0.0.1", ":11211", "host:0", "host:x", "a b:1", "memcache://"] {
+            assert!(matches!(parse_address(bad), Err(Error::Setup { .. })), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn build_checks_prefix_locked_by_and_connections_without_io() {
+        let b = || MemcachedLockProvider::builder("127.0.0.1:1");
+        let p = b().build().unwrap();
+        assert_eq!(p.max_name_len(), MAX_KEY_LEN - DEFAULT_KEY_PREFIX.len());
+        assert_eq!(p.capabilities().max_name_len, Some(177));
+        assert_eq!(p.key("a").unwrap(), base64(b"shedlock:a"));
+        let p = b().key_prefix("").build().unwrap();
+        assert_eq!(p.max_name_len(), MAX_KEY_LEN);
+        assert!(b().key_prefix(vec![b'p'; MAX_KEY_LEN - 1]).build().is_ok());
+        assert!(matches!(
+            b().key_prefix(vec![b'p'; MAX_KEY_LEN]).build(),
+            Err(Error::Setup { .. })
+        ));
+        assert!(matches!(b().locked_by("x".repeat(256)).build(), Err(Error::Setup { .. })));
+        assert!(matches!(b().max_connections(0).build(), Err(Error::Setup { .. })));
+    }
+
+    #[test]
+    fn capabilities_are_the_documented_ones() {
+        let c = MemcachedLockProvider::builder("127.0.0.1:1").build().unwrap().capabilities();
+        assert!(c.extend && c.server_time && c.owner_checked && !c.fencing);
+        assert_eq!(c.granularity, Duration::from_secs(2));
+    }
+}
+
+/// The README's examples, compiled as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
