@@ -27,7 +27,13 @@ impl ProviderFactory for Memory {
 
     async fn create(&self, options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError> {
         // Server time: the instance's (skewed) clock is given, and must not be consulted.
-        Ok(Arc::new(MemoryLockProvider::new(&self.server).with_clock(options.clock_or_system())))
+        // A name limit, so that C27's "max length accepted, +1 refused" exercises the model's
+        // check (cargo-mutants found it untested with the default, unlimited names).
+        Ok(Arc::new(
+            MemoryLockProvider::new(&self.server)
+                .with_clock(options.clock_or_system())
+                .with_max_name_len(Some(255)),
+        ))
     }
 
     fn hooks(&self) -> Hooks {
