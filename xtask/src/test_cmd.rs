@@ -117,8 +117,10 @@ pub fn run(args: &[String]) -> Result<u8, String> {
     let services = start_all(&needed, &LaunchOptions::new());
 
     let mut code = 0u8;
-    let steps: [&[&str]; 2] =
-        [&["test", "--workspace", "--all-targets", "--no-fail-fast"], &["test", "--workspace", "--doc"]];
+    let steps: [&[&str]; 2] = [
+        &["test", "--workspace", "--all-targets", "--no-fail-fast"],
+        &["test", "--workspace", "--doc"],
+    ];
     for step in steps {
         if interrupted(&flag) {
             code = code.max(130);
