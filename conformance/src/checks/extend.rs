@@ -117,7 +117,18 @@ async fn c10(suite: &Suite) -> R {
         Arc::new(Stalling { inner: p[0].clone(), pause: Arc::new(AtomicBool::new(true)), stall });
     let cfg = suite.config(&suite.lock_name("c10b"), t.at_most, Duration::ZERO)?;
     let mut lock = must_lock(suite, &stalling, &cfg, "lock to extend late").await?;
-    match bounded(suite, "late extend", lock.extend(t.at_most * 10, Duration::ZERO)).await? {
+    // The kit's own stall comes on top of the provider's time: bound the call by both.
+    let bound = suite.options().fault_bound + stall;
+    let late = tokio::time::timeout(bound, lock.extend(t.at_most * 10, Duration::ZERO))
+        .await
+        .map_err(|_| {
+            Verdict::fail(format!(
+                "late extend did not return within {} ms (the {} ms stall plus the fault bound)",
+                bound.as_millis(),
+                stall.as_millis()
+            ))
+        })?;
+    match late {
         Err(Error::LockLost { .. }) => {}
         Ok(()) => bail!("an extend answered after the lock's lease ended reported success"),
         Err(e) => {

@@ -121,11 +121,6 @@ impl RecordHooks for Records {
 
 fn main() -> std::process::ExitCode {
     let options = testing::server_options(Backend::Memcached)
-        // C10's late extend is stalled for lock_at_most_for + slack = 5 × granularity (10 s at
-        // 2 s) before it reaches the backend, and every call is bounded by the fault bound,
-        // 10 s by default: at 2 s granularity the stall alone would reach it. Every call of this
-        // provider is bounded by its own 3 s operation timeout (see `create`), far below 15 s.
-        .with_fault_bound(Duration::from_secs(15))
         .expect_unsupported(
             "C20",
             "no fencing: memcached's CAS values, the only per-record counter it has, start again \
