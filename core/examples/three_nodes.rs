@@ -50,7 +50,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     .or_default()
                     .push(node);
             }
-        });
+        })?;
         nodes.push(scheduler);
     }
 

@@ -32,6 +32,24 @@ pub enum ConfigError {
         /// The requested `lock_at_least_for`.
         at_least: Duration,
     },
+    /// A [`LockSpec`](crate::LockSpec) without `lock_at_most_for`, on an executor without a
+    /// default one.
+    #[error(
+        "lock {name:?} has no lock_at_most_for: set it on the lock, or give the executor a \
+         default_lock_at_most_for"
+    )]
+    MissingAtMost {
+        /// The lock name.
+        name: String,
+    },
+    /// A name template (or prefix) is malformed.
+    #[error("invalid lock name template {template:?}: {reason}")]
+    NameTemplate {
+        /// The template as given.
+        template: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A duration given as text could not be parsed.
     #[error("{field} of lock {name:?}: {source}")]
     Duration {
@@ -147,6 +165,23 @@ impl Error {
             self,
             Error::Unavailable { .. } | Error::Timeout { .. } | Error::LeaseExpiredInFlight { .. }
         )
+    }
+
+    /// A stable, short name of the variant (`"timeout"`, `"unavailable"`, ...), for metrics
+    /// labels and structured logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::InvalidConfig(_) => "invalid_config",
+            Error::InvalidName { .. } => "invalid_name",
+            Error::Setup { .. } => "setup",
+            Error::Unavailable { .. } => "unavailable",
+            Error::Backend { .. } => "backend",
+            Error::Timeout { .. } => "timeout",
+            Error::Unsupported { .. } => "unsupported",
+            Error::LockLost { .. } => "lock_lost",
+            Error::LeaseExpiredInFlight { .. } => "lease_expired_in_flight",
+            Error::NotLocked => "not_locked",
+        }
     }
 
     /// Wraps a client error as [`Error::Unavailable`].

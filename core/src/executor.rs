@@ -14,9 +14,11 @@ use std::{
 use tracing::Instrument;
 
 use crate::{
-    config::LockConfig,
-    error::{Error, Result},
+    config::{LockConfig, LockDefaults, LockRequest},
+    duration::parse_duration,
+    error::{ConfigError, Error, Result},
     lease::LostSignal,
+    metrics,
     provider::{Lock, LockProvider},
 };
 
@@ -117,6 +119,7 @@ tokio::task_local! {
 /// The locks held by the current task, innermost first.
 struct ActiveLock {
     name: Arc<str>,
+    provider: &'static str,
     parent: Option<Arc<ActiveLock>>,
     lock: tokio::sync::Mutex<Option<Lock>>,
     lost: LostSignal,
@@ -149,24 +152,176 @@ impl ActiveLock {
 /// assert_eq!(outcome, TaskResult::Executed(42));
 /// # Ok(()) }
 /// ```
+///
+/// With application-wide defaults, a lock is just a name (or a [`LockSpec`](crate::LockSpec)):
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::{sync::Arc, time::Duration};
+/// use shedlock::{LockingExecutor, TaskResult};
+/// use shedlock_memory::{MemoryLockProvider, MemoryServer};
+///
+/// let executor = LockingExecutor::builder(Arc::new(MemoryLockProvider::new(&MemoryServer::new())))
+///     .default_lock_at_most_for_str("10m")
+///     .default_lock_at_least_for(Duration::from_secs(1))
+///     .name_template("billing-{name}")
+///     .build()?;
+/// assert_eq!(executor.resolve("report")?.name(), "billing-report");
+/// assert!(executor.execute("report", || async {}).await?.was_executed());
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct LockingExecutor {
     provider: Arc<dyn LockProvider>,
     listeners: Vec<Arc<dyn ExecutionListener>>,
+    defaults: Arc<LockDefaults>,
+    max_name_len: Option<usize>,
+    backend: &'static str,
 }
 
 impl fmt::Debug for LockingExecutor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockingExecutor")
+            .field("provider", &self.backend)
+            .field("defaults", &self.defaults)
             .field("listeners", &self.listeners.len())
             .finish_non_exhaustive()
     }
 }
 
+/// Builder for a [`LockingExecutor`] with application-wide defaults (see
+/// [`LockingExecutor::builder`]). Errors are reported by [`build`](Self::build).
+#[must_use]
+pub struct LockingExecutorBuilder {
+    provider: Arc<dyn LockProvider>,
+    listeners: Vec<Arc<dyn ExecutionListener>>,
+    defaults: LockDefaults,
+    error: Option<ConfigError>,
+}
+
+impl fmt::Debug for LockingExecutorBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockingExecutorBuilder")
+            .field("defaults", &self.defaults)
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LockingExecutorBuilder {
+    /// The `lock_at_most_for` of locks that do not set one (a [`LockSpec`](crate::LockSpec) or a
+    /// bare name). A [`LockConfig`] always keeps its own.
+    pub fn default_lock_at_most_for(mut self, d: Duration) -> Self {
+        self.defaults = self.defaults.lock_at_most_for(d);
+        self
+    }
+
+    /// The `lock_at_least_for` of locks that do not set one (zero if never set).
+    pub fn default_lock_at_least_for(mut self, d: Duration) -> Self {
+        self.defaults = self.defaults.lock_at_least_for(d);
+        self
+    }
+
+    /// [`default_lock_at_most_for`](Self::default_lock_at_most_for) from text such as `10m`.
+    pub fn default_lock_at_most_for_str(mut self, s: &str) -> Self {
+        match parse_duration(s) {
+            Ok(d) => self.defaults = self.defaults.lock_at_most_for(d),
+            Err(source) => self.fail("default_lock_at_most_for", source),
+        }
+        self
+    }
+
+    /// [`default_lock_at_least_for`](Self::default_lock_at_least_for) from text such as `30s`.
+    pub fn default_lock_at_least_for_str(mut self, s: &str) -> Self {
+        match parse_duration(s) {
+            Ok(d) => self.defaults = self.defaults.lock_at_least_for(d),
+            Err(source) => self.fail("default_lock_at_least_for", source),
+        }
+        self
+    }
+
+    fn fail(&mut self, field: &'static str, source: crate::DurationError) {
+        if self.error.is_none() {
+            self.error = Some(ConfigError::Duration { name: "<default>".into(), field, source });
+        }
+    }
+
+    /// A name template with one `{name}` placeholder, e.g. `"billing-{name}"` or
+    /// `"{name}@staging"`: every [`LockSpec`](crate::LockSpec) or bare name is locked under the
+    /// name it produces (a [`LockConfig`] keeps its name).
+    pub fn name_template(mut self, template: &str) -> Self {
+        match self.defaults.clone().name_template(template) {
+            Ok(d) => self.defaults = d,
+            Err(e) => {
+                self.error.get_or_insert(e);
+            }
+        }
+        self
+    }
+
+    /// A name prefix: the template `"<prefix>{name}"`.
+    pub fn name_prefix(mut self, prefix: &str) -> Self {
+        match self.defaults.clone().name_prefix(prefix) {
+            Ok(d) => self.defaults = d,
+            Err(e) => {
+                self.error.get_or_insert(e);
+            }
+        }
+        self
+    }
+
+    /// Replaces all defaults at once.
+    pub fn defaults(mut self, defaults: LockDefaults) -> Self {
+        self.defaults = defaults;
+        self
+    }
+
+    /// Adds a listener for execution events.
+    pub fn listener(mut self, listener: impl ExecutionListener) -> Self {
+        self.listeners.push(Arc::new(listener));
+        self
+    }
+
+    /// Checks the defaults and builds the executor.
+    pub fn build(self) -> std::result::Result<LockingExecutor, ConfigError> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        self.defaults.validate()?;
+        let caps = self.provider.capabilities();
+        Ok(LockingExecutor {
+            backend: self.provider.backend_name(),
+            provider: self.provider,
+            listeners: self.listeners,
+            defaults: Arc::new(self.defaults),
+            max_name_len: caps.max_name_len,
+        })
+    }
+}
+
 impl LockingExecutor {
-    /// An executor taking locks from `provider`.
+    /// An executor taking locks from `provider`, without defaults: every lock must be a complete
+    /// [`LockConfig`] or a [`LockSpec`](crate::LockSpec) with `lock_at_most_for`.
     pub fn new(provider: Arc<dyn LockProvider>) -> Self {
-        Self { provider, listeners: Vec::new() }
+        let caps = provider.capabilities();
+        Self {
+            backend: provider.backend_name(),
+            provider,
+            listeners: Vec::new(),
+            defaults: Arc::new(LockDefaults::new()),
+            max_name_len: caps.max_name_len,
+        }
+    }
+
+    /// A builder for an executor with application-wide defaults: durations for locks that do
+    /// not set them, and a name template (the habits of ShedLock's `@EnableSchedulerLock`).
+    pub fn builder(provider: Arc<dyn LockProvider>) -> LockingExecutorBuilder {
+        LockingExecutorBuilder {
+            provider,
+            listeners: Vec::new(),
+            defaults: LockDefaults::new(),
+            error: None,
+        }
     }
 
     /// Adds a listener for execution events.
@@ -179,6 +334,30 @@ impl LockingExecutor {
     /// The provider.
     pub fn provider(&self) -> &Arc<dyn LockProvider> {
         &self.provider
+    }
+
+    /// The executor's defaults.
+    pub fn defaults(&self) -> &LockDefaults {
+        &self.defaults
+    }
+
+    /// The [`LockConfig`] that `lock` stands for on this executor: its name through the name
+    /// template and its missing durations from the defaults, checked against the provider's
+    /// longest name. Registration code (e.g. [`Scheduler::schedule`](crate::Scheduler::schedule))
+    /// calls this up front so that a bad name is an error there, not at fire time.
+    pub fn resolve(&self, lock: impl LockRequest) -> Result<LockConfig> {
+        let config = lock.resolve_with(&self.defaults)?;
+        if let Some(max) = self.max_name_len.filter(|max| config.name().len() > *max) {
+            return Err(Error::InvalidName {
+                backend: self.backend,
+                name: config.name().to_owned(),
+                reason: format!(
+                    "{} bytes long; this backend holds at most {max} bytes",
+                    config.name().len()
+                ),
+            });
+        }
+        Ok(config)
     }
 
     fn emit(&self, event: ExecutionEvent<'_>) {
@@ -200,11 +379,16 @@ impl LockingExecutor {
     ///
     /// A failed release is reported to listeners and logged; the task's output is still
     /// returned, and the lock expires after `lock_at_most_for`.
-    pub async fn execute<F, Fut, T>(&self, config: &LockConfig, task: F) -> Result<TaskResult<T>>
+    ///
+    /// `lock` is a [`LockConfig`], a [`LockSpec`](crate::LockSpec) or a bare name (see
+    /// [`resolve`](Self::resolve)); one that cannot be resolved is an error and the task does
+    /// not run.
+    pub async fn execute<F, Fut, T>(&self, lock: impl LockRequest, task: F) -> Result<TaskResult<T>>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = T>,
     {
+        let config = &self.resolve(lock)?;
         let name = config.name();
         let parent = ACTIVE.try_with(Arc::clone).ok();
         if parent.as_ref().is_some_and(|p| p.holds(name)) {
@@ -226,16 +410,23 @@ impl LockingExecutor {
         Fut: Future<Output = T>,
     {
         let name = config.name();
+        let backend = self.backend;
         self.emit(ExecutionEvent::Attempt { name });
+        let attempt = tokio::time::Instant::now();
         let lock = match self.provider.try_lock(config).await {
-            Ok(Some(lock)) => lock,
+            Ok(Some(lock)) => {
+                metrics::acquired(name, backend, attempt.elapsed());
+                lock
+            }
             Ok(None) => {
                 tracing::debug!(lock = name, "lock held elsewhere, task not executed");
+                metrics::skipped(name, backend, attempt.elapsed());
                 self.emit(ExecutionEvent::NotAcquired { name });
                 return Ok(TaskResult::NotExecuted);
             }
             Err(error) => {
                 tracing::warn!(lock = name, %error, "could not try the lock");
+                metrics::error(name, backend, "try_lock", &error);
                 self.emit(ExecutionEvent::Failed { name, error: &error });
                 return Err(error);
             }
@@ -247,6 +438,7 @@ impl LockingExecutor {
         let lost_signal = lost.clone();
         let active = Arc::new(ActiveLock {
             name: Arc::from(name),
+            provider: backend,
             parent,
             lock: tokio::sync::Mutex::new(Some(lock)),
             lost,
@@ -257,8 +449,10 @@ impl LockingExecutor {
         let started = tokio::time::Instant::now();
         let outcome = ACTIVE.scope(active, CatchUnwind::new(task())).await;
         let duration = started.elapsed();
+        metrics::held(name, backend, duration);
         if lost_signal.is_lost() {
             tracing::warn!(lock = name, ?duration, "the lock was lost while the task ran");
+            metrics::lost(name, backend);
             self.emit(ExecutionEvent::Lost { name });
         }
 
@@ -268,6 +462,7 @@ impl LockingExecutor {
         };
         if let Err(error) = &release {
             tracing::warn!(lock = name, %error, "releasing the lock failed; it expires after lock_at_most_for");
+            metrics::error(name, backend, "unlock", error);
             self.emit(ExecutionEvent::Failed { name, error });
         }
         tracing::debug!(lock = name, ?duration, panicked = outcome.is_err(), "task finished");
@@ -376,8 +571,11 @@ pub async fn extend_active_lock(
 ) -> Result<()> {
     let active = ACTIVE.try_with(Arc::clone).map_err(|_| Error::NotLocked)?;
     let mut slot = active.lock.lock().await;
-    match slot.as_mut() {
-        Some(lock) => lock.extend(lock_at_most_for, lock_at_least_for).await,
-        None => Err(Error::NotLocked),
+    let Some(lock) = slot.as_mut() else { return Err(Error::NotLocked) };
+    let result = lock.extend(lock_at_most_for, lock_at_least_for).await;
+    match &result {
+        Ok(()) => metrics::extended(&active.name, active.provider),
+        Err(error) => metrics::error(&active.name, active.provider, "extend", error),
     }
+    result
 }

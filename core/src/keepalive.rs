@@ -50,9 +50,10 @@ impl LockProvider for KeepAliveProvider {
         let token = lock.fencing_token();
         let lease = lock.lease().clone();
         let config = config.clone();
+        let backend = self.inner.backend_name();
         Ok(Some(lock.wrap(move |inner| {
             let shared = Arc::new(Mutex::new(Some(inner)));
-            let task = tokio::spawn(keep_alive(shared.clone(), config, lease));
+            let task = tokio::spawn(keep_alive(shared.clone(), config, lease, backend));
             KeepAliveHandle { shared, task: Some(task), token }
         })))
     }
@@ -60,12 +61,21 @@ impl LockProvider for KeepAliveProvider {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
+
+    fn backend_name(&self) -> &'static str {
+        self.inner.backend_name()
+    }
 }
 
 /// The smallest pause between two extension attempts after a transient failure.
 const RETRY_PAUSE: Duration = Duration::from_millis(10);
 
-async fn keep_alive(shared: Arc<Mutex<Option<Lock>>>, original: LockConfig, lease: Lease) {
+async fn keep_alive(
+    shared: Arc<Mutex<Option<Lock>>>,
+    original: LockConfig,
+    lease: Lease,
+    backend: &'static str,
+) {
     let at_most = original.lock_at_most_for();
     // The acquisition began lock_at_most_for before its first deadline.
     let acquired = lease.valid_until().checked_sub(at_most).unwrap_or_else(Instant::now);
@@ -88,15 +98,18 @@ async fn keep_alive(shared: Arc<Mutex<Option<Lock>>>, original: LockConfig, leas
         match lock.extend(at_most, at_least).await {
             Ok(()) => {
                 tracing::trace!(lock = original.name(), "keep-alive extended the lock");
+                crate::metrics::extended(original.name(), backend);
                 next = Instant::now() + period;
             }
             Err(error) if error.is_retryable() && !lock.is_lost() => {
+                crate::metrics::error(original.name(), backend, "extend", &error);
                 let pause = (lock.remaining() / 4).max(RETRY_PAUSE).min(period);
                 tracing::warn!(lock = original.name(), %error, ?pause, "keep-alive extension failed; retrying");
                 next = Instant::now() + pause;
             }
             Err(error) => {
                 tracing::warn!(lock = original.name(), %error, "keep-alive extension failed; lock lost");
+                crate::metrics::error(original.name(), backend, "extend", &error);
                 return;
             }
         }

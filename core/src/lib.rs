@@ -21,6 +21,7 @@ mod error;
 mod executor;
 mod keepalive;
 mod lease;
+pub mod metrics;
 mod provider;
 mod scheduler;
 pub mod support;
@@ -28,12 +29,12 @@ pub mod support;
 pub use clock::{
     Clock, ManualClock, SharedClock, SkewedClock, SystemClock, TokioClock, system_clock,
 };
-pub use config::{LockConfig, LockConfigBuilder};
+pub use config::{LockConfig, LockConfigBuilder, LockDefaults, LockRequest, LockSpec};
 pub use duration::{DurationError, parse_duration};
 pub use error::{BoxError, ConfigError, Error, Result};
 pub use executor::{
-    ExecutionEvent, ExecutionListener, LockingExecutor, TaskResult, active_lock_lost_signal,
-    active_lock_name, assert_locked, extend_active_lock,
+    ExecutionEvent, ExecutionListener, LockingExecutor, LockingExecutorBuilder, TaskResult,
+    active_lock_lost_signal, active_lock_name, assert_locked, extend_active_lock,
 };
 pub use keepalive::KeepAliveProvider;
 pub use lease::{Acquisition, Lease, LostSignal};

@@ -28,6 +28,12 @@ pub trait LockProvider: Send + Sync + 'static {
 
     /// What this provider guarantees. The conformance kit checks exactly these claims.
     fn capabilities(&self) -> Capabilities;
+
+    /// A short name of the backend (`"postgres"`, `"redis"`), used in logs and as the `provider`
+    /// label of the executor's metrics. Defaults to `"unknown"`.
+    fn backend_name(&self) -> &'static str {
+        "unknown"
+    }
 }
 
 #[async_trait]
@@ -38,6 +44,10 @@ impl<P: LockProvider + ?Sized> LockProvider for Arc<P> {
 
     fn capabilities(&self) -> Capabilities {
         (**self).capabilities()
+    }
+
+    fn backend_name(&self) -> &'static str {
+        (**self).backend_name()
     }
 }
 

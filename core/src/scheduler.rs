@@ -15,7 +15,7 @@ use tokio::{sync::watch, task::JoinHandle};
 
 use crate::{
     clock::{SharedClock, system_clock},
-    config::LockConfig,
+    config::{LockConfig, LockRequest},
     executor::{CatchUnwind, LockingExecutor, TaskResult},
 };
 
@@ -121,7 +121,7 @@ type BoxTask = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send +
 /// let executor = LockingExecutor::new(Arc::new(MemoryLockProvider::new(&MemoryServer::new())));
 /// let scheduler = Scheduler::new(executor);
 /// let cfg = LockConfig::builder("cleanup").lock_at_most_for_str("5m").lock_at_least_for_str("1s").build()?;
-/// scheduler.schedule(Schedule::cron("*/10 * * * * *")?, cfg, || async { /* work */ });
+/// scheduler.schedule(Schedule::cron("*/10 * * * * *")?, cfg, || async { /* work */ })?;
 /// scheduler.shutdown().await;
 /// # Ok(()) }
 /// ```
@@ -153,14 +153,25 @@ impl Scheduler {
         self
     }
 
-    /// Schedules `task` under `config`. Must be called within a tokio runtime. Each fire calls
-    /// `task()` through the executor; a fire whose lock is held elsewhere is skipped; a panicking
-    /// or failing fire is logged and the schedule goes on.
-    pub fn schedule<F, Fut>(&self, schedule: Schedule, config: LockConfig, task: F)
+    /// Schedules `task` under `lock` (a [`LockConfig`], a [`LockSpec`](crate::LockSpec) or a
+    /// bare name, completed by the executor's defaults). Must be called within a tokio runtime.
+    /// Each fire calls `task()` through the executor; a fire whose lock is held elsewhere is
+    /// skipped; a panicking or failing fire is logged and the schedule goes on.
+    ///
+    /// The lock is resolved here, once: a lock without `lock_at_most_for` (and no default), a
+    /// name template that yields a name the provider cannot hold, is an error now, never at
+    /// fire time.
+    pub fn schedule<F, Fut>(
+        &self,
+        schedule: Schedule,
+        lock: impl LockRequest,
+        task: F,
+    ) -> crate::Result<()>
     where
         F: Fn() -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
+        let config = self.executor.resolve(lock)?;
         let task: BoxTask = Arc::new(move || Box::pin(task()));
         let runner = Runner {
             executor: self.executor.clone(),
@@ -171,6 +182,12 @@ impl Scheduler {
         };
         let handle = tokio::spawn(runner.run(schedule));
         self.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(handle);
+        Ok(())
+    }
+
+    /// The executor the fires run through.
+    pub fn executor(&self) -> &LockingExecutor {
+        &self.executor
     }
 
     /// Stops firing and waits until every running fire has finished.

@@ -39,7 +39,8 @@ async fn every_cron_fire_time_runs_exactly_once_across_nodes() {
                 let wall = clock.now().duration_since(UNIX_EPOCH).unwrap();
                 log.lock().unwrap().push((node, wall));
             }
-        });
+        })
+        .unwrap();
         nodes.push(s);
     }
     tokio::time::sleep(Duration::from_millis(10_500)).await;
@@ -72,7 +73,8 @@ async fn starts_of(schedule: Schedule, task_ms: u64, run_for_ms: u64) -> Vec<Dur
             seen.lock().unwrap().push(t0.elapsed());
             tokio::time::sleep(Duration::from_millis(task_ms)).await;
         }
-    });
+    })
+    .unwrap();
     tokio::time::sleep(Duration::from_millis(run_for_ms)).await;
     s.shutdown().await;
     starts.lock().unwrap().clone()
@@ -134,7 +136,8 @@ async fn shutdown_waits_for_the_running_fire_and_stops_firing() {
             tokio::time::sleep(Duration::from_secs(5)).await;
             seen.lock().unwrap().push(t0.elapsed());
         }
-    });
+    })
+    .unwrap();
     tokio::time::sleep(Duration::from_secs(1)).await;
     s.shutdown().await;
     assert_eq!(*finished.lock().unwrap(), [Duration::from_secs(5)], "the running fire completed");
@@ -164,7 +167,8 @@ async fn a_panicking_fire_does_not_stop_the_schedule() {
                 panic!("first run fails");
             }
         }
-    });
+    })
+    .unwrap();
     tokio::time::sleep(Duration::from_millis(3500)).await;
     s.shutdown().await;
     assert_eq!(*count.lock().unwrap(), 4, "fires at 0, 1, 2, 3 s despite the first panic");

@@ -52,6 +52,10 @@ impl LockProvider for Stalling {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
+
+    fn backend_name(&self) -> &'static str {
+        self.inner.backend_name()
+    }
 }
 
 #[async_trait]

@@ -276,20 +276,23 @@ async fn scheduler_run(
         let sched = Scheduler::new(LockingExecutor::new(p)).with_clock(clock.clone());
         let schedule = Schedule::cron(expr).map_err(|e| Verdict::fail(format!("kit cron: {e}")))?;
         let fires = fires.clone();
-        sched.schedule(schedule, cfg.clone(), move || {
-            let now = clock.now();
-            let fires = fires.clone();
-            async move {
-                let ms = now.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
-                // The fire time this run belongs to: the instance's scheduler fires a tick when
-                // its own clock reaches it (never before, bar a few ms of timer slack), and the
-                // run may start late (acquiring the lock under load), by up to almost a period.
-                // Rounding to the nearest tick instead mislabelled a run started more than half
-                // a period late as the next tick's, a false "ran 2 times".
-                let label = (ms + 50).div_euclid(period_ms);
-                fires.lock().unwrap_or_else(PoisonError::into_inner).push((i, label));
-            }
-        });
+        sched
+            .schedule(schedule, cfg.clone(), move || {
+                let now = clock.now();
+                let fires = fires.clone();
+                async move {
+                    let ms =
+                        now.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+                    // The fire time this run belongs to: the instance's scheduler fires a tick when
+                    // its own clock reaches it (never before, bar a few ms of timer slack), and the
+                    // run may start late (acquiring the lock under load), by up to almost a period.
+                    // Rounding to the nearest tick instead mislabelled a run started more than half
+                    // a period late as the next tick's, a false "ran 2 times".
+                    let label = (ms + 50).div_euclid(period_ms);
+                    fires.lock().unwrap_or_else(PoisonError::into_inner).push((i, label));
+                }
+            })
+            .map_err(|e| Verdict::fail(format!("scheduling: {e}")))?;
         schedulers.push(sched);
     }
     tokio::time::sleep(run_for).await;

@@ -412,6 +412,10 @@ impl LockProvider for MemcachedLockProvider {
             .with_granularity(GRANULARITY)
             .with_max_name_len(Some(self.shared.max_name_len))
     }
+
+    fn backend_name(&self) -> &'static str {
+        BACKEND
+    }
 }
 
 /// A held lock: the record's key, value and CAS, and the server process that stored it.

@@ -235,6 +235,10 @@ impl LockProvider for MemoryLockProvider {
             .with_granularity(Duration::from_millis(1))
             .with_max_name_len(self.max_name_len)
     }
+
+    fn backend_name(&self) -> &'static str {
+        "memory"
+    }
 }
 
 struct MemoryHandle {

@@ -811,6 +811,10 @@ impl LockProvider for NatsLockProvider {
             })
             .with_max_name_len(Some(MAX_NAME_LEN))
     }
+
+    fn backend_name(&self) -> &'static str {
+        BACKEND
+    }
 }
 
 impl NatsLockProvider {

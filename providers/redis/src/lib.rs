@@ -484,6 +484,10 @@ impl<C: RedisConnection> LockProvider for RedisLockProvider<C> {
             .with_granularity(Duration::from_millis(1))
             .with_max_name_len(Some(MAX_NAME_LEN))
     }
+
+    fn backend_name(&self) -> &'static str {
+        BACKEND
+    }
 }
 
 /// The holder's side of one acquisition.

@@ -159,6 +159,10 @@ macro_rules! sql_provider_api {
             fn capabilities(&self) -> $crate::__private::shedlock::Capabilities {
                 self.inner.capabilities()
             }
+
+            fn backend_name(&self) -> &'static str {
+                self.inner.backend_name()
+            }
         }
     };
 }

@@ -382,6 +382,12 @@ impl<D: Dialect> SqlProvider<D> {
         }
     }
 
+    /// [`LockProvider::backend_name`](shedlock::LockProvider::backend_name): `postgres`, `mysql`
+    /// or `sqlite`.
+    pub fn backend_name(&self) -> &'static str {
+        D::BACKEND
+    }
+
     /// [`LockProvider::capabilities`](shedlock::LockProvider::capabilities).
     pub fn capabilities(&self) -> Capabilities {
         Capabilities::new()
