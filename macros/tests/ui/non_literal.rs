@@ -1,0 +1,8 @@
+const NAME: &str = "n";
+
+#[shedlock::lock(name = NAME, at_most = "1m")]
+async fn job() {}
+
+fn main() {
+    let _ = NAME;
+}

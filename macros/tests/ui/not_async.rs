@@ -1,0 +1,4 @@
+#[shedlock::lock(name = "a", at_most = "1m")]
+fn job() {}
+
+fn main() {}

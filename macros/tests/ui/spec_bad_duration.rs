@@ -1,0 +1,3 @@
+fn main() {
+    let _ = shedlock::lock_spec!(name = "a", at_most = "5x");
+}
