@@ -37,9 +37,9 @@ pub use executor::{
     active_lock_lost_signal, active_lock_name, assert_locked, extend_active_lock,
 };
 pub use keepalive::KeepAliveProvider;
-#[cfg(feature = "macros")]
-pub use shedlock_macros::{lock, lock_spec};
 pub use lease::{Acquisition, Lease, LostSignal};
 pub use provider::{Capabilities, Lock, LockHandle, LockProvider};
 pub use scheduler::{Schedule, ScheduleError, Scheduler};
+#[cfg(feature = "macros")]
+pub use shedlock_macros::{lock, lock_spec};
 pub use support::TimeSource;
