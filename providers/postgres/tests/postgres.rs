@@ -531,3 +531,26 @@ async fn the_dedicated_connection_follows_the_pool_idle_timeout_and_closing() {
     })
     .await;
 }
+
+/// A fleet starting at once: every node calls `create_table` on the same new table concurrently.
+/// PostgreSQL's `CREATE TABLE IF NOT EXISTS` is not atomic (the loser of the race hits a unique
+/// violation on `pg_type`); found by the example service's three-process test.
+#[tokio::test]
+async fn create_table_from_many_nodes_at_once_succeeds_on_every_node() {
+    for _round in 0..5 {
+        let table = unique("race");
+        let mut nodes = Vec::new();
+        for _ in 0..6 {
+            nodes.push(PostgresLockProvider::builder(pool().await).table(&table).build().unwrap());
+        }
+        let mut set = tokio::task::JoinSet::new();
+        for p in &nodes {
+            let p = p.clone();
+            set.spawn(async move { p.create_table().await });
+        }
+        while let Some(r) = set.join_next().await {
+            r.unwrap().unwrap();
+        }
+        sql::one_winner_and_release(&nodes[0], &nodes[1]).await;
+    }
+}

@@ -308,11 +308,27 @@ impl<D: Dialect> SqlProvider<D> {
             .finish_non_exhaustive()
     }
 
-    /// Creates the lock table if it does not exist (runs the DDL).
+    /// Creates the lock table if it does not exist (runs the DDL). Safe when every node of a
+    /// fleet calls it at start-up at once: PostgreSQL's `CREATE TABLE IF NOT EXISTS` is not
+    /// atomic, and a node that loses the race gets a unique violation on the catalog; it then
+    /// runs the DDL once more, which finds the table.
     pub async fn create_table(&self) -> Result<()> {
         let inner = &self.inner;
         with_timeout("create_table", inner.timeout, async {
-            inner.dialect.run_ddl(&inner.ddl).await.map_err(|e| match inner.err(None, e) {
+            let first = inner.dialect.run_ddl(&inner.ddl).await;
+            let result = match first {
+                Err(sqlx::Error::Database(db))
+                    if db.is_unique_violation() || db.code().as_deref() == Some("42P07") =>
+                {
+                    tracing::debug!(
+                        table = %inner.table,
+                        "another node created the lock table concurrently; running the DDL again"
+                    );
+                    inner.dialect.run_ddl(&inner.ddl).await
+                }
+                other => other,
+            };
+            result.map_err(|e| match inner.err(None, e) {
                 e @ Error::Unavailable { .. } => e,
                 Error::Setup { message, .. } => Error::backend(D::BACKEND, message),
                 e => e,

@@ -1,0 +1,150 @@
+//! The example service run as three processes on one PostgreSQL database: every fire time of
+//! every job runs exactly once, SIGTERM lets the tasks in flight finish, and each process's
+//! printed metrics agree with the runs it logged.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::{
+    collections::BTreeMap,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use shedlock_launcher::Backend;
+
+const NODES: usize = 3;
+
+fn sigterm(child: &Child) {
+    let status = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
+    assert!(status.success(), "kill -TERM {}", child.id());
+}
+
+/// Waits (up to 6 s, longer than a digest period) until the log shows a digest that started and
+/// has not ended; returns its fire second.
+async fn digest_in_flight(log: &std::path::Path) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < deadline {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let started = |what: &str| {
+            text.lines()
+                .filter(|l| l.starts_with(&format!("{what} digest ")))
+                .map(|l| l.split(' ').nth(2).unwrap().to_owned())
+                .collect::<Vec<_>>()
+        };
+        let ended = started("end");
+        if let Some(s) = started("start").into_iter().find(|s| !ended.contains(s)) {
+            return s.parse().unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no digest in flight within 6 s: {}", std::fs::read_to_string(log).unwrap_or_default());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processes_run_every_fire_time_exactly_once_and_stop_gracefully() {
+    let url = shedlock_test_support::url(Backend::Postgres, "PostgreSQL").await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("runs.log");
+    let children: Vec<Child> = (0..NODES)
+        .map(|n| {
+            Command::new(env!("CARGO_BIN_EXE_shedlock-example-service"))
+                .env("DATABASE_URL", &url)
+                .env("NODE", format!("node-{n}"))
+                .env("RUN_LOG", &log)
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    // 10 s: at least 4 report, 3 cleanup and 2 digest fire times in the common window. Then
+    // SIGTERM while a digest (1.5 s of work) is in flight, found in the run log, to show that it
+    // finishes before its process exits.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let in_flight = digest_in_flight(&log).await;
+    let stopped_at = Instant::now();
+    for c in &children {
+        sigterm(c);
+    }
+    let outputs: Vec<_> = tokio::task::spawn_blocking(move || {
+        children.into_iter().map(|c| c.wait_with_output().unwrap()).collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    // A digest in flight takes at most 1.5 s to finish; the rest of the shutdown is quick.
+    let stop_took = stopped_at.elapsed();
+    assert!(stop_took < Duration::from_secs(10), "graceful stop took {stop_took:?}");
+    for (n, o) in outputs.iter().enumerate() {
+        assert!(
+            o.status.success(),
+            "node-{n} exited with {:?}: {}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+
+    // start/end lines by (job, fire second).
+    let text = std::fs::read_to_string(&log).unwrap();
+    let mut starts: BTreeMap<(String, u64), Vec<String>> = BTreeMap::new();
+    let mut ends: BTreeMap<(String, u64), Vec<String>> = BTreeMap::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let key = (f[1].to_owned(), f[2].parse::<u64>().unwrap());
+        match f[0] {
+            "start" => starts.entry(key).or_default().push(f[3].to_owned()),
+            "end" => ends.entry(key).or_default().push(f[3].to_owned()),
+            other => panic!("unexpected line {other:?}"),
+        }
+    }
+    for (job, period, at_least_fires) in [("report", 2, 4), ("cleanup", 3, 3), ("digest", 5, 2)] {
+        let fires: Vec<u64> = starts.keys().filter(|(j, _)| j == job).map(|(_, s)| *s).collect();
+        assert!(fires.len() >= at_least_fires, "{job}: fires {fires:?}");
+        for (sec, nodes) in starts.iter().filter(|((j, _), _)| j == job) {
+            assert_eq!(sec.1 % period, 0, "{job} ran off its schedule at {}", sec.1);
+            assert_eq!(nodes.len(), 1, "{job} fire {} ran on {nodes:?}", sec.1);
+        }
+        assert!(
+            fires.windows(2).all(|w| w[1] == w[0] + period),
+            "{job}: a fire time was skipped everywhere: {fires:?}"
+        );
+    }
+    assert_eq!(starts, ends, "every task that started finished, also across SIGTERM");
+    assert!(
+        ends.contains_key(&("digest".to_owned(), in_flight)),
+        "the digest in flight at SIGTERM (fire {in_flight}) finished"
+    );
+
+    // Each process's metrics agree with its own runs (scheduled jobs; plus warm-cache, once).
+    let mut acquired_total = 0;
+    for (n, o) in outputs.iter().enumerate() {
+        let node = format!("node-{n}");
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        for job in ["report", "cleanup", "digest"] {
+            let ran = starts.iter().filter(|((j, _), who)| j == job && who[0] == node).count();
+            let lock = format!("lock=example-service:{job}");
+            let counted: u64 = stdout
+                .lines()
+                .filter(|l| l.starts_with("metric shedlock_acquired_total ") && l.contains(&lock))
+                .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+                .sum();
+            assert_eq!(counted as usize, ran, "{node} {job}: metrics {stdout}");
+            acquired_total += counted;
+        }
+        assert!(stdout.contains("provider=postgres"), "{node}: {stdout}");
+    }
+    assert!(acquired_total > 0);
+    let warmed: usize = outputs
+        .iter()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter(|l| {
+                    l.starts_with("metric shedlock_acquired_total ")
+                        && l.contains("lock=example-service:warm-cache")
+                })
+                .count()
+        })
+        .sum();
+    assert_eq!(warmed, 1, "the one-off ran on exactly one node");
+}
