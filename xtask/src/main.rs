@@ -19,11 +19,14 @@
 //! * `bench [-- <args>]` — `cargo bench` over the bench crate.
 //! * `mutants [memory|toy] [--shard K/N]` — cargo-mutants on the reference provider or the
 //!   third-party example, with the conformance suite as the test (on request, not in CI).
+//! * `msrv` — every crate meant for crates.io builds (`cargo check --lib`) with the toolchain of
+//!   its declared `rust-version` (installed with rustup when missing).
 //! * `package [--no-verify]` — `cargo package` over every crate whose `publish` is not false
 //!   (from `cargo metadata`), after checking their manifests (no surviving dependency on a
 //!   `publish = false` crate, no cycle) and before checking the `.crate` files (licenses, readme).
 
 mod conformance;
+mod msrv;
 mod mutants;
 mod package;
 mod provision;
@@ -51,6 +54,7 @@ const USAGE: &str = "usage: cargo xtask <command>
   mutants [memory|toy] [--shard K/N]   cargo-mutants on a provider, judged by the conformance suite
                                        (how strong the kit is; on request, not in CI)
   package [--no-verify]                cargo package (and build) every crate meant for crates.io, with manifest checks
+  msrv                                 every crate meant for crates.io builds with its declared rust-version
 backends: postgres mariadb(mysql) sqlite redis valkey memcached nats mongodb dynamodb s3 etcd etcd-cluster zookeeper zookeeper-ensemble";
 
 fn main() -> ExitCode {
@@ -67,6 +71,7 @@ fn main() -> ExitCode {
         "bench" => util::bench(rest),
         "mutants" => mutants::run(rest),
         "package" => package::run(rest),
+        "msrv" => msrv::run(rest),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
             Ok(0)
