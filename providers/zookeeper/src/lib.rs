@@ -107,7 +107,9 @@ pub fn key_for(name: &str) -> String {
 /// own subtree).
 fn check_root(root: &str) -> std::result::Result<(), String> {
     if root == "/" {
-        return Err("the ZooKeeper root node `/` cannot hold locks: use a path such as /shedlock".into());
+        return Err(
+            "the ZooKeeper root node `/` cannot hold locks: use a path such as /shedlock".into()
+        );
     }
     let Some(rest) = root.strip_prefix('/') else {
         return Err("it must be absolute (start with '/')".into());
@@ -305,10 +307,25 @@ struct Paths {
 struct Granted {
     name_version: i32,
     zxid: i64,
+    /// The leader's time of the transaction: the lock node's mtime.
+    mtime: i64,
+}
+
+/// The kinds of acquire transaction.
+#[derive(Clone, Copy)]
+enum Txn {
+    /// The name node exists.
+    Existing,
+    /// The name node does not exist yet.
+    Fresh,
+    /// The lock node was seen expired, with these versions.
+    Takeover { name_version: i32, lock_version: i32 },
 }
 
 /// How an acquire transaction failed, when not with an I/O error.
 enum Refused {
+    /// The root is missing.
+    NoRoot,
     /// The lock node exists: held (or expired, to be judged).
     Held,
     /// The name node (or the root) is missing.
@@ -319,9 +336,13 @@ enum Refused {
 
 /// The encoded lock node data: `hold_ms` on the first line, `locked_by` on the second.
 fn encode(hold: Duration, locked_by: &str) -> Vec<u8> {
-    // One millisecond more than asked: the server's mtime is a whole millisecond (truncated).
-    let ms = duration_millis_ceil(hold).saturating_add(1);
-    format!("{ms}\n{locked_by}").into_bytes()
+    format!("{}\n{locked_by}", hold_ms(hold)).into_bytes()
+}
+
+/// The `hold_ms` stored for a duration: one millisecond more than asked (rounded up), since the
+/// leader's mtime is a whole millisecond (truncated).
+fn hold_ms(hold: Duration) -> i64 {
+    duration_millis_ceil(hold).saturating_add(1)
 }
 
 /// `hold_ms` of a lock node; `None` for data this provider did not write (held until deleted).
@@ -371,9 +392,8 @@ impl Inner {
                 }
             }
         }
-        let mut connector = Client::connector()
-            .with_session_timeout(self.session_timeout)
-            .with_fail_eagerly();
+        let mut connector =
+            Client::connector().with_session_timeout(self.session_timeout).with_fail_eagerly();
         if let Some(t) = self.connection_timeout {
             connector = connector.with_connection_timeout(t);
         }
@@ -399,29 +419,41 @@ impl Inner {
         }
     }
 
-    /// One acquire transaction: bump the name node's version (checked against `expected` for a
-    /// takeover), delete the expired lock node (takeover: at its version) and create ours.
+    /// One acquire transaction. [`Txn::Existing`]: bump the name node's version and create our
+    /// lock node. [`Txn::Fresh`]: create the name node too. [`Txn::Takeover`]: bump the name
+    /// node's version only if it is still the one seen, delete the expired lock node at the
+    /// version seen, and create ours.
     async fn acquire_txn(
         &self,
         client: &Client,
         p: &Paths,
         data: &[u8],
-        takeover: Option<(i32, i32)>,
+        txn: Txn,
     ) -> Result<std::result::Result<Granted, Refused>> {
         let mut w = client.new_multi_writer();
         let built = (|| {
-            w.add_set_data(&p.name, b"", takeover.map(|(name_v, _)| name_v))?;
-            if let Some((_, lock_v)) = takeover {
-                w.add_delete(&p.lock, Some(lock_v))?;
+            match txn {
+                Txn::Existing => w.add_set_data(&p.name, b"", None)?,
+                Txn::Fresh => {
+                    w.add_create(&p.name, b"", &persistent())?;
+                    w.add_set_data(&p.name, b"", Some(0))?;
+                }
+                Txn::Takeover { name_version, lock_version } => {
+                    w.add_set_data(&p.name, b"", Some(name_version))?;
+                    w.add_delete(&p.lock, Some(lock_version))?;
+                }
             }
             w.add_create(&p.lock, data, &ephemeral())
         })();
         built.map_err(|e| self.map(e))?;
+        let set_index = usize::from(matches!(txn, Txn::Fresh));
         match w.commit().await {
-            Ok(results) => match results.into_iter().next() {
-                Some(zookeeper_client::MultiWriteResult::SetData { stat }) => {
-                    Ok(Ok(Granted { name_version: stat.version, zxid: stat.mzxid }))
-                }
+            Ok(results) => match results.into_iter().nth(set_index) {
+                Some(zookeeper_client::MultiWriteResult::SetData { stat }) => Ok(Ok(Granted {
+                    name_version: stat.version,
+                    zxid: stat.mzxid,
+                    mtime: stat.mtime,
+                })),
                 other => Err(Error::backend(
                     BACKEND,
                     format!("unexpected answer to the acquire transaction: {other:?}"),
@@ -429,15 +461,19 @@ impl Inner {
             },
             Err(MultiWriteError::OperationFailed { index, source }) => {
                 use zookeeper_client::Error as Z;
-                let create_index = if takeover.is_some() { 2 } else { 1 };
-                match (index, source) {
-                    (0, Z::NoNode) => Ok(Err(Refused::NoNameNode)),
-                    (0, Z::BadVersion) => Ok(Err(Refused::Changed)),
-                    (1, Z::NoNode | Z::BadVersion) if takeover.is_some() => {
+                let create_index = match txn {
+                    Txn::Existing => 1,
+                    Txn::Fresh | Txn::Takeover { .. } => 2,
+                };
+                match (txn, index, source) {
+                    (Txn::Existing, 0, Z::NoNode) => Ok(Err(Refused::NoNameNode)),
+                    (Txn::Fresh, 0, Z::NoNode) => Ok(Err(Refused::NoRoot)),
+                    (Txn::Fresh, 0, Z::NodeExists) => Ok(Err(Refused::Changed)),
+                    (Txn::Takeover { .. }, 0 | 1, Z::NoNode | Z::BadVersion) => {
                         Ok(Err(Refused::Changed))
                     }
-                    (i, Z::NodeExists) if i == create_index => Ok(Err(Refused::Held)),
-                    (_, e) => Err(self.map(e)),
+                    (_, i, Z::NodeExists) if i == create_index => Ok(Err(Refused::Held)),
+                    (_, _, e) => Err(self.map(e)),
                 }
             }
             Err(e) => Err(self.map(multi_source(e))),
@@ -469,7 +505,10 @@ impl Inner {
                 Some(MultiReadResult::Error { err: zookeeper_client::Error::NoNode }) => None,
                 Some(MultiReadResult::Error { err }) => return Err(self.map(err)),
                 other => {
-                    return Err(Error::backend(BACKEND, format!("unexpected read answer {other:?}")));
+                    return Err(Error::backend(
+                        BACKEND,
+                        format!("unexpected read answer {other:?}"),
+                    ));
                 }
             };
             let lock = match read.next() {
@@ -477,34 +516,45 @@ impl Inner {
                 Some(MultiReadResult::Error { err: zookeeper_client::Error::NoNode }) => None,
                 Some(MultiReadResult::Error { err }) => return Err(self.map(err)),
                 other => {
-                    return Err(Error::backend(BACKEND, format!("unexpected read answer {other:?}")));
+                    return Err(Error::backend(
+                        BACKEND,
+                        format!("unexpected read answer {other:?}"),
+                    ));
                 }
             };
             return Ok(Look { now, name, lock });
         }
-        Err(Error::backend(BACKEND, format!("the clock node {} keeps disappearing", self.clock_path)))
+        Err(Error::backend(
+            BACKEND,
+            format!("the clock node {} keeps disappearing", self.clock_path),
+        ))
     }
 
     async fn acquire(&self, p: &Paths, data: &[u8]) -> Result<Option<(Granted, Client)>> {
         let client = self.client().await?;
-        let mut takeover = None;
+        let mut txn = Txn::Existing;
         // A few turns at most: each refusal other than "held" means the name changed under us
         // (created, released, taken over) and is looked at again.
         for _ in 0..4 {
-            match self.acquire_txn(&client, p, data, takeover).await? {
+            match self.acquire_txn(&client, p, data, txn).await? {
                 Ok(g) => return Ok(Some((g, client))),
+                // A name never locked before: its name node is created in the acquire itself.
                 Err(Refused::NoNameNode) => {
-                    self.ensure_node(&client, &p.name).await?;
-                    takeover = None;
+                    txn = Txn::Fresh;
                     continue;
                 }
-                Err(Refused::Changed) if takeover.is_some() => return Ok(None),
+                Err(Refused::NoRoot) => {
+                    tracing::debug!(root = %self.root, "creating the root path");
+                    client.mkdir(&self.root, &persistent()).await.map_err(|e| self.map(e))?;
+                    continue;
+                }
+                Err(Refused::Changed) if matches!(txn, Txn::Takeover { .. }) => return Ok(None),
                 Err(Refused::Held | Refused::Changed) => {}
             }
             let look = self.look(&client, p).await?;
             let (Some(name), Some((hold, lock))) = (look.name, look.lock) else {
                 // Released (or never created) in between: try again from the start.
-                takeover = None;
+                txn = Txn::Existing;
                 continue;
             };
             let expired = hold.is_some_and(|ms| lock.mtime.saturating_add(ms) <= look.now);
@@ -516,7 +566,7 @@ impl Inner {
                 expired_ms_ago = look.now - lock.mtime.saturating_add(hold.unwrap_or(0)),
                 "taking over an expired lock"
             );
-            takeover = Some((name.version, lock.version));
+            txn = Txn::Takeover { name_version: name.version, lock_version: lock.version };
         }
         Ok(None)
     }
@@ -537,6 +587,8 @@ impl Inner {
             name_version: g.name_version,
             lock_version: 0,
             token: g.zxid,
+            mtime: g.mtime,
+            hold_ms: hold_ms(config.lock_at_most_for()),
             since: Instant::now(),
         };
         acquisition.grant(handle).await.map(Some)
@@ -559,6 +611,10 @@ struct ZkHandle {
     name_version: i32,
     lock_version: i32,
     token: i64,
+    /// The lock node's mtime (the leader's time of its last write) and hold: the server deems
+    /// it expired from `mtime + hold_ms`.
+    mtime: i64,
+    hold_ms: i64,
     /// When the answer of the acquire (or last extension) arrived: `lock_at_least_for` counts
     /// from here, which keeps the lock at least as long as asked.
     since: Instant,
@@ -580,7 +636,7 @@ impl ZkHandle {
 
     /// An owner-checked transaction: the name node still has this acquisition's version, then
     /// `op` on the lock node at its known version. `Ok(None)`: not ours any more.
-    async fn checked(&self, data: Option<&[u8]>) -> Result<Option<i32>> {
+    async fn checked(&self, data: Option<&[u8]>) -> Result<Option<Option<Stat>>> {
         let inner = &self.inner;
         let mut w = self.client.new_multi_writer();
         let built = (|| {
@@ -594,8 +650,8 @@ impl ZkHandle {
         use zookeeper_client::Error as Z;
         match w.commit().await {
             Ok(results) => Ok(Some(match results.into_iter().nth(1) {
-                Some(zookeeper_client::MultiWriteResult::SetData { stat }) => stat.version,
-                _ => self.lock_version,
+                Some(zookeeper_client::MultiWriteResult::SetData { stat }) => Some(stat),
+                _ => None,
             })),
             Err(MultiWriteError::OperationFailed { source: Z::NoNode | Z::BadVersion, .. }) => {
                 Ok(None)
@@ -639,14 +695,22 @@ impl LockHandle for ZkHandle {
         let timeout = self.inner.timeout;
         let data = encode(config.lock_at_most_for(), &self.inner.locked_by);
         let done = with_timeout("extend", timeout, self.checked(Some(&data))).await?;
-        match done {
-            Some(v) => {
-                self.lock_version = v;
-                self.since = Instant::now();
-                Ok(())
+        let Some(Some(stat)) = done else { return Err(lost()) };
+        self.lock_version = stat.version;
+        if stat.mtime >= self.mtime.saturating_add(self.hold_ms) {
+            // The extension reached the leader after the lock had expired by its clock (nobody
+            // had taken it yet): it must not revive the lock. Release it again (owner-checked)
+            // and report the loss.
+            tracing::debug!(lock = %self.paths.lock, "an extension arrived after expiry; releasing");
+            if let Err(error) = with_timeout("extend", timeout, self.checked(None)).await {
+                tracing::warn!(%error, "releasing a lock revived by a late extension failed; it expires after lock_at_most_for");
             }
-            None => Err(lost()),
+            return Err(lost());
         }
+        self.mtime = stat.mtime;
+        self.hold_ms = hold_ms(config.lock_at_most_for());
+        self.since = Instant::now();
+        Ok(())
     }
 
     fn fencing_token(&self) -> Option<u64> {
@@ -725,7 +789,8 @@ mod tests {
 
     #[test]
     fn keys_are_valid_znode_names_and_one_to_one() {
-        let names = ["a", "a.b", "a%2Eb", "a b", "/", "..", ".", "ü", "a/b", "a\0", "%", "zookeeper"];
+        let names =
+            ["a", "a.b", "a%2Eb", "a b", "/", "..", ".", "ü", "a/b", "a\0", "%", "zookeeper"];
         let keys: std::collections::HashSet<_> = names.iter().map(|n| key_for(n)).collect();
         assert_eq!(keys.len(), names.len());
         for k in &keys {
@@ -738,7 +803,18 @@ mod tests {
 
     #[test]
     fn bad_roots_and_connect_strings_are_setup_errors() {
-        for root in ["/", "", "shedlock", "/a/", "/a//b", "/a/./b", "/..", "/zookeeper", "/zookeeper/x", "/a\u{1}"] {
+        for root in [
+            "/",
+            "",
+            "shedlock",
+            "/a/",
+            "/a//b",
+            "/a/./b",
+            "/..",
+            "/zookeeper",
+            "/zookeeper/x",
+            "/a\u{1}",
+        ] {
             let r = ZooKeeperLockProvider::builder("127.0.0.1:2181").root(root).build();
             assert!(matches!(r, Err(Error::Setup { .. })), "{root:?}: {r:?}");
         }
