@@ -282,7 +282,10 @@ fn map_err(root: &str, e: zookeeper_client::Error) -> Error {
         | Z::SessionMoved
         | Z::ClientClosed
         | Z::Throttled
-        | Z::NotReadOnly => Error::unavailable(BACKEND, e),
+        | Z::NotReadOnly
+        // The client's own connection failures: I/O errors and "no response from connection"
+        // (a silent server past the connection timeout).
+        | Z::Custom(_) => Error::unavailable(BACKEND, e),
         Z::NoAuth | Z::AuthFailed | Z::InvalidAcl => setup(format!(
             "no permission on {root} ({e}): the session needs create, write, read and delete \
              rights on the root and its children"

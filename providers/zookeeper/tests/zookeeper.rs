@@ -156,3 +156,16 @@ async fn a_name_node_holds_an_ephemeral_lock_node_owned_by_the_session() {
     let (_, name) = admin.get_data(&p.name_path("a/b c")).await.unwrap();
     assert_eq!(name.version, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_server_gives_a_retryable_error() {
+    let cs = connect_string().await;
+    let proxy = FaultProxy::start(cs.parse().unwrap()).await.unwrap();
+    let p = common::provider(&proxy.addr().to_string(), &root());
+    p.connect().await.unwrap();
+    proxy.set_stalled(true);
+    let e = p.try_lock(&cfg("job", 60_000, 0)).await.unwrap_err();
+    eprintln!("stalled: {e:?}");
+    assert!(e.is_retryable(), "{e:?}");
+    proxy.set_stalled(false);
+}
