@@ -42,7 +42,12 @@
 //! ```
 #![deny(missing_docs)]
 
-use std::{fmt, sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    fmt,
+    sync::{Arc, PoisonError},
+    time::Duration,
+};
 
 use shedlock::{
     Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
@@ -231,6 +236,7 @@ impl ZooKeeperLockProviderBuilder {
                 timeout: self.operation_timeout,
                 locked_by,
                 client: Mutex::new(None),
+                live: std::sync::Mutex::default(),
             }),
         })
     }
@@ -264,7 +270,13 @@ struct Inner {
     locked_by: String,
     /// The session, opened on first use and replaced once it expired or closed.
     client: Mutex<Option<Client>>,
+    /// Per lock node seen live by a clock-node look: its mzxid and a monotonic instant before
+    /// which it surely has not expired. Spares the clock write while it holds.
+    live: std::sync::Mutex<HashMap<String, (i64, Instant)>>,
 }
+
+/// How many lock nodes [`Inner::live`] remembers before it starts over.
+const LIVE_CAPACITY: usize = 4096;
 
 fn setup(message: impl Into<String>) -> Error {
     Error::Setup { backend: BACKEND, message: message.into() }
@@ -366,6 +378,19 @@ impl Inner {
     fn paths(&self, name: &str) -> Paths {
         let node = format!("{}/{}", self.root, key_for(name));
         Paths { lock: format!("{node}/{LOCK_CHILD}"), name: node }
+    }
+
+    fn known_live(&self, lock: &str) -> Option<(i64, Instant)> {
+        let live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        live.get(lock).copied()
+    }
+
+    fn remember_live(&self, lock: &str, mzxid: i64, until: Instant) {
+        let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        if live.len() >= LIVE_CAPACITY && !live.contains_key(lock) {
+            live.clear();
+        }
+        live.insert(lock.to_owned(), (mzxid, until));
     }
 
     fn map(&self, e: zookeeper_client::Error) -> Error {
@@ -486,21 +511,32 @@ impl Inner {
     /// The leader's now (the clock node's new `mtime`), and the name and lock nodes as one
     /// consistent read, pipelined: both requests leave before either answer is awaited, so this
     /// costs one round trip.
-    async fn look(&self, client: &Client, p: &Paths) -> Result<Look> {
+    /// Without `clock`, only the read (`now` is then `None`).
+    async fn look(&self, client: &Client, p: &Paths, clock: bool) -> Result<Look> {
         for _ in 0..2 {
-            let clock = client.set_data(&self.clock_path, b"", None);
+            let sent = Instant::now();
+            let clock = clock.then(|| client.set_data(&self.clock_path, b"", None));
             let mut reader = client.new_multi_reader();
             reader.add_get_data(&p.name).map_err(|e| self.map(e))?;
             reader.add_get_data(&p.lock).map_err(|e| self.map(e))?;
             let read = reader.commit();
-            let (clock, read) = tokio::join!(clock, read);
+            let (clock, read) = tokio::join!(
+                async {
+                    match clock {
+                        Some(c) => Some(c.await),
+                        None => None,
+                    }
+                },
+                read
+            );
             let now = match clock {
-                Ok(stat) => stat.mtime,
-                Err(zookeeper_client::Error::NoNode) => {
+                None => None,
+                Some(Ok(stat)) => Some(stat.mtime),
+                Some(Err(zookeeper_client::Error::NoNode)) => {
                     self.ensure_node(client, &self.clock_path).await?;
                     continue;
                 }
-                Err(e) => return Err(self.map(e)),
+                Some(Err(e)) => return Err(self.map(e)),
             };
             let mut read = read.map_err(|e| self.map(e))?.into_iter();
             let name = match read.next() {
@@ -525,7 +561,7 @@ impl Inner {
                     ));
                 }
             };
-            return Ok(Look { now, name, lock });
+            return Ok(Look { now, sent, name, lock });
         }
         Err(Error::backend(
             BACKEND,
@@ -554,19 +590,42 @@ impl Inner {
                 Err(Refused::Changed) if matches!(txn, Txn::Takeover { .. }) => return Ok(None),
                 Err(Refused::Held | Refused::Changed) => {}
             }
-            let look = self.look(&client, p).await?;
-            let (Some(name), Some((hold, lock))) = (look.name, look.lock) else {
+            // A lock this instance already judged live, unchanged since (same mzxid) and
+            // surely not expired yet by the monotonic clock: held, by a read alone (no clock
+            // write, which is a logged and fsynced transaction).
+            let known = self.known_live(&p.lock).filter(|(_, until)| Instant::now() < *until);
+            let mut look = self.look(&client, p, known.is_none()).await?;
+            if let (Some((zxid, until)), Some((_, lock))) = (known, &look.lock) {
+                if lock.mzxid == zxid && Instant::now() < until {
+                    return Ok(None);
+                }
+            }
+            if look.now.is_none() {
+                look = self.look(&client, p, true).await?;
+            }
+            let (Some(now), Some(name), Some((hold, lock))) = (look.now, look.name, look.lock)
+            else {
                 // Released (or never created) in between: try again from the start.
                 txn = Txn::Existing;
                 continue;
             };
-            let expired = hold.is_some_and(|ms| lock.mtime.saturating_add(ms) <= look.now);
+            let expired = hold.is_some_and(|ms| lock.mtime.saturating_add(ms) <= now);
             if !expired {
+                if let Some(ms) = hold {
+                    // The leader stamped `now` after `sent`, so the lock lives at least
+                    // `remaining` past `sent`; less a margin for clock rates (0.1 % + 2 ms).
+                    let remaining = lock.mtime.saturating_add(ms).saturating_sub(now);
+                    let remaining = Duration::from_millis(u64::try_from(remaining).unwrap_or(0));
+                    let margin = remaining / 1000 + Duration::from_millis(2);
+                    if let Some(d) = remaining.checked_sub(margin) {
+                        self.remember_live(&p.lock, lock.mzxid, look.sent + d);
+                    }
+                }
                 return Ok(None);
             }
             tracing::debug!(
                 lock = %p.lock,
-                expired_ms_ago = look.now - lock.mtime.saturating_add(hold.unwrap_or(0)),
+                expired_ms_ago = now - lock.mtime.saturating_add(hold.unwrap_or(0)),
                 "taking over an expired lock"
             );
             txn = Txn::Takeover { name_version: name.version, lock_version: lock.version };
@@ -599,8 +658,10 @@ impl Inner {
 }
 
 struct Look {
-    /// The leader's now, in ms since the epoch.
-    now: i64,
+    /// The leader's now, in ms since the epoch (`None`: not asked).
+    now: Option<i64>,
+    /// When the requests were sent: the leader stamped `now` after this instant.
+    sent: Instant,
     name: Option<Stat>,
     lock: Option<(Option<i64>, Stat)>,
 }
