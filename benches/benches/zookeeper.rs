@@ -6,7 +6,7 @@
 //! server comes from `shedlock-launcher` (`SHEDLOCK_ZOOKEEPER_URL` wins). Every write is a
 //! ZooKeeper transaction, which the server fsyncs.
 
-#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::{sync::Arc, time::Duration};
 
@@ -24,7 +24,8 @@ fn cfg(name: &str) -> LockConfig {
 const ROOT: &str = "/bench";
 
 fn zookeeper_bench(c: &mut Criterion) {
-    let service = shedlock_launcher::shared(Backend::ZooKeeper).expect("ZooKeeper for the benchmark");
+    let service =
+        shedlock_launcher::shared(Backend::ZooKeeper).expect("ZooKeeper for the benchmark");
     let connect = service.url().to_owned();
     let rt =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();

@@ -187,7 +187,7 @@ impl ZooKeeperLockProviderBuilder {
 
     /// The time limit of each lock operation, connecting included (default [`DEFAULT_TIMEOUT`];
     /// `None`: unbounded). On expiry the call returns
-    /// [`Error::Timeout`](shedlock::Error::Timeout), whose effect is unknown.
+    /// [`Error::Timeout`], whose effect is unknown.
     pub fn operation_timeout(mut self, limit: Option<Duration>) -> Self {
         self.operation_timeout = limit;
         self
@@ -202,7 +202,7 @@ impl ZooKeeperLockProviderBuilder {
 
     /// Validates the configuration and builds the provider. Does no I/O: the session is opened
     /// by the first lock call (bounded by the operation timeout). An invalid root path, connect
-    /// string or `locked_by` gives [`Error::Setup`](shedlock::Error::Setup).
+    /// string or `locked_by` gives [`Error::Setup`].
     pub fn build(self) -> Result<ZooKeeperLockProvider> {
         check_root(&self.root)
             .map_err(|why| setup(format!("root path {:?} is invalid: {why}", self.root)))?;
