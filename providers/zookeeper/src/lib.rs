@@ -56,6 +56,7 @@ use shedlock::{
     },
 };
 use tokio::{sync::Mutex, time::Instant};
+use tracing::Instrument;
 use zookeeper_client::{
     Acls, Client, CreateMode, CreateOptions, MultiReadResult, MultiWriteError, SessionState, Stat,
 };
@@ -638,7 +639,10 @@ impl Inner {
         let paths = self.paths(config.name());
         let data = encode(config.lock_at_most_for(), &self.locked_by);
         let acquisition = Acquisition::begin(config);
-        let won = with_timeout("try_lock", self.timeout, self.acquire(&paths, &data)).await?;
+        let span = tracing::debug_span!("zookeeper.try_lock", lock = %config.name());
+        let won = with_timeout("try_lock", self.timeout, self.acquire(&paths, &data))
+            .instrument(span)
+            .await?;
         // The handle keeps the session it acquired with: after that session expired (its
         // ephemeral node is gone) every owner-checked call on it fails.
         let Some((g, client)) = won else { return Ok(None) };
@@ -748,6 +752,7 @@ impl LockHandle for ZkHandle {
             // name node's version check and changes nothing.
             self.checked(data.as_deref()).await.map(|_| ())
         })
+        .instrument(tracing::debug_span!("zookeeper.unlock", lock = %config.name()))
         .await
     }
 
@@ -758,7 +763,9 @@ impl LockHandle for ZkHandle {
         }
         let timeout = self.inner.timeout;
         let data = encode(config.lock_at_most_for(), &self.inner.locked_by);
-        let done = with_timeout("extend", timeout, self.checked(Some(&data))).await?;
+        let done = with_timeout("extend", timeout, self.checked(Some(&data)))
+            .instrument(tracing::debug_span!("zookeeper.extend", lock = %config.name()))
+            .await?;
         let Some(Some(stat)) = done else { return Err(lost()) };
         self.lock_version = stat.version;
         if stat.mtime >= self.mtime.saturating_add(self.hold_ms) {
