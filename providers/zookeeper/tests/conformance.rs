@@ -8,5 +8,5 @@ use shedlock_launcher::Backend;
 
 fn main() -> std::process::ExitCode {
     let options = shedlock_test_support::server_options(Backend::ZooKeeper);
-    shedlock_conformance::harness(options, || async { common::Zk::new().await })
+    shedlock_conformance::harness(options, || async { common::Zk::new(Backend::ZooKeeper).await })
 }

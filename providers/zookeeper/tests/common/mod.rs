@@ -38,6 +38,7 @@ pub async fn admin(connect: &str) -> Client {
 
 /// The conformance factory on one ZooKeeper server.
 pub struct Zk {
+    name: &'static str,
     service: &'static Service,
     connect: String,
     addr: SocketAddr,
@@ -47,8 +48,14 @@ pub struct Zk {
 }
 
 impl Zk {
-    pub async fn new() -> Result<Self, BoxError> {
-        let service = testing::service(Backend::ZooKeeper, "ZooKeeper").await?;
+    /// One server (`zookeeper`), or the 3-node ensemble (`zookeeper-ensemble`: instances get
+    /// the whole connect string, the fault proxy and C14's records the first node).
+    pub async fn new(backend: Backend) -> Result<Self, BoxError> {
+        let (label, name) = match backend {
+            Backend::ZooKeeperEnsemble => ("the ZooKeeper ensemble", "zookeeper-ensemble"),
+            _ => ("ZooKeeper", "zookeeper"),
+        };
+        let service = testing::service(backend, label).await?;
         let connect = service.url().to_owned();
         let addr = service.addr().ok_or("no server address")?;
         // C28's node processes (this binary, re-executed) share the run id, so they use the
@@ -61,14 +68,14 @@ impl Zk {
         let paths = provider(&connect, &root);
         paths.connect().await?;
         let admin = admin(&connect).await;
-        Ok(Self { service, connect, addr, root, admin, paths })
+        Ok(Self { name, service, connect, addr, root, admin, paths })
     }
 }
 
 #[async_trait::async_trait]
 impl ProviderFactory for Zk {
     fn name(&self) -> &str {
-        "zookeeper"
+        self.name
     }
 
     async fn create(&self, options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError> {
