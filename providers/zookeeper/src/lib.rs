@@ -651,7 +651,6 @@ impl Inner {
             client,
             paths,
             name_version: g.name_version,
-            lock_version: 0,
             token: g.zxid,
             mtime: g.mtime,
             hold_ms: hold_ms(config.lock_at_most_for()),
@@ -670,14 +669,13 @@ struct Look {
     lock: Option<(Option<i64>, Stat)>,
 }
 
-/// One held lock: the name node's version its acquisition set (owner check), the lock node's
-/// current version, and the acquiring zxid (fencing token).
+/// One held lock: the name node's version its acquisition set (owner check) and the acquiring
+/// zxid (fencing token).
 struct ZkHandle {
     inner: Arc<Inner>,
     client: Client,
     paths: Paths,
     name_version: i32,
-    lock_version: i32,
     token: i64,
     /// The lock node's mtime (the leader's time of its last write) and hold: the server deems
     /// it expired from `mtime + hold_ms`.
@@ -702,16 +700,19 @@ impl ZkHandle {
         }
     }
 
-    /// An owner-checked transaction: the name node still has this acquisition's version, then
-    /// `op` on the lock node at its known version. `Ok(None)`: not ours any more.
+    /// An owner-checked transaction: the name node still has this acquisition's version (no
+    /// acquisition since ours, so the lock node, if any, is ours), then a write or delete of the
+    /// lock node at any version. The lock node's own version is deliberately not checked: an
+    /// extension whose future was dropped after it was sent may have changed it, and the
+    /// release must still work. `Ok(None)`: not ours any more.
     async fn checked(&self, data: Option<&[u8]>) -> Result<Option<Option<Stat>>> {
         let inner = &self.inner;
         let mut w = self.client.new_multi_writer();
         let built = (|| {
             w.add_check_version(&self.paths.name, self.name_version)?;
             match data {
-                Some(d) => w.add_set_data(&self.paths.lock, d, Some(self.lock_version)),
-                None => w.add_delete(&self.paths.lock, Some(self.lock_version)),
+                Some(d) => w.add_set_data(&self.paths.lock, d, None),
+                None => w.add_delete(&self.paths.lock, None),
             }
         })();
         built.map_err(|e| inner.map(e))?;
@@ -767,7 +768,6 @@ impl LockHandle for ZkHandle {
             .instrument(tracing::debug_span!("zookeeper.extend", lock = %config.name()))
             .await?;
         let Some(Some(stat)) = done else { return Err(lost()) };
-        self.lock_version = stat.version;
         if stat.mtime >= self.mtime.saturating_add(self.hold_ms) {
             // The extension reached the leader after the lock had expired by its clock (nobody
             // had taken it yet): it must not revive the lock. Release it again (owner-checked)

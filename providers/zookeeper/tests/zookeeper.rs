@@ -181,3 +181,27 @@ async fn a_stalled_server_gives_a_retryable_error() {
     assert!(e.is_retryable(), "{e:?}");
     proxy.set_stalled(false);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extend_dropped_in_flight_does_not_stop_the_unlock_from_freeing_the_name() {
+    let cs = connect_string().await;
+    let proxy = FaultProxy::start(cs.parse().unwrap()).await.unwrap();
+    let root = root();
+    let p = common::provider(&proxy.addr().to_string(), &root);
+    let other = common::provider(&cs, &root);
+    let c = cfg("job", 60_000, 0);
+    let mut lock = p.try_lock(&c).await.unwrap().expect("free");
+    // The extension reaches the server (which applies it), but its answer is held back and the
+    // caller gives up.
+    proxy.set_holding_answers(true);
+    let r = tokio::time::timeout(
+        Duration::from_millis(300),
+        lock.extend(Duration::from_secs(60), Duration::ZERO),
+    )
+    .await;
+    assert!(r.is_err(), "the extend answered through held answers: {r:?}");
+    assert!(proxy.held_chunks() > 0, "nothing was held: the extend was never sent");
+    proxy.set_holding_answers(false);
+    lock.unlock().await.unwrap();
+    assert!(other.try_lock(&c).await.unwrap().is_some(), "the unlock left the name held");
+}
