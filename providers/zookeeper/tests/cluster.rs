@@ -103,6 +103,9 @@ struct Workload {
     stop: AtomicBool,
     /// Successful churn acquisitions: (call start, call end).
     churn_ok: std::sync::Mutex<Vec<(Instant, Instant)>>,
+    /// Every call the ensemble answered (acquired or refused: both need the leader), as (call
+    /// start, call end).
+    answered: std::sync::Mutex<Vec<(Instant, Instant)>>,
     errors: std::sync::Mutex<Vec<(Instant, String)>>,
 }
 
@@ -120,11 +123,12 @@ async fn worker(
                 let end = Instant::now();
                 let acq = w.history.acquired(format!("worker {id}"), &churn, start, end);
                 w.churn_ok.lock().unwrap().push((start, end));
+                w.answered.lock().unwrap().push((start, end));
                 tokio::time::sleep(Duration::from_millis(30)).await;
                 w.history.released(acq, Instant::now());
                 let _ = lock.unlock().await;
             }
-            Ok(None) => {}
+            Ok(None) => w.answered.lock().unwrap().push((start, Instant::now())),
             Err(e) => w.errors.lock().unwrap().push((start, e.to_string())),
         }
         let name = held.lock().unwrap().clone();
@@ -153,18 +157,30 @@ async fn hold(
     (lock, c, id)
 }
 
-/// Waits until a churn acquisition whose call started after `fault` succeeded; returns the time
-/// from the fault to the end of that call.
-async fn resumed_after(w: &Workload, fault: Instant) -> Duration {
+/// Waits until a call in `calls` that started after `fault` completed; returns the time from
+/// the fault to the end of that call.
+async fn first_after(
+    calls: &std::sync::Mutex<Vec<(Instant, Instant)>>,
+    fault: Instant,
+    what: &str,
+) -> Duration {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Some((_, end)) = w.churn_ok.lock().unwrap().iter().find(|(start, _)| *start >= fault)
-        {
+        if let Some((_, end)) = calls.lock().unwrap().iter().find(|(start, _)| *start >= fault) {
             return end.duration_since(fault);
         }
-        assert!(Instant::now() < deadline, "locking did not resume within 30 s of the fault");
+        assert!(Instant::now() < deadline, "{what} did not resume within 30 s of the fault");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// (answered, acquired): how long after `fault` the workers' calls were answered again, and
+/// how long until one acquired the churn name (which includes waiting out, for its 2 s
+/// `lock_at_most_for`, a churn lock whose unlock the fault made fail).
+async fn resumed_after(w: &Workload, fault: Instant) -> (Duration, Duration) {
+    let answered = first_after(&w.answered, fault, "answers").await;
+    let acquired = first_after(&w.churn_ok, fault, "locking").await;
+    (answered, acquired)
 }
 
 /// After a fault: the holder's lock is intact (not lost, extend works), then it is released.
@@ -216,6 +232,7 @@ async fn no_two_holders_and_locking_resumes_across_leader_kill_holder_node_kill_
         history: History::new(),
         stop: AtomicBool::new(false),
         churn_ok: Default::default(),
+        answered: Default::default(),
         errors: Default::default(),
     });
     let held = Arc::new(std::sync::Mutex::new("held-1".to_owned()));
@@ -240,9 +257,10 @@ async fn no_two_holders_and_locking_resumes_across_leader_kill_holder_node_kill_
     let s = service.clone();
     tokio::task::spawn_blocking(move || s.kill_node(lead)).await.unwrap().unwrap();
     let extended = holder_survived(lock, &c, &w, id, "leader kill", fault).await;
-    let resumed = resumed_after(&w, fault).await;
+    let (answered, acquired) = resumed_after(&w, fault).await;
     report.push(format!(
-        "leader (node {lead}) killed: locking resumed after {resumed:?}, the holder extended after {extended:?}"
+        "leader (node {lead}) killed: workers answered again after {answered:?}, churn acquired \
+         after {acquired:?}, the holder extended after {extended:?}"
     ));
     let s = service.clone();
     tokio::task::spawn_blocking(move || s.start_node(lead)).await.unwrap().unwrap();
@@ -276,9 +294,10 @@ async fn no_two_holders_and_locking_resumes_across_leader_kill_holder_node_kill_
     let s = service.clone();
     tokio::task::spawn_blocking(move || s.kill_node(node)).await.unwrap().unwrap();
     let extended = holder_survived(lock, &c, &w, id, "holder's node kill", fault).await;
-    let resumed = resumed_after(&w, fault).await;
+    let (answered, acquired) = resumed_after(&w, fault).await;
     report.push(format!(
-        "holder's node {node} killed: locking resumed after {resumed:?}, the holder (its session moved) extended after {extended:?}"
+        "holder's node {node} killed: workers answered again after {answered:?}, churn acquired \
+         after {acquired:?}, the holder (its session moved) extended after {extended:?}"
     ));
     let s = service.clone();
     tokio::task::spawn_blocking(move || s.start_node(node)).await.unwrap().unwrap();
@@ -301,9 +320,11 @@ async fn no_two_holders_and_locking_resumes_across_leader_kill_holder_node_kill_
     .unwrap();
     let restarted = fault.elapsed();
     let extended = holder_survived(lock, &c, &w, id, "restart", fault).await;
-    let resumed = resumed_after(&w, fault).await;
+    let (answered, acquired) = resumed_after(&w, fault).await;
     report.push(format!(
-        "leader (node {lead}) restarted (down and back up in {restarted:?}): locking resumed after {resumed:?}, the holder extended after {extended:?}"
+        "leader (node {lead}) restarted (down and back up in {restarted:?}): workers answered \
+         again after {answered:?}, churn acquired after {acquired:?}, the holder extended after \
+         {extended:?}"
     ));
 
     // Locking keeps going for a while after the last fault.
