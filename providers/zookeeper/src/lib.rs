@@ -1,0 +1,915 @@
+//! ZooKeeper lock provider for [`shedlock`], on [`zookeeper_client`] (with its `tokio` runtime).
+//!
+//! Each lock name `N` owns two znodes under the provider's root (default `/shedlock`):
+//!
+//! - the **name node** `<root>/<key_for(N)>`, persistent and empty. Every acquisition bumps its
+//!   data version in the same transaction that creates the lock node, so the version it returns
+//!   identifies that acquisition: it is the owner check of unlock and extend (the lock node's
+//!   own version restarts at 0 each time it is recreated, so it alone could not tell a stale
+//!   holder from a new one).
+//! - the **lock node** `<root>/<key_for(N)>/lock`, **ephemeral**: it holds `hold_ms` and
+//!   `locked_by`. It vanishes with its holder's session, so a holder whose process or session
+//!   dies frees the name at once.
+//!
+//! Expiry is judged by **server time**: the lock node's `mtime`, stamped by the ZooKeeper leader
+//! when it created (or last extended) the node, plus `hold_ms`. ZooKeeper has no "now" to read,
+//! so a contender that finds the name held writes the provider's clock node `<root>/.clock` (its
+//! new `mtime` is the leader's now) pipelined with a consistent multi-read of the name and lock
+//! nodes, and takes over an expired lock in one transaction that checks the name node's version
+//! (so nobody acquired in between) and the lock node's version (so the holder did not extend).
+//! No client clock is read.
+//!
+//! - **Acquire**: one transaction (`setData` on the name node + `create` of the ephemeral lock
+//!   node), one round trip on a free name. A held name costs one more (the pipelined clock write
+//!   and read), an expired one a third (the takeover transaction).
+//! - **Fencing token**: the zxid of the acquiring transaction (the lock node's `czxid`), strictly
+//!   increasing across the whole ensemble and its restarts.
+//! - **Unlock / extend**: one transaction each, owner-checked by the name node's version.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use shedlock::{LockConfig, LockProvider};
+//! use shedlock_zookeeper::ZooKeeperLockProvider;
+//!
+//! let provider = ZooKeeperLockProvider::builder("127.0.0.1:2181").root("/shedlock").build()?;
+//! let cfg = LockConfig::new("nightly-report", Duration::from_secs(600), Duration::from_secs(30))?;
+//! if let Some(lock) = provider.try_lock(&cfg).await? {
+//!     // ... run the task ...
+//!     lock.unlock().await?;
+//! }
+//! # Ok(()) }
+//! ```
+#![deny(missing_docs)]
+
+use std::{
+    collections::HashMap,
+    fmt,
+    sync::{Arc, PoisonError},
+    time::Duration,
+};
+
+use shedlock::{
+    Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
+    support::{
+        MAX_LOCKED_BY_LEN, check_lock_name, default_locked_by, duration_millis_ceil, with_timeout,
+    },
+};
+use tokio::{sync::Mutex, time::Instant};
+use tracing::Instrument;
+use zookeeper_client::{
+    Acls, Client, CreateMode, CreateOptions, MultiReadResult, MultiWriteError, SessionState, Stat,
+};
+
+const BACKEND: &str = "zookeeper";
+
+/// The longest lock name, in bytes. An escaped name is at most three times as long (see
+/// [`key_for`]).
+pub const MAX_NAME_LEN: usize = 1024;
+
+/// The default time limit of each lock operation.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The default session timeout asked of the server (the server clamps it to between 2 and 20
+/// ticks: 4 s to 40 s with its default `tickTime` of 2 s).
+pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The default root path.
+pub const DEFAULT_ROOT: &str = "/shedlock";
+
+/// The child of a name node that is the lock.
+const LOCK_CHILD: &str = "lock";
+/// The child of the root whose `mtime` is the leader's now. Escaped names never start with `.`.
+const CLOCK_CHILD: &str = ".clock";
+
+/// Maps a lock name to its znode name under the root, one-to-one: ASCII letters, digits, `-`
+/// and `_` stay as they are; every other byte (`/`, `.`, `%`, spaces, control bytes and each byte
+/// of a non-ASCII character) becomes `%` followed by two upper-case hex digits. So every name is
+/// a valid znode name (never `.`, `..` or `zookeeper`, never containing `/`), and two names never
+/// share a node.
+///
+/// ```
+/// assert_eq!(shedlock_zookeeper::key_for("nightly-report"), "nightly-report");
+/// assert_eq!(shedlock_zookeeper::key_for("a/b.c"), "a%2Fb%2Ec");
+/// assert_eq!(shedlock_zookeeper::key_for("%"), "%25");
+/// ```
+pub fn key_for(name: &str) -> String {
+    let mut key = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_') {
+            key.push(char::from(b));
+        } else {
+            const HEX: &[u8; 16] = b"0123456789ABCDEF";
+            key.push('%');
+            key.push(char::from(HEX[usize::from(b >> 4)]));
+            key.push(char::from(HEX[usize::from(b & 0xf)]));
+        }
+    }
+    key
+}
+
+/// Checks a root path: absolute, not `/` itself, no trailing `/`, no empty, `.` or `..`
+/// segment, no character ZooKeeper refuses in paths, and not under `/zookeeper` (the server's
+/// own subtree).
+fn check_root(root: &str) -> std::result::Result<(), String> {
+    if root == "/" {
+        return Err(
+            "the ZooKeeper root node `/` cannot hold locks: use a path such as /shedlock".into()
+        );
+    }
+    let Some(rest) = root.strip_prefix('/') else {
+        return Err("it must be absolute (start with '/')".into());
+    };
+    for segment in rest.split('/') {
+        if segment.is_empty() {
+            return Err("it has an empty segment ('//' or a trailing '/')".into());
+        }
+        if segment == "." || segment == ".." {
+            return Err("it has a '.' or '..' segment".into());
+        }
+    }
+    if rest == "zookeeper" || rest.starts_with("zookeeper/") {
+        return Err("/zookeeper is the server's own subtree".into());
+    }
+    if let Some(c) = root.chars().find(|&c| {
+        matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'..='\u{ffff}')
+    }) {
+        return Err(format!("it contains {c:?}, which ZooKeeper does not allow in paths"));
+    }
+    Ok(())
+}
+
+/// Builds a [`ZooKeeperLockProvider`].
+#[must_use]
+pub struct ZooKeeperLockProviderBuilder {
+    connect_string: String,
+    root: String,
+    session_timeout: Duration,
+    connection_timeout: Option<Duration>,
+    operation_timeout: Option<Duration>,
+    locked_by: Option<String>,
+}
+
+impl fmt::Debug for ZooKeeperLockProviderBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The connect string is left out: a deployment may consider its hosts sensitive, and it
+        // is never needed to tell two providers apart.
+        f.debug_struct("ZooKeeperLockProviderBuilder")
+            .field("root", &self.root)
+            .field("session_timeout", &self.session_timeout)
+            .field("connection_timeout", &self.connection_timeout)
+            .field("operation_timeout", &self.operation_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ZooKeeperLockProviderBuilder {
+    /// The root path under which lock nodes live (default [`DEFAULT_ROOT`]). Created on first
+    /// use if missing (persistent, open ACL). Must be absolute, not `/`, without a trailing `/`,
+    /// and not under `/zookeeper`.
+    pub fn root(mut self, root: impl Into<String>) -> Self {
+        self.root = root.into();
+        self
+    }
+
+    /// The session timeout asked of the server (default [`DEFAULT_SESSION_TIMEOUT`]). A holder
+    /// whose session expires loses its locks (their nodes are ephemeral): see the README.
+    pub fn session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = timeout;
+        self
+    }
+
+    /// How long a silent connection is kept before the client tries another server (default:
+    /// 2/5 of the session timeout, the client's own default).
+    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
+        self.connection_timeout = Some(timeout);
+        self
+    }
+
+    /// The time limit of each lock operation, connecting included (default [`DEFAULT_TIMEOUT`];
+    /// `None`: unbounded). On expiry the call returns
+    /// [`Error::Timeout`], whose effect is unknown.
+    pub fn operation_timeout(mut self, limit: Option<Duration>) -> Self {
+        self.operation_timeout = limit;
+        self
+    }
+
+    /// The informational `locked_by` stored in each lock node (default `hostname/pid`). At most
+    /// 255 bytes.
+    pub fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
+        self.locked_by = Some(locked_by.into());
+        self
+    }
+
+    /// Validates the configuration and builds the provider. Does no I/O: the session is opened
+    /// by the first lock call (bounded by the operation timeout). An invalid root path, connect
+    /// string or `locked_by` gives [`Error::Setup`].
+    pub fn build(self) -> Result<ZooKeeperLockProvider> {
+        check_root(&self.root)
+            .map_err(|why| setup(format!("root path {:?} is invalid: {why}", self.root)))?;
+        let hosts = self.connect_string.split('/').next().unwrap_or("");
+        if hosts.split(',').any(|h| h.trim().is_empty()) {
+            return Err(setup(
+                "the connect string must list host:port pairs separated by ',' (e.g. \
+                 127.0.0.1:2181,127.0.0.1:2182)",
+            ));
+        }
+        if self.connect_string.contains('/') {
+            return Err(setup(
+                "the connect string must not carry a chroot suffix: give the path with root() \
+                 instead",
+            ));
+        }
+        let locked_by = self.locked_by.unwrap_or_else(default_locked_by);
+        if locked_by.len() > MAX_LOCKED_BY_LEN {
+            return Err(setup(format!(
+                "locked_by is {} bytes long; at most {MAX_LOCKED_BY_LEN} are allowed",
+                locked_by.len()
+            )));
+        }
+        Ok(ZooKeeperLockProvider {
+            inner: Arc::new(Inner {
+                clock_path: format!("{}/{CLOCK_CHILD}", self.root),
+                connect_string: self.connect_string,
+                root: self.root,
+                session_timeout: self.session_timeout,
+                connection_timeout: self.connection_timeout,
+                timeout: self.operation_timeout,
+                locked_by,
+                client: Mutex::new(None),
+                live: std::sync::Mutex::default(),
+            }),
+        })
+    }
+}
+
+/// A [`LockProvider`] on ZooKeeper ephemeral nodes. Cheap to clone; clones share one ZooKeeper
+/// session.
+#[derive(Clone)]
+pub struct ZooKeeperLockProvider {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for ZooKeeperLockProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZooKeeperLockProvider")
+            .field("root", &self.inner.root)
+            .field("session_timeout", &self.inner.session_timeout)
+            .field("operation_timeout", &self.inner.timeout)
+            .field("locked_by", &self.inner.locked_by)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    connect_string: String,
+    root: String,
+    clock_path: String,
+    session_timeout: Duration,
+    connection_timeout: Option<Duration>,
+    timeout: Option<Duration>,
+    locked_by: String,
+    /// The session, opened on first use and replaced once it expired or closed.
+    client: Mutex<Option<Client>>,
+    /// Per lock node seen live by a clock-node look: its mzxid and a monotonic instant before
+    /// which it surely has not expired. Spares the clock write while it holds.
+    live: std::sync::Mutex<HashMap<String, (i64, Instant)>>,
+}
+
+/// How many lock nodes [`Inner::live`] remembers before it starts over.
+const LIVE_CAPACITY: usize = 4096;
+
+fn setup(message: impl Into<String>) -> Error {
+    Error::Setup { backend: BACKEND, message: message.into() }
+}
+
+/// Maps a client error: connection problems are retryable [`Error::Unavailable`], permission
+/// problems [`Error::Setup`], the rest [`Error::Backend`].
+fn map_err(root: &str, e: zookeeper_client::Error) -> Error {
+    use zookeeper_client::Error as Z;
+    match e {
+        Z::ConnectionLoss
+        | Z::Timeout
+        | Z::NoHosts
+        | Z::SessionExpired
+        | Z::SessionMoved
+        | Z::ClientClosed
+        | Z::Throttled
+        | Z::NotReadOnly
+        // The client's own connection failures: I/O errors and "no response from connection"
+        // (a silent server past the connection timeout).
+        | Z::Custom(_) => Error::unavailable(BACKEND, e),
+        Z::NoAuth | Z::AuthFailed | Z::InvalidAcl => setup(format!(
+            "no permission on {root} ({e}): the session needs create, write, read and delete \
+             rights on the root and its children"
+        )),
+        other => Error::backend(BACKEND, other),
+    }
+}
+
+fn multi_source(e: MultiWriteError) -> zookeeper_client::Error {
+    e.into()
+}
+
+/// The paths of one lock name.
+#[derive(Clone)]
+struct Paths {
+    name: String,
+    lock: String,
+}
+
+/// What an acquire won: the name node's new version (owner check) and the transaction's zxid
+/// (fencing token).
+struct Granted {
+    name_version: i32,
+    zxid: i64,
+    /// The leader's time of the transaction: the lock node's mtime.
+    mtime: i64,
+}
+
+/// The kinds of acquire transaction.
+#[derive(Clone, Copy)]
+enum Txn {
+    /// The name node exists.
+    Existing,
+    /// The name node does not exist yet.
+    Fresh,
+    /// The lock node was seen expired, with these versions.
+    Takeover { name_version: i32, lock_version: i32 },
+}
+
+/// How an acquire transaction failed, when not with an I/O error.
+enum Refused {
+    /// The root is missing.
+    NoRoot,
+    /// The lock node exists: held (or expired, to be judged).
+    Held,
+    /// The name node (or the root) is missing.
+    NoNameNode,
+    /// The name node's or lock node's version changed (someone acquired, extended or released).
+    Changed,
+}
+
+/// The encoded lock node data: `hold_ms` on the first line, `locked_by` on the second.
+fn encode(hold: Duration, locked_by: &str) -> Vec<u8> {
+    format!("{}\n{locked_by}", hold_ms(hold)).into_bytes()
+}
+
+/// The `hold_ms` stored for a duration: one millisecond more than asked (rounded up), since the
+/// leader's mtime is a whole millisecond (truncated).
+fn hold_ms(hold: Duration) -> i64 {
+    duration_millis_ceil(hold).saturating_add(1)
+}
+
+/// `hold_ms` of a lock node; `None` for data this provider did not write (held until deleted).
+fn decode_hold(data: &[u8]) -> Option<i64> {
+    let text = std::str::from_utf8(data).ok()?;
+    text.split('\n').next()?.parse::<i64>().ok().filter(|ms| *ms >= 0)
+}
+
+fn persistent() -> CreateOptions<'static> {
+    CreateMode::Persistent.with_acls(Acls::anyone_all())
+}
+
+fn ephemeral() -> CreateOptions<'static> {
+    CreateMode::Ephemeral.with_acls(Acls::anyone_all())
+}
+
+impl Inner {
+    fn paths(&self, name: &str) -> Paths {
+        let node = format!("{}/{}", self.root, key_for(name));
+        Paths { lock: format!("{node}/{LOCK_CHILD}"), name: node }
+    }
+
+    fn known_live(&self, lock: &str) -> Option<(i64, Instant)> {
+        let live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        live.get(lock).copied()
+    }
+
+    fn remember_live(&self, lock: &str, mzxid: i64, until: Instant) {
+        let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        if live.len() >= LIVE_CAPACITY && !live.contains_key(lock) {
+            live.clear();
+        }
+        live.insert(lock.to_owned(), (mzxid, until));
+    }
+
+    fn map(&self, e: zookeeper_client::Error) -> Error {
+        map_err(&self.root, e)
+    }
+
+    /// The live session: opened on first use, reopened after it expired or was closed. While
+    /// the client is disconnected (reconnecting on its own), calls fail at once with the
+    /// retryable [`Error::Unavailable`] instead of queueing a lock request that would be sent
+    /// after the caller gave up.
+    async fn client(&self) -> Result<Client> {
+        let mut slot = self.client.lock().await;
+        if let Some(c) = slot.as_ref() {
+            match c.state() {
+                SessionState::SyncConnected | SessionState::ConnectedReadOnly => {
+                    return Ok(c.clone());
+                }
+                SessionState::Disconnected => {
+                    return Err(Error::unavailable(
+                        BACKEND,
+                        "disconnected from ZooKeeper (the client is reconnecting)",
+                    ));
+                }
+                state => {
+                    tracing::info!(?state, "the ZooKeeper session ended; opening a new one");
+                    *slot = None;
+                }
+            }
+        }
+        let mut connector =
+            Client::connector().with_session_timeout(self.session_timeout).with_fail_eagerly();
+        if let Some(t) = self.connection_timeout {
+            connector = connector.with_connection_timeout(t);
+        }
+        let client = connector.connect(&self.connect_string).await.map_err(|e| self.map(e))?;
+        tracing::debug!(session = %client.session_id(), "ZooKeeper session opened");
+        *slot = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Creates the name node (and the root when missing). Idempotent.
+    async fn ensure_node(&self, client: &Client, path: &str) -> Result<()> {
+        match client.create(path, b"", &persistent()).await {
+            Ok(_) | Err(zookeeper_client::Error::NodeExists) => Ok(()),
+            Err(zookeeper_client::Error::NoNode) => {
+                tracing::debug!(root = %self.root, "creating the root path");
+                client.mkdir(&self.root, &persistent()).await.map_err(|e| self.map(e))?;
+                match client.create(path, b"", &persistent()).await {
+                    Ok(_) | Err(zookeeper_client::Error::NodeExists) => Ok(()),
+                    Err(e) => Err(self.map(e)),
+                }
+            }
+            Err(e) => Err(self.map(e)),
+        }
+    }
+
+    /// One acquire transaction. [`Txn::Existing`]: bump the name node's version and create our
+    /// lock node. [`Txn::Fresh`]: create the name node too. [`Txn::Takeover`]: bump the name
+    /// node's version only if it is still the one seen, delete the expired lock node at the
+    /// version seen, and create ours.
+    async fn acquire_txn(
+        &self,
+        client: &Client,
+        p: &Paths,
+        data: &[u8],
+        txn: Txn,
+    ) -> Result<std::result::Result<Granted, Refused>> {
+        let mut w = client.new_multi_writer();
+        let built = (|| {
+            match txn {
+                Txn::Existing => w.add_set_data(&p.name, b"", None)?,
+                Txn::Fresh => {
+                    w.add_create(&p.name, b"", &persistent())?;
+                    w.add_set_data(&p.name, b"", Some(0))?;
+                }
+                Txn::Takeover { name_version, lock_version } => {
+                    w.add_set_data(&p.name, b"", Some(name_version))?;
+                    w.add_delete(&p.lock, Some(lock_version))?;
+                }
+            }
+            w.add_create(&p.lock, data, &ephemeral())
+        })();
+        built.map_err(|e| self.map(e))?;
+        let set_index = usize::from(matches!(txn, Txn::Fresh));
+        match w.commit().await {
+            Ok(results) => match results.into_iter().nth(set_index) {
+                Some(zookeeper_client::MultiWriteResult::SetData { stat }) => Ok(Ok(Granted {
+                    name_version: stat.version,
+                    zxid: stat.mzxid,
+                    mtime: stat.mtime,
+                })),
+                other => Err(Error::backend(
+                    BACKEND,
+                    format!("unexpected answer to the acquire transaction: {other:?}"),
+                )),
+            },
+            Err(MultiWriteError::OperationFailed { index, source }) => {
+                use zookeeper_client::Error as Z;
+                let create_index = match txn {
+                    Txn::Existing => 1,
+                    Txn::Fresh | Txn::Takeover { .. } => 2,
+                };
+                match (txn, index, source) {
+                    (Txn::Existing, 0, Z::NoNode) => Ok(Err(Refused::NoNameNode)),
+                    (Txn::Fresh, 0, Z::NoNode) => Ok(Err(Refused::NoRoot)),
+                    (Txn::Fresh, 0, Z::NodeExists) => Ok(Err(Refused::Changed)),
+                    (Txn::Takeover { .. }, 0 | 1, Z::NoNode | Z::BadVersion) => {
+                        Ok(Err(Refused::Changed))
+                    }
+                    (_, i, Z::NodeExists) if i == create_index => Ok(Err(Refused::Held)),
+                    (_, _, e) => Err(self.map(e)),
+                }
+            }
+            Err(e) => Err(self.map(multi_source(e))),
+        }
+    }
+
+    /// The leader's now (the clock node's new `mtime`), and the name and lock nodes as one
+    /// consistent read, pipelined: both requests leave before either answer is awaited, so this
+    /// costs one round trip.
+    /// Without `clock`, only the read (`now` is then `None`).
+    async fn look(&self, client: &Client, p: &Paths, clock: bool) -> Result<Look> {
+        for _ in 0..2 {
+            let sent = Instant::now();
+            let clock = clock.then(|| client.set_data(&self.clock_path, b"", None));
+            let mut reader = client.new_multi_reader();
+            reader.add_get_data(&p.name).map_err(|e| self.map(e))?;
+            reader.add_get_data(&p.lock).map_err(|e| self.map(e))?;
+            let read = reader.commit();
+            let (clock, read) = tokio::join!(
+                async {
+                    match clock {
+                        Some(c) => Some(c.await),
+                        None => None,
+                    }
+                },
+                read
+            );
+            let now = match clock {
+                None => None,
+                Some(Ok(stat)) => Some(stat.mtime),
+                Some(Err(zookeeper_client::Error::NoNode)) => {
+                    self.ensure_node(client, &self.clock_path).await?;
+                    continue;
+                }
+                Some(Err(e)) => return Err(self.map(e)),
+            };
+            let mut read = read.map_err(|e| self.map(e))?.into_iter();
+            let name = match read.next() {
+                Some(MultiReadResult::Data { stat, .. }) => Some(stat),
+                Some(MultiReadResult::Error { err: zookeeper_client::Error::NoNode }) => None,
+                Some(MultiReadResult::Error { err }) => return Err(self.map(err)),
+                other => {
+                    return Err(Error::backend(
+                        BACKEND,
+                        format!("unexpected read answer {other:?}"),
+                    ));
+                }
+            };
+            let lock = match read.next() {
+                Some(MultiReadResult::Data { data, stat }) => Some((decode_hold(&data), stat)),
+                Some(MultiReadResult::Error { err: zookeeper_client::Error::NoNode }) => None,
+                Some(MultiReadResult::Error { err }) => return Err(self.map(err)),
+                other => {
+                    return Err(Error::backend(
+                        BACKEND,
+                        format!("unexpected read answer {other:?}"),
+                    ));
+                }
+            };
+            return Ok(Look { now, sent, name, lock });
+        }
+        Err(Error::backend(
+            BACKEND,
+            format!("the clock node {} keeps disappearing", self.clock_path),
+        ))
+    }
+
+    async fn acquire(&self, p: &Paths, data: &[u8]) -> Result<Option<(Granted, Client)>> {
+        let client = self.client().await?;
+        let mut txn = Txn::Existing;
+        // A few turns at most: each refusal other than "held" means the name changed under us
+        // (created, released, taken over) and is looked at again.
+        for _ in 0..4 {
+            match self.acquire_txn(&client, p, data, txn).await? {
+                Ok(g) => return Ok(Some((g, client))),
+                // A name never locked before: its name node is created in the acquire itself.
+                Err(Refused::NoNameNode) => {
+                    txn = Txn::Fresh;
+                    continue;
+                }
+                Err(Refused::NoRoot) => {
+                    tracing::debug!(root = %self.root, "creating the root path");
+                    client.mkdir(&self.root, &persistent()).await.map_err(|e| self.map(e))?;
+                    continue;
+                }
+                Err(Refused::Changed) if matches!(txn, Txn::Takeover { .. }) => return Ok(None),
+                Err(Refused::Held | Refused::Changed) => {}
+            }
+            // A lock this instance already judged live, unchanged since (same mzxid) and
+            // surely not expired yet by the monotonic clock: held, by a read alone (no clock
+            // write, which is a logged and fsynced transaction).
+            let known = self.known_live(&p.lock).filter(|(_, until)| Instant::now() < *until);
+            let mut look = self.look(&client, p, known.is_none()).await?;
+            if let (Some((zxid, until)), Some((_, lock))) = (known, &look.lock) {
+                if lock.mzxid == zxid && Instant::now() < until {
+                    return Ok(None);
+                }
+            }
+            if look.now.is_none() {
+                look = self.look(&client, p, true).await?;
+            }
+            let (Some(now), Some(name), Some((hold, lock))) = (look.now, look.name, look.lock)
+            else {
+                // Released (or never created) in between: try again from the start.
+                txn = Txn::Existing;
+                continue;
+            };
+            let expired = hold.is_some_and(|ms| lock.mtime.saturating_add(ms) <= now);
+            if !expired {
+                if let Some(ms) = hold {
+                    // The leader stamped `now` after `sent`, so the lock lives at least
+                    // `remaining` past `sent`; less a margin for clock rates (0.1 % + 2 ms).
+                    let remaining = lock.mtime.saturating_add(ms).saturating_sub(now);
+                    let remaining = Duration::from_millis(u64::try_from(remaining).unwrap_or(0));
+                    let margin = remaining / 1000 + Duration::from_millis(2);
+                    if let Some(d) = remaining.checked_sub(margin) {
+                        self.remember_live(&p.lock, lock.mzxid, look.sent + d);
+                    }
+                }
+                return Ok(None);
+            }
+            tracing::debug!(
+                lock = %p.lock,
+                expired_ms_ago = now - lock.mtime.saturating_add(hold.unwrap_or(0)),
+                "taking over an expired lock"
+            );
+            txn = Txn::Takeover { name_version: name.version, lock_version: lock.version };
+        }
+        Ok(None)
+    }
+
+    async fn try_lock(self: &Arc<Self>, config: &LockConfig) -> Result<Option<Lock>> {
+        check_lock_name(BACKEND, config.name(), Some(MAX_NAME_LEN), false)?;
+        let paths = self.paths(config.name());
+        let data = encode(config.lock_at_most_for(), &self.locked_by);
+        let acquisition = Acquisition::begin(config);
+        let span = tracing::debug_span!("zookeeper.try_lock", lock = %config.name());
+        let won = with_timeout("try_lock", self.timeout, self.acquire(&paths, &data))
+            .instrument(span)
+            .await?;
+        // The handle keeps the session it acquired with: after that session expired (its
+        // ephemeral node is gone) every owner-checked call on it fails.
+        let Some((g, client)) = won else { return Ok(None) };
+        let handle = ZkHandle {
+            inner: self.clone(),
+            client,
+            paths,
+            name_version: g.name_version,
+            token: g.zxid,
+            mtime: g.mtime,
+            hold_ms: hold_ms(config.lock_at_most_for()),
+            since: Instant::now(),
+        };
+        acquisition.grant(handle).await.map(Some)
+    }
+}
+
+struct Look {
+    /// The leader's now, in ms since the epoch (`None`: not asked).
+    now: Option<i64>,
+    /// When the requests were sent: the leader stamped `now` after this instant.
+    sent: Instant,
+    name: Option<Stat>,
+    lock: Option<(Option<i64>, Stat)>,
+}
+
+/// One held lock: the name node's version its acquisition set (owner check) and the acquiring
+/// zxid (fencing token).
+struct ZkHandle {
+    inner: Arc<Inner>,
+    client: Client,
+    paths: Paths,
+    name_version: i32,
+    token: i64,
+    /// The lock node's mtime (the leader's time of its last write) and hold: the server deems
+    /// it expired from `mtime + hold_ms`.
+    mtime: i64,
+    hold_ms: i64,
+    /// When the answer of the acquire (or last extension) arrived: `lock_at_least_for` counts
+    /// from here, which keeps the lock at least as long as asked.
+    since: Instant,
+}
+
+impl ZkHandle {
+    /// Whether this handle's session can still send: `Err` when disconnected (retryable), and
+    /// `Ok(false)` when the session ended (its ephemeral lock node is gone with it).
+    fn session_alive(&self) -> Result<bool> {
+        match self.client.state() {
+            SessionState::SyncConnected | SessionState::ConnectedReadOnly => Ok(true),
+            SessionState::Disconnected => Err(Error::unavailable(
+                BACKEND,
+                "disconnected from ZooKeeper (the client is reconnecting)",
+            )),
+            _ => Ok(false),
+        }
+    }
+
+    /// An owner-checked transaction: the name node still has this acquisition's version (no
+    /// acquisition since ours, so the lock node, if any, is ours), then a write or delete of the
+    /// lock node at any version. The lock node's own version is deliberately not checked: an
+    /// extension whose future was dropped after it was sent may have changed it, and the
+    /// release must still work. `Ok(None)`: not ours any more.
+    async fn checked(&self, data: Option<&[u8]>) -> Result<Option<Option<Stat>>> {
+        let inner = &self.inner;
+        let mut w = self.client.new_multi_writer();
+        let built = (|| {
+            w.add_check_version(&self.paths.name, self.name_version)?;
+            match data {
+                Some(d) => w.add_set_data(&self.paths.lock, d, None),
+                None => w.add_delete(&self.paths.lock, None),
+            }
+        })();
+        built.map_err(|e| inner.map(e))?;
+        use zookeeper_client::Error as Z;
+        match w.commit().await {
+            Ok(results) => Ok(Some(match results.into_iter().nth(1) {
+                Some(zookeeper_client::MultiWriteResult::SetData { stat }) => Some(stat),
+                _ => None,
+            })),
+            Err(MultiWriteError::OperationFailed { source: Z::NoNode | Z::BadVersion, .. }) => {
+                Ok(None)
+            }
+            Err(
+                MultiWriteError::RequestFailed { source: Z::SessionExpired }
+                | MultiWriteError::OperationFailed { source: Z::SessionExpired, .. },
+            ) => Ok(None),
+            Err(e) => Err(inner.map(multi_source(e))),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl LockHandle for ZkHandle {
+    async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
+        if !self.session_alive()? {
+            // The session ended: its ephemeral node went with it.
+            return Ok(());
+        }
+        let timeout = self.inner.timeout;
+        with_timeout("unlock", timeout, async {
+            let rest = config
+                .lock_at_least_for()
+                .checked_sub(self.since.elapsed())
+                .filter(|d| !d.is_zero());
+            let data = rest.map(|hold| encode(hold, &self.inner.locked_by));
+            // Within lock_at_least_for: the node stays, holding the rest of it (from the
+            // leader's now); after it: the node goes. A stale holder's transaction fails the
+            // name node's version check and changes nothing.
+            self.checked(data.as_deref()).await.map(|_| ())
+        })
+        .instrument(tracing::debug_span!("zookeeper.unlock", lock = %config.name()))
+        .await
+    }
+
+    async fn extend(&mut self, config: &LockConfig) -> Result<()> {
+        let lost = || Error::LockLost { name: config.name().to_owned() };
+        if !self.session_alive()? {
+            return Err(lost());
+        }
+        let timeout = self.inner.timeout;
+        let data = encode(config.lock_at_most_for(), &self.inner.locked_by);
+        let done = with_timeout("extend", timeout, self.checked(Some(&data)))
+            .instrument(tracing::debug_span!("zookeeper.extend", lock = %config.name()))
+            .await?;
+        let Some(Some(stat)) = done else { return Err(lost()) };
+        if stat.mtime >= self.mtime.saturating_add(self.hold_ms) {
+            // The extension reached the leader after the lock had expired by its clock (nobody
+            // had taken it yet): it must not revive the lock. Release it again (owner-checked)
+            // and report the loss.
+            tracing::debug!(lock = %self.paths.lock, "an extension arrived after expiry; releasing");
+            if let Err(error) = with_timeout("extend", timeout, self.checked(None)).await {
+                tracing::warn!(%error, "releasing a lock revived by a late extension failed; it expires after lock_at_most_for");
+            }
+            return Err(lost());
+        }
+        self.mtime = stat.mtime;
+        self.hold_ms = hold_ms(config.lock_at_most_for());
+        self.since = Instant::now();
+        Ok(())
+    }
+
+    fn fencing_token(&self) -> Option<u64> {
+        u64::try_from(self.token).ok()
+    }
+}
+
+#[async_trait::async_trait]
+impl LockProvider for ZooKeeperLockProvider {
+    async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
+        self.inner.try_lock(config).await
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new()
+            .with_extend(true)
+            .with_fencing(true)
+            .with_server_time(true)
+            .with_owner_checked(true)
+            // The leader stamps mtime in whole milliseconds.
+            .with_granularity(Duration::from_millis(1))
+            .with_max_name_len(Some(MAX_NAME_LEN))
+    }
+
+    fn backend_name(&self) -> &'static str {
+        BACKEND
+    }
+}
+
+impl ZooKeeperLockProvider {
+    /// Starts a builder on a connect string `host:port[,host:port...]` (root `/shedlock`, 10 s
+    /// session timeout, 10 s operation timeout).
+    pub fn builder(connect_string: impl Into<String>) -> ZooKeeperLockProviderBuilder {
+        ZooKeeperLockProviderBuilder {
+            connect_string: connect_string.into(),
+            root: DEFAULT_ROOT.to_owned(),
+            session_timeout: DEFAULT_SESSION_TIMEOUT,
+            connection_timeout: None,
+            operation_timeout: Some(DEFAULT_TIMEOUT),
+            locked_by: None,
+        }
+    }
+
+    /// The root path.
+    pub fn root(&self) -> &str {
+        &self.inner.root
+    }
+
+    /// The name node of a lock name: `<root>/<key_for(name)>`.
+    pub fn name_path(&self, name: &str) -> String {
+        self.inner.paths(name).name
+    }
+
+    /// The ephemeral lock node of a lock name: `<root>/<key_for(name)>/lock`.
+    pub fn lock_path(&self, name: &str) -> String {
+        self.inner.paths(name).lock
+    }
+
+    /// Opens the session now (instead of on the first lock call) and creates the root and the
+    /// clock node if missing. Bounded by the operation timeout.
+    pub async fn connect(&self) -> Result<()> {
+        let inner = &self.inner;
+        with_timeout("connect", inner.timeout, async {
+            let client = inner.client().await?;
+            inner.ensure_node(&client, &inner.clock_path).await
+        })
+        .await
+    }
+
+    /// The id of the current session, if one is open.
+    pub async fn session_id(&self) -> Option<i64> {
+        self.inner.client.lock().await.as_ref().map(|c| c.session_id().0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn keys_are_valid_znode_names_and_one_to_one() {
+        let names =
+            ["a", "a.b", "a%2Eb", "a b", "/", "..", ".", "ü", "a/b", "a\0", "%", "zookeeper"];
+        let keys: std::collections::HashSet<_> = names.iter().map(|n| key_for(n)).collect();
+        assert_eq!(keys.len(), names.len());
+        for k in &keys {
+            assert!(k.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_%".contains(&b)), "{k}");
+            assert!(!k.starts_with('.'));
+        }
+        assert_eq!(key_for("ü"), "%C3%BC");
+        assert_eq!(key_for(&"\u{7f}".repeat(MAX_NAME_LEN)).len(), 3 * MAX_NAME_LEN);
+    }
+
+    #[test]
+    fn bad_roots_and_connect_strings_are_setup_errors() {
+        for root in [
+            "/",
+            "",
+            "shedlock",
+            "/a/",
+            "/a//b",
+            "/a/./b",
+            "/..",
+            "/zookeeper",
+            "/zookeeper/x",
+            "/a\u{1}",
+        ] {
+            let r = ZooKeeperLockProvider::builder("127.0.0.1:2181").root(root).build();
+            assert!(matches!(r, Err(Error::Setup { .. })), "{root:?}: {r:?}");
+        }
+        assert!(ZooKeeperLockProvider::builder("127.0.0.1:2181").root("/a/b-c").build().is_ok());
+        for cs in ["", "127.0.0.1:2181,", "127.0.0.1:2181/chroot"] {
+            let r = ZooKeeperLockProvider::builder(cs).build();
+            assert!(matches!(r, Err(Error::Setup { .. })), "{cs:?}: {r:?}");
+        }
+        let r = ZooKeeperLockProvider::builder("h:1").locked_by("x".repeat(256)).build();
+        assert!(matches!(r, Err(Error::Setup { .. })));
+    }
+
+    #[test]
+    fn lock_data_round_trips_and_rounds_up() {
+        assert_eq!(decode_hold(&encode(Duration::from_micros(1500), "h/1")), Some(3));
+        assert_eq!(decode_hold(b"junk"), None);
+    }
+}
+
+/// The README's examples, compiled as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
