@@ -94,6 +94,16 @@ impl Lease {
         LostSignal { lease: self.clone() }
     }
 
+    /// For providers: the backend has said that this lock is gone before its deadline (a
+    /// ZooKeeper session expired and took the ephemeral node with it, an etcd lease was revoked by
+    /// an operator). The lease becomes lost at once: [`is_lost`](Self::is_lost) is true, every
+    /// [`LostSignal`] fires and the executor reports the loss. A released lease stays released.
+    /// Get the lease of a granted lock with [`Lock::lease`](crate::Lock::lease) and keep a clone
+    /// where the backend's events arrive.
+    pub fn report_lost(&self) {
+        self.mark_lost();
+    }
+
     /// Marks the lease lost (an extension found the lock taken, or it expired).
     pub(crate) fn mark_lost(&self) {
         self.state.send_if_modified(|s| {

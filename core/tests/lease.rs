@@ -256,3 +256,26 @@ async fn an_absurd_lock_at_most_for_saturates_instead_of_overflowing() {
     assert!(!lock.is_lost());
     lock.unlock().await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_loss_reported_by_the_provider_fires_the_signal_before_the_deadline() {
+    let link = slow(Duration::ZERO);
+    let lock = link.try_lock(&cfg("session")).await.unwrap().unwrap();
+    let lease = lock.lease().clone();
+    let signal = lock.lost_signal();
+    assert!(!signal.is_lost());
+    // e.g. the backend's session expired: the provider reports it, long before valid_until.
+    lease.report_lost();
+    assert!(lock.is_lost() && signal.is_lost());
+    assert_eq!(lock.remaining(), Duration::ZERO);
+    tokio::time::timeout(Duration::from_millis(1), signal.lost()).await.expect("the signal fired");
+    lock.unlock().await.unwrap();
+
+    // A released lease stays released: a late report changes nothing.
+    let lock = link.try_lock(&cfg("released")).await.unwrap().expect("the slot is free again");
+    let lease = lock.lease().clone();
+    let signal = lock.lost_signal();
+    lock.unlock().await.unwrap();
+    lease.report_lost();
+    assert!(!signal.is_lost(), "a released lock is not lost");
+}
