@@ -45,20 +45,27 @@
 use std::{
     collections::HashMap,
     fmt,
-    sync::{Arc, PoisonError},
+    sync::{
+        Arc, PoisonError,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 
 use shedlock::{
-    Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
+    Acquisition, Capabilities, Error, Lease, Lock, LockConfig, LockHandle, LockProvider, Result,
     support::{
         MAX_LOCKED_BY_LEN, check_lock_name, default_locked_by, duration_millis_ceil, with_timeout,
     },
 };
-use tokio::{sync::Mutex, time::Instant};
+use tokio::{
+    sync::{Mutex, oneshot},
+    time::Instant,
+};
 use tracing::Instrument;
 use zookeeper_client::{
     Acls, Client, CreateMode, CreateOptions, MultiReadResult, MultiWriteError, SessionState, Stat,
+    StateWatcher,
 };
 
 const BACKEND: &str = "zookeeper";
@@ -646,7 +653,13 @@ impl Inner {
         // The handle keeps the session it acquired with: after that session expired (its
         // ephemeral node is gone) every owner-checked call on it fails.
         let Some((g, client)) = won else { return Ok(None) };
+        let watcher = client.state_watcher();
+        let session_timeout = client.session_timeout();
+        let (stop, stopped) = oneshot::channel();
+        let session_gone = Arc::new(AtomicBool::new(false));
         let handle = ZkHandle {
+            _stop_watch: stop,
+            session_gone: session_gone.clone(),
             inner: self.clone(),
             client,
             paths,
@@ -656,7 +669,47 @@ impl Inner {
             hold_ms: hold_ms(config.lock_at_most_for()),
             since: Instant::now(),
         };
-        acquisition.grant(handle).await.map(Some)
+        let lock = acquisition.grant(handle).await?;
+        let lease = lock.lease().clone();
+        tokio::spawn(watch_session(watcher, session_timeout, lease, session_gone, stopped));
+        Ok(Some(lock))
+    }
+}
+
+/// Reports a held lock lost as soon as its session is known to be gone, without waiting for an
+/// extend: when the session reaches a terminal state (expired, closed, authentication failed),
+/// or when the client has been disconnected for a whole session timeout (the server then
+/// expires the session and deletes the ephemeral lock node; the client itself learns "expired"
+/// only once it reconnects). Ends when the handle is dropped (unlock, or the `Lock` dropped).
+async fn watch_session(
+    mut watcher: StateWatcher,
+    session_timeout: Duration,
+    lease: Lease,
+    gone: Arc<AtomicBool>,
+    mut stopped: oneshot::Receiver<()>,
+) {
+    loop {
+        let state = watcher.state();
+        if state.is_terminated() {
+            tracing::warn!(?state, "the ZooKeeper session of a held lock ended; lock lost");
+            gone.store(true, Ordering::Release);
+            lease.report_lost();
+            return;
+        }
+        let disconnected = matches!(state, SessionState::Disconnected);
+        tokio::select! {
+            _ = &mut stopped => return,
+            _ = watcher.changed() => {}
+            () = tokio::time::sleep(session_timeout), if disconnected => {
+                tracing::warn!(
+                    ?session_timeout,
+                    "disconnected from ZooKeeper for a whole session timeout; lock lost"
+                );
+                gone.store(true, Ordering::Release);
+                lease.report_lost();
+                return;
+            }
+        }
     }
 }
 
@@ -672,6 +725,11 @@ struct Look {
 /// One held lock: the name node's version its acquisition set (owner check) and the acquiring
 /// zxid (fencing token).
 struct ZkHandle {
+    /// Dropped with the handle: stops the session watcher (see [`watch_session`]).
+    _stop_watch: oneshot::Sender<()>,
+    /// Set by the watcher once the session is surely gone (and the ephemeral lock node with it):
+    /// unlock is then a no-op and extend reports the loss, even while still disconnected.
+    session_gone: Arc<AtomicBool>,
     inner: Arc<Inner>,
     client: Client,
     paths: Paths,
@@ -690,6 +748,10 @@ impl ZkHandle {
     /// Whether this handle's session can still send: `Err` when disconnected (retryable), and
     /// `Ok(false)` when the session ended (its ephemeral lock node is gone with it).
     fn session_alive(&self) -> Result<bool> {
+        if self.session_gone.load(Ordering::Acquire) {
+            // The watcher saw the session end, or a whole session timeout of disconnection.
+            return Ok(false);
+        }
         match self.client.state() {
             SessionState::SyncConnected | SessionState::ConnectedReadOnly => Ok(true),
             SessionState::Disconnected => Err(Error::unavailable(
