@@ -506,16 +506,16 @@ fn target_dir() -> PathBuf {
     let start = std::env::var_os("CARGO_MANIFEST_DIR")
         .map(PathBuf::from)
         .or_else(|| std::env::current_dir().ok());
-    if let Some(start) = start {
-        if let Some(root) = workspace_root(&start) {
-            return root.join("target");
-        }
+    if let Some(start) = start
+        && let Some(root) = workspace_root(&start)
+    {
+        return root.join("target");
     }
     // <target>/<profile>/deps/<binary>
-    if let Ok(exe) = std::env::current_exe() {
-        if let Some(t) = exe.parent().and_then(Path::parent).and_then(Path::parent) {
-            return t.to_path_buf();
-        }
+    if let Ok(exe) = std::env::current_exe()
+        && let Some(t) = exe.parent().and_then(Path::parent).and_then(Path::parent)
+    {
+        return t.to_path_buf();
     }
     PathBuf::from("target")
 }

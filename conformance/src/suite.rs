@@ -235,10 +235,10 @@ impl Suite {
     /// Runs one check, timing it. A check that panics is a failure. The result carries the
     /// declaration of [`Options::expected`] for this check, if any.
     pub async fn run_check(&self, check: &Check) -> CheckResult {
-        if let Some(total) = self.options.soak_for {
-            if checks::SOAK_CHECKS.contains(&check.id) {
-                return checks::soak_check(self, check, total).await;
-            }
+        if let Some(total) = self.options.soak_for
+            && checks::SOAK_CHECKS.contains(&check.id)
+        {
+            return checks::soak_check(self, check, total).await;
         }
         let started = Instant::now();
         let verdict = CatchPanic(Box::pin((check.run)(self))).await;

@@ -131,15 +131,12 @@ impl LockHandle for Handle {
     async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
         let now = SystemTime::now();
         let mut recs = self.p.backend.recs.lock().unwrap();
-        if let Some(r) = recs.get_mut(&self.key) {
-            if r.owner == self.owner || self.p.bug == Bug::NoOwnerCheck {
-                let at_least = r.locked_at + config.lock_at_least_for();
-                r.until = if self.p.bug == Bug::AtLeastIgnored || at_least <= now {
-                    now
-                } else {
-                    at_least
-                };
-            }
+        if let Some(r) = recs.get_mut(&self.key)
+            && (r.owner == self.owner || self.p.bug == Bug::NoOwnerCheck)
+        {
+            let at_least = r.locked_at + config.lock_at_least_for();
+            r.until =
+                if self.p.bug == Bug::AtLeastIgnored || at_least <= now { now } else { at_least };
         }
         Ok(())
     }

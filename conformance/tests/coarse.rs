@@ -89,10 +89,10 @@ impl LockHandle for Handle {
     async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
         let now = now_s();
         let mut recs = self.p.backend.recs.lock().unwrap();
-        if let Some(r) = recs.get_mut(config.name()) {
-            if r.owner == self.owner {
-                r.until = r.until.min(now.max(r.locked_at + ttl(config.lock_at_least_for())));
-            }
+        if let Some(r) = recs.get_mut(config.name())
+            && r.owner == self.owner
+        {
+            r.until = r.until.min(now.max(r.locked_at + ttl(config.lock_at_least_for())));
         }
         Ok(())
     }

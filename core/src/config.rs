@@ -330,14 +330,14 @@ impl LockDefaults {
         if self.lock_at_most_for.is_some_and(|d| d.is_zero()) {
             return Err(ConfigError::ZeroAtMost { name: "<default>".into() });
         }
-        if let (Some(at_most), Some(at_least)) = (self.lock_at_most_for, self.lock_at_least_for) {
-            if at_least > at_most {
-                return Err(ConfigError::AtLeastExceedsAtMost {
-                    name: "<default>".into(),
-                    at_most,
-                    at_least,
-                });
-            }
+        if let (Some(at_most), Some(at_least)) = (self.lock_at_most_for, self.lock_at_least_for)
+            && at_least > at_most
+        {
+            return Err(ConfigError::AtLeastExceedsAtMost {
+                name: "<default>".into(),
+                at_most,
+                at_least,
+            });
         }
         Ok(())
     }

@@ -183,7 +183,7 @@ pub fn unix_millis(t: SystemTime) -> i64 {
 /// held for less than asked).
 pub fn duration_micros(d: Duration) -> i64 {
     let d = d.min(MAX_DURATION);
-    let micros = d.as_micros() + u128::from(d.subsec_nanos() % 1000 != 0);
+    let micros = d.as_micros() + u128::from(!d.subsec_nanos().is_multiple_of(1000));
     i64::try_from(micros).unwrap_or(i64::MAX)
 }
 
@@ -191,7 +191,7 @@ pub fn duration_micros(d: Duration) -> i64 {
 /// held for less than asked).
 pub fn duration_millis_ceil(d: Duration) -> i64 {
     let d = d.min(MAX_DURATION);
-    let millis = d.as_millis() + u128::from(d.subsec_nanos() % 1_000_000 != 0);
+    let millis = d.as_millis() + u128::from(!d.subsec_nanos().is_multiple_of(1_000_000));
     i64::try_from(millis).unwrap_or(i64::MAX)
 }
 

@@ -251,10 +251,10 @@ impl Compose {
 
     /// `docker compose stop` if this launch brought the services up.
     pub(crate) fn stop(&self) {
-        if self.owned {
-            if let Ok(mut cmd) = self.command(&["stop"]) {
-                let _ = run_with_timeout(&mut cmd, Duration::from_secs(120));
-            }
+        if self.owned
+            && let Ok(mut cmd) = self.command(&["stop"])
+        {
+            let _ = run_with_timeout(&mut cmd, Duration::from_secs(120));
         }
     }
 }

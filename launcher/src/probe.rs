@@ -254,10 +254,10 @@ pub(crate) fn http(
     req.push_str(body);
     s.write_all(req.as_bytes()).map_err(io("send HTTP request"))?;
     let mut resp = Vec::new();
-    if let Err(e) = s.read_to_end(&mut resp) {
-        if resp.is_empty() {
-            return Err(format!("read HTTP response: {e}"));
-        }
+    if let Err(e) = s.read_to_end(&mut resp)
+        && resp.is_empty()
+    {
+        return Err(format!("read HTTP response: {e}"));
     }
     let text = String::from_utf8_lossy(&resp);
     let status = text

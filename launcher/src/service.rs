@@ -426,12 +426,11 @@ impl Service {
         if let Some(url) = options.get_url() {
             return Ok(Service::external(backend, url.to_owned()));
         }
-        if !options.get_ignore_env() {
-            if let Ok(url) = std::env::var(backend.env_var()) {
-                if !url.trim().is_empty() {
-                    return Ok(Service::external(backend, url.trim().to_owned()));
-                }
-            }
+        if !options.get_ignore_env()
+            && let Ok(url) = std::env::var(backend.env_var())
+            && !url.trim().is_empty()
+        {
+            return Ok(Service::external(backend, url.trim().to_owned()));
         }
         let mut service = match options.get_via() {
             Via::Native => Service::start_native(backend, options),

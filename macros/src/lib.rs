@@ -154,18 +154,18 @@ impl Args {
         let Some(name) = name else {
             return Err(syn::Error::new(Span::call_site(), "missing `name = \"...\"`"));
         };
-        if let Some((d, lit)) = &at_most {
-            if d.is_zero() {
-                return Err(syn::Error::new(lit.span(), "at_most must be greater than zero"));
-            }
+        if let Some((d, lit)) = &at_most
+            && d.is_zero()
+        {
+            return Err(syn::Error::new(lit.span(), "at_most must be greater than zero"));
         }
-        if let (Some((most, _)), Some((least, lit))) = (&at_most, &at_least) {
-            if least > most {
-                return Err(syn::Error::new(
-                    lit.span(),
-                    format!("at_least ({}) must not exceed at_most ({})", fmt(*least), fmt(*most)),
-                ));
-            }
+        if let (Some((most, _)), Some((least, lit))) = (&at_most, &at_least)
+            && least > most
+        {
+            return Err(syn::Error::new(
+                lit.span(),
+                format!("at_least ({}) must not exceed at_most ({})", fmt(*least), fmt(*most)),
+            ));
         }
         Ok(LockArgs { name, at_most: at_most.map(|(d, _)| d), at_least: at_least.map(|(d, _)| d) })
     }
@@ -224,13 +224,13 @@ fn expand_fn(args: Args, mut func: ItemFn) -> syn::Result<TokenStream2> {
         }
     };
     for input in &func.sig.inputs {
-        if let FnArg::Typed(pat) = input {
-            if pat.pat.to_token_stream().to_string() == "executor" {
-                return Err(syn::Error::new(
-                    pat.pat.span(),
-                    "#[shedlock::lock] adds a parameter named `executor`; rename this one",
-                ));
-            }
+        if let FnArg::Typed(pat) = input
+            && pat.pat.to_token_stream().to_string() == "executor"
+        {
+            return Err(syn::Error::new(
+                pat.pat.span(),
+                "#[shedlock::lock] adds a parameter named `executor`; rename this one",
+            ));
         }
     }
     let executor_arg: FnArg = parse_quote!(executor: &::shedlock::LockingExecutor);

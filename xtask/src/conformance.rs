@@ -239,12 +239,11 @@ fn run_one(
                 env.push(("SHEDLOCK_VIA".to_owned(), v.to_string()));
             }
             // Fail early, with the install hint, when a native start cannot work.
-            if !matches!(via, Some(shedlock_launcher::Via::Docker)) {
-                if let Err(e) = shedlock_launcher::check_installed(b) {
-                    if !matches!(via, None | Some(shedlock_launcher::Via::Auto)) {
-                        return Err(e.to_string());
-                    }
-                }
+            if !matches!(via, Some(shedlock_launcher::Via::Docker))
+                && let Err(e) = shedlock_launcher::check_installed(b)
+                && !matches!(via, None | Some(shedlock_launcher::Via::Auto))
+            {
+                return Err(e.to_string());
             }
             // The test process must not inherit a URL from `cargo xtask services up`.
             env.push((b.env_var().to_owned(), String::new()));

@@ -152,10 +152,10 @@ pub(crate) async fn run_workload(
                     tokio::time::sleep(hold).await;
                     if w.extend && rng.u8(0..4) == 0 {
                         let s = Instant::now();
-                        if lock.extend(at_most, Duration::ZERO).await.is_ok() {
-                            if let Ok(c) = cfg.with_durations(at_most, Duration::ZERO) {
-                                history.extended(id, &c, s);
-                            }
+                        if lock.extend(at_most, Duration::ZERO).await.is_ok()
+                            && let Ok(c) = cfg.with_durations(at_most, Duration::ZERO)
+                        {
+                            history.extended(id, &c, s);
                         }
                         tokio::time::sleep(hold / 2).await;
                     }

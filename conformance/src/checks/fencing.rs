@@ -41,12 +41,12 @@ async fn c20(suite: &Suite) -> R {
     let short = suite.config(&name, t.at_most, Duration::ZERO)?;
     let mut tokens: Vec<(String, u64)> = Vec::new();
     let mut push = |step: &str, tok: u64| -> Result<(), Verdict> {
-        if let Some((prev_step, prev)) = tokens.last() {
-            if tok <= *prev {
-                return Err(Verdict::fail(format!(
-                    "token {tok} at '{step}' is not greater than token {prev} at '{prev_step}'"
-                )));
-            }
+        if let Some((prev_step, prev)) = tokens.last()
+            && tok <= *prev
+        {
+            return Err(Verdict::fail(format!(
+                "token {tok} at '{step}' is not greater than token {prev} at '{prev_step}'"
+            )));
         }
         tokens.push((step.to_owned(), tok));
         Ok(())

@@ -432,14 +432,14 @@ impl Fence {
         let Some(tok) = lock.fencing_token() else {
             bail!("{step}: the lock carries no fencing token although `fencing` is declared");
         };
-        if let Some((prev_step, prev)) = self.seen.iter().max_by_key(|(_, t)| *t) {
-            if tok <= *prev {
-                bail!(
-                    "fencing token {tok} of {step} is not greater than token {prev} of {prev_step} \
+        if let Some((prev_step, prev)) = self.seen.iter().max_by_key(|(_, t)| *t)
+            && tok <= *prev
+        {
+            bail!(
+                "fencing token {tok} of {step} is not greater than token {prev} of {prev_step} \
                      (tokens must keep increasing when the record is deleted or the backend \
                      restarts: a counter kept in the record itself starts over)"
-                );
-            }
+            );
         }
         self.seen.push((step.to_owned(), tok));
         Ok(())

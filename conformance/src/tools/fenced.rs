@@ -37,11 +37,11 @@ impl FencedRegister {
     /// Writes `value` with `token`, unless a higher token was seen.
     pub fn write(&self, token: u64, value: impl Into<String>) -> Result<(), Refused> {
         let mut i = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(h) = i.highest {
-            if token < h {
-                i.refused += 1;
-                return Err(Refused { token, highest: h });
-            }
+        if let Some(h) = i.highest
+            && token < h
+        {
+            i.refused += 1;
+            return Err(Refused { token, highest: h });
         }
         i.highest = Some(token);
         i.value = Some(value.into());

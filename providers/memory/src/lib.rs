@@ -195,14 +195,14 @@ impl MemoryLockProvider {
 #[async_trait]
 impl LockProvider for MemoryLockProvider {
     async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
-        if let Some(max) = self.max_name_len {
-            if config.name().len() > max {
-                return Err(Error::InvalidName {
-                    backend: BACKEND,
-                    name: config.name().to_owned(),
-                    reason: format!("longer than {max} bytes"),
-                });
-            }
+        if let Some(max) = self.max_name_len
+            && config.name().len() > max
+        {
+            return Err(Error::InvalidName {
+                backend: BACKEND,
+                name: config.name().to_owned(),
+                reason: format!("longer than {max} bytes"),
+            });
         }
         let acquisition = Acquisition::begin(config);
         let now = self.now();
@@ -210,10 +210,10 @@ impl LockProvider for MemoryLockProvider {
         let owner = self.server.inner.next_owner.fetch_add(1, Ordering::Relaxed);
         let token = {
             let mut state = self.server.state();
-            if let Some(rec) = state.records.get(config.name()) {
-                if rec.lock_until > now {
-                    return Ok(None);
-                }
+            if let Some(rec) = state.records.get(config.name())
+                && rec.lock_until > now
+            {
+                return Ok(None);
             }
             state.last_token += 1;
             let token = state.last_token;
@@ -252,14 +252,14 @@ impl LockHandle for MemoryHandle {
     async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
         let now = self.node.now();
         let mut state = self.node.server.state();
-        if let Some(rec) = state.records.get_mut(config.name()) {
-            if rec.owner == self.owner {
-                let at_least_until = add(rec.locked_at, config.lock_at_least_for());
-                if at_least_until > now {
-                    rec.lock_until = rec.lock_until.min(at_least_until);
-                } else {
-                    rec.lock_until = now;
-                }
+        if let Some(rec) = state.records.get_mut(config.name())
+            && rec.owner == self.owner
+        {
+            let at_least_until = add(rec.locked_at, config.lock_at_least_for());
+            if at_least_until > now {
+                rec.lock_until = rec.lock_until.min(at_least_until);
+            } else {
+                rec.lock_until = now;
             }
         }
         Ok(())

@@ -603,10 +603,11 @@ impl Inner {
             // write, which is a logged and fsynced transaction).
             let known = self.known_live(&p.lock).filter(|(_, until)| Instant::now() < *until);
             let mut look = self.look(&client, p, known.is_none()).await?;
-            if let (Some((zxid, until)), Some((_, lock))) = (known, &look.lock) {
-                if lock.mzxid == zxid && Instant::now() < until {
-                    return Ok(None);
-                }
+            if let (Some((zxid, until)), Some((_, lock))) = (known, &look.lock)
+                && lock.mzxid == zxid
+                && Instant::now() < until
+            {
+                return Ok(None);
             }
             if look.now.is_none() {
                 look = self.look(&client, p, true).await?;
