@@ -38,6 +38,8 @@
 
 use std::{fmt, sync::Arc, time::Duration};
 
+use tokio::time::Instant;
+
 use mongodb::{
     Collection, Database,
     bson::{Bson, DateTime, Document, doc},
@@ -380,26 +382,40 @@ impl Inner {
     }
 
     /// One `findAndModify`: takes the name if it is free, as acquisition `owner`. `Some(token)`
-    /// when taken, `None` when held elsewhere (the upsert collided with the live document).
+    /// when taken, `None` when held elsewhere.
+    ///
+    /// - Client time: the filter `{_id, lockUntil: {$lte: now}}` matches a free document; when
+    ///   it matches none, the upsert inserts one, which collides with a live document's `_id`:
+    ///   duplicate key 11000, held elsewhere.
+    /// - Server time: `$$NOW` can only enter a query through `$expr`, so the filter is `{_id}`
+    ///   and the update pipeline itself decides: every field becomes the new holder's when the
+    ///   stored `lockUntil` has passed by the server's clock (or is missing: a new document),
+    ///   and stays as it is otherwise (a no-op). The returned owner tells which happened.
     async fn acquire(&self, name: &str, owner: u64, at_most: Duration) -> Result<Option<u64>> {
         let (now, client_now) = self.now_expr();
         let (lock_until, locked_at) = self.lease_fields(client_now, at_most);
-        let filter = doc! {
-            "_id": id(name),
-            "$expr": { "$lte": ["$lockUntil", now] },
+        let new = doc! {
+            "lockUntil": lock_until,
+            "lockedAt": locked_at,
+            "lockedBy": { "$literal": &self.locked_by },
+            "owner": owner_value(owner),
+            "token": next_token(),
         };
-        let update = vec![doc! {
-            "$set": {
-                "lockUntil": lock_until,
-                "lockedAt": locked_at,
-                "lockedBy": { "$literal": &self.locked_by },
-                "owner": owner_value(owner),
-                "token": next_token(),
+        let (filter, update) = match client_now {
+            Some(_) => (doc! { "_id": id(name), "lockUntil": { "$lte": now } }, new),
+            None => {
+                let free = doc! { "$lte": ["$lockUntil", now] };
+                let mut set = Document::new();
+                for (field, value) in new {
+                    let keep = format!("${field}");
+                    set.insert(field, doc! { "$cond": [free.clone(), value, keep] });
+                }
+                (doc! { "_id": id(name) }, set)
             }
-        }];
+        };
         let r = self
             .collection
-            .find_one_and_update(filter, update)
+            .find_one_and_update(filter, vec![doc! { "$set": update }])
             .upsert(true)
             .return_document(ReturnDocument::After)
             .projection(doc! { "owner": 1, "token": 1 })
@@ -407,21 +423,16 @@ impl Inner {
             .await;
         let doc = match r {
             Ok(Some(d)) => d,
+            // The upsert collided with a live document (or, in server time, with another
+            // caller's insert of the same new name).
             Err(e) if server_code(&e) == Some(DUPLICATE_KEY) => return Ok(None),
             Err(e) => return Err(map_err(self, "try_lock", e)),
-            Ok(None) => {
-                return Err(Error::backend(
-                    BACKEND,
-                    "findAndModify with upsert returned no document",
-                ));
-            }
+            // Nothing was written (a wire-compatible server answers so when a concurrent writer
+            // changed the document between its match and its update).
+            Ok(None) => return Ok(None),
         };
-        let stored_owner = doc.get("owner").and_then(Bson::as_i64);
-        if stored_owner != Some(owner_value(owner)) {
-            return Err(Error::backend(
-                BACKEND,
-                format!("findAndModify returned a document of another owner: {doc}"),
-            ));
+        if doc.get("owner").and_then(Bson::as_i64) != Some(owner_value(owner)) {
+            return Ok(None);
         }
         match doc.get("token") {
             Some(Bson::Int64(t)) => Ok(Some(u64::try_from(*t).unwrap_or(0))),
@@ -432,30 +443,74 @@ impl Inner {
         }
     }
 
-    /// Owner-checked extend of a live lock: `true` when this owner still held it.
+    /// Owner-checked extend of a live lock: `true` when this owner still held it (by the clock
+    /// that judges expiry).
+    ///
+    /// - Client time: `updateOne({_id, owner, lockUntil: {$gt: now}}, ...)`, matched or not.
+    /// - Server time: `updateOne({_id, owner}, ...)` whose pipeline moves `lockUntil` and writes
+    ///   a fresh `lease` nonce only while `lockUntil` is ahead of `$$NOW`; an expired lock is
+    ///   left as it is, which the server reports as not modified.
     async fn extend(&self, name: &str, owner: u64, at_most: Duration) -> Result<bool> {
         let (now, client_now) = self.now_expr();
         let (lock_until, locked_at) = self.lease_fields(client_now, at_most);
-        let filter = doc! {
-            "_id": id(name),
-            "owner": owner_value(owner),
-            "$expr": { "$gt": ["$lockUntil", now] },
+        let new = doc! {
+            "lockUntil": lock_until,
+            "lockedAt": locked_at,
+            "lease": owner_value(acquisition_id()),
         };
-        let update = vec![doc! { "$set": { "lockUntil": lock_until, "lockedAt": locked_at } }];
+        let (filter, update) = match client_now {
+            Some(_) => (
+                doc! {
+                    "_id": id(name),
+                    "owner": owner_value(owner),
+                    "lockUntil": { "$gt": now },
+                },
+                new,
+            ),
+            None => {
+                let live = doc! { "$gt": ["$lockUntil", now] };
+                let mut set = Document::new();
+                for (field, value) in new {
+                    let keep = format!("${field}");
+                    set.insert(field, doc! { "$cond": [live.clone(), value, keep] });
+                }
+                (doc! { "_id": id(name), "owner": owner_value(owner) }, set)
+            }
+        };
         let r = self
             .collection
-            .update_one(filter, update)
+            .update_one(filter, vec![doc! { "$set": update }])
             .write_concern(self.write_concern.clone())
             .await
             .map_err(|e| map_err(self, "extend", e))?;
-        Ok(r.matched_count == 1)
+        Ok(match client_now {
+            Some(_) => r.matched_count == 1,
+            None => r.modified_count == 1,
+        })
     }
 
-    /// Owner-checked release: `lockUntil` becomes `lockedAt + lock_at_least_for` when that is
-    /// earlier (the name is free once it has passed, judged by the same clock as expiry). The
-    /// document stays, with its fencing counter. `false` when this owner no longer held it.
-    async fn release(&self, name: &str, owner: u64, at_least: Duration) -> Result<bool> {
+    /// Owner-checked release. Once `lock_at_least_for` has passed (`elapsed`, measured from the
+    /// answer of the acquire or last extend, which came after the server stored `lockedAt`), the
+    /// document is deleted; before, `lockUntil` becomes `lockedAt + lock_at_least_for` when
+    /// that is earlier, so the name frees when it passes, judged by the same clock as expiry.
+    /// `false` when this owner no longer held it.
+    async fn release(
+        &self,
+        name: &str,
+        owner: u64,
+        at_least: Duration,
+        elapsed: Duration,
+    ) -> Result<bool> {
         let filter = doc! { "_id": id(name), "owner": owner_value(owner) };
+        if elapsed >= at_least {
+            let r = self
+                .collection
+                .delete_one(filter)
+                .write_concern(self.write_concern.clone())
+                .await
+                .map_err(|e| map_err(self, "unlock", e))?;
+            return Ok(r.deleted_count == 1);
+        }
         let update = vec![doc! {
             "$set": {
                 "lockUntil": {
@@ -487,7 +542,13 @@ impl Inner {
             return Ok(None);
         };
         tracing::debug!(lock = config.name(), token, "mongodb lock acquired");
-        let handle = MongoHandle { inner: self.clone(), name: config.name().to_owned(), owner, token };
+        let handle = MongoHandle {
+            inner: self.clone(),
+            name: config.name().to_owned(),
+            owner,
+            token,
+            since: Instant::now(),
+        };
         acquisition.grant(handle).await.map(Some)
     }
 }
@@ -498,6 +559,9 @@ struct MongoHandle {
     name: String,
     owner: u64,
     token: u64,
+    /// When the answer of the acquire (or last extension) arrived, after the server stored
+    /// `lockedAt`: `lock_at_least_for` has surely passed on the server once it has passed here.
+    since: Instant,
 }
 
 #[async_trait::async_trait]
@@ -507,7 +571,12 @@ impl LockHandle for MongoHandle {
         let held = with_timeout(
             "unlock",
             inner.timeout,
-            inner.release(&self.name, self.owner, config.lock_at_least_for()),
+            inner.release(
+                &self.name,
+                self.owner,
+                config.lock_at_least_for(),
+                self.since.elapsed(),
+            ),
         )
         .await?;
         if !held {
@@ -525,7 +594,11 @@ impl LockHandle for MongoHandle {
             inner.extend(&self.name, self.owner, config.lock_at_most_for()),
         )
         .await?;
-        if held { Ok(()) } else { Err(Error::LockLost { name: config.name().to_owned() }) }
+        if !held {
+            return Err(Error::LockLost { name: config.name().to_owned() });
+        }
+        self.since = Instant::now();
+        Ok(())
     }
 
     fn fencing_token(&self) -> Option<u64> {
