@@ -571,12 +571,7 @@ impl LockHandle for MongoHandle {
         let held = with_timeout(
             "unlock",
             inner.timeout,
-            inner.release(
-                &self.name,
-                self.owner,
-                config.lock_at_least_for(),
-                self.since.elapsed(),
-            ),
+            inner.release(&self.name, self.owner, config.lock_at_least_for(), self.since.elapsed()),
         )
         .await?;
         if !held {
