@@ -3,17 +3,20 @@
 //! One document per lock name in a collection (default `shedLock`, ShedLock's name):
 //! `{_id: <name>, lockUntil: Date, lockedAt: Date, lockedBy: String, owner: Int64, token: Int64}`.
 //!
-//! - **Acquire is one request**: `findAndModify` with `upsert`, filtered on
-//!   `{_id: name, $expr: {$lte: ["$lockUntil", now]}}`. A free name (no document, or one whose
-//!   `lockUntil` has passed) is written with this acquisition's fresh `owner` id; a held one
-//!   makes the upsert collide with the existing `_id`: duplicate key error 11000, "held
-//!   elsewhere".
+//! - **Acquire is one request**: `findAndModify` with `upsert`, returning the stored `owner` and
+//!   `token`. In server time the filter is `{_id: name}` and the update pipeline itself gives
+//!   the document to this acquisition's fresh `owner` id only where `lockUntil <= $$NOW` (or the
+//!   document is new), leaving a live lock untouched. In client time the filter is
+//!   `{_id: name, lockUntil: {$lte: now}}`: a held name makes the upsert collide with the
+//!   existing `_id` (duplicate key error 11000, "held elsewhere").
 //! - **Server time** ([`TimeSource::Server`], the default): `now` is the server's `$$NOW`, and
 //!   `lockUntil` is computed on the server by an update pipeline, so client clock skew cannot
 //!   break exclusion. Needs MongoDB 4.2 or newer. [`TimeSource::Client`] computes `lockUntil`
 //!   from each instance's [`Clock`](shedlock::Clock) instead, as ShedLock does by default.
 //! - **Owner-checked** unlock and extend: each filters on this acquisition's `owner` id, so a
-//!   stale holder changes nothing.
+//!   stale holder changes nothing. Unlock deletes the document once `lock_at_least_for` has
+//!   passed (before, it moves `lockUntil` back to `lockedAt + lock_at_least_for`); extend only
+//!   moves a lock that is still live by the clock that judges expiry.
 //! - **Fencing tokens** in the same update: `token = max(token + 1, server time in µs)`, so they
 //!   increase per name even across a deleted document.
 //! - **Write concern** `majority` by default ([`MongoLockProviderBuilder::write_concern`]).
@@ -39,6 +42,7 @@
 use std::{fmt, sync::Arc, time::Duration};
 
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use mongodb::{
     Collection, Database,
@@ -190,7 +194,7 @@ impl MongoLockProviderBuilder {
 
     /// The time limit of each lock operation (default [`DEFAULT_TIMEOUT`]; `None`: the driver's
     /// own limits only, e.g. 30 s of server selection). On expiry the call returns
-    /// [`Error::Timeout`](shedlock::Error::Timeout), whose effect is unknown.
+    /// [`Error::Timeout`], whose effect is unknown.
     pub fn operation_timeout(mut self, limit: Option<Duration>) -> Self {
         self.operation_timeout = limit;
         self
@@ -220,7 +224,7 @@ impl MongoLockProviderBuilder {
 
     /// Validates the configuration and builds the provider. An invalid collection name, an
     /// unacknowledged write concern or a too long `locked_by` gives
-    /// [`Error::Setup`](shedlock::Error::Setup). Does no I/O.
+    /// [`Error::Setup`]. Does no I/O.
     pub fn build(self) -> Result<MongoLockProvider> {
         check_collection_name(self.database.name(), &self.collection).map_err(setup)?;
         if self.write_concern.w == Some(Acknowledgment::Nodes(0))
@@ -531,11 +535,13 @@ impl Inner {
         check_lock_name(BACKEND, config.name(), Some(MAX_NAME_LEN), false)?;
         let owner = acquisition_id();
         let acquisition = Acquisition::begin(config);
+        let span = tracing::debug_span!("mongodb.try_lock", lock = config.name());
         let token = with_timeout(
             "try_lock",
             self.timeout,
             self.acquire(config.name(), owner, config.lock_at_most_for()),
         )
+        .instrument(span)
         .await?;
         let Some(token) = token else {
             tracing::debug!(lock = config.name(), "mongodb lock held elsewhere");
@@ -573,6 +579,7 @@ impl LockHandle for MongoHandle {
             inner.timeout,
             inner.release(&self.name, self.owner, config.lock_at_least_for(), self.since.elapsed()),
         )
+        .instrument(tracing::debug_span!("mongodb.unlock", lock = %self.name))
         .await?;
         if !held {
             // Taken over (or deleted) since it expired: the new holder's document is untouched.
@@ -588,6 +595,7 @@ impl LockHandle for MongoHandle {
             inner.timeout,
             inner.extend(&self.name, self.owner, config.lock_at_most_for()),
         )
+        .instrument(tracing::debug_span!("mongodb.extend", lock = %self.name))
         .await?;
         if !held {
             return Err(Error::LockLost { name: config.name().to_owned() });
