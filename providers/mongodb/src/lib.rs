@@ -1,0 +1,708 @@
+//! MongoDB lock provider for [`shedlock`], on the caller's [`mongodb::Database`] (driver 3).
+//!
+//! One document per lock name in a collection (default `shedLock`, ShedLock's name):
+//! `{_id: <name>, lockUntil: Date, lockedAt: Date, lockedBy: String, owner: Int64, token: Int64}`.
+//!
+//! - **Acquire is one request**: `findAndModify` with `upsert`, returning the stored `owner` and
+//!   `token`. In server time the filter is `{_id: name}` and the update pipeline itself gives
+//!   the document to this acquisition's fresh `owner` id only where `lockUntil <= $$NOW` (or the
+//!   document is new), leaving a live lock untouched. In client time the filter is
+//!   `{_id: name, lockUntil: {$lte: now}}`: a held name makes the upsert collide with the
+//!   existing `_id` (duplicate key error 11000, "held elsewhere").
+//! - **Server time** ([`TimeSource::Server`], the default): `now` is the server's `$$NOW`, and
+//!   `lockUntil` is computed on the server by an update pipeline, so client clock skew cannot
+//!   break exclusion. Needs MongoDB 4.2 or newer. [`TimeSource::Client`] computes `lockUntil`
+//!   from each instance's [`Clock`](shedlock::Clock) instead, as ShedLock does by default.
+//! - **Owner-checked** unlock and extend: each filters on this acquisition's `owner` id, so a
+//!   stale holder changes nothing. Unlock deletes the document once `lock_at_least_for` has
+//!   passed (before, it moves `lockUntil` back to `lockedAt + lock_at_least_for`); extend only
+//!   moves a lock that is still live by the clock that judges expiry.
+//! - **Fencing tokens** in the same update: `token = max(token + 1, server time in µs)`, so they
+//!   increase per name even across a deleted document.
+//! - **Write concern** `majority` by default ([`MongoLockProviderBuilder::write_concern`]).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use shedlock::{LockConfig, LockProvider};
+//! use shedlock_mongodb::MongoLockProvider;
+//!
+//! let client = mongodb::Client::with_uri_str("mongodb://127.0.0.1:27017").await?;
+//! let provider = MongoLockProvider::builder(client.database("app")).build()?;
+//!
+//! let cfg = LockConfig::new("nightly-report", Duration::from_secs(600), Duration::from_secs(30))?;
+//! if let Some(lock) = provider.try_lock(&cfg).await? {
+//!     // ... run the task ...
+//!     lock.unlock().await?;
+//! }
+//! # Ok(()) }
+//! ```
+#![deny(missing_docs)]
+
+use std::{fmt, sync::Arc, time::Duration};
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use mongodb::{
+    Collection, Database,
+    bson::{Bson, DateTime, Document, doc},
+    error::{ErrorKind, WriteFailure},
+    options::{Acknowledgment, ReturnDocument, WriteConcern},
+};
+use shedlock::{
+    Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
+    SharedClock,
+    support::{
+        acquisition_id, check_lock_name, default_locked_by, duration_millis_ceil, unix_millis,
+        with_timeout,
+    },
+    system_clock,
+};
+
+pub use shedlock::TimeSource;
+
+const BACKEND: &str = "mongodb";
+
+/// The longest lock name, in bytes (the document's `_id`).
+pub const MAX_NAME_LEN: usize = 1024;
+
+/// The default collection name (ShedLock's).
+pub const DEFAULT_COLLECTION: &str = "shedLock";
+
+/// The default time limit of each lock operation.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest namespace (`<database>.<collection>`) MongoDB accepts, in bytes.
+pub const MAX_NAMESPACE_LEN: usize = 255;
+
+// Server error codes.
+const DUPLICATE_KEY: i32 = 11000;
+const UNAUTHORIZED: i32 = 13;
+const AUTHENTICATION_FAILED: i32 = 18;
+const NAMESPACE_EXISTS: i32 = 48;
+const UNSATISFIABLE_WRITE_CONCERN: i32 = 100;
+const INVALID_NAMESPACE: i32 = 73;
+/// Errors after which the operation may or may not have taken effect and trying again later
+/// may help: a primary stepping down, a node shutting down, a network problem on the server's
+/// side, a write concern that timed out.
+const TRANSIENT: &[i32] = &[
+    6,     // HostUnreachable
+    7,     // HostNotFound
+    64,    // WriteConcernFailed (wtimeout)
+    89,    // NetworkTimeout
+    91,    // ShutdownInProgress
+    189,   // PrimarySteppedDown
+    262,   // ExceededTimeLimit
+    9001,  // SocketException
+    10107, // NotWritablePrimary
+    11600, // InterruptedAtShutdown
+    11602, // InterruptedDueToReplStateChange
+    13435, // NotPrimaryNoSecondaryOk
+    13436, // NotPrimaryOrSecondary
+];
+
+/// The server's current time as a BSON date, for comparisons with stored dates:
+/// `{$toDate: {$toLong: "$$NOW"}}`. On MongoDB this is exactly `$$NOW`; the round trip through
+/// epoch milliseconds makes it comparable on wire-compatible servers that compare `$$NOW`
+/// itself wrongly with stored dates (SecantusDB 0.7 answers `{$lte: [<a date 30 s ahead>,
+/// "$$NOW"]}` with true). Stored values (`lockUntil: {$add: ["$$NOW", ms]}`) use `$$NOW`
+/// directly.
+fn server_now() -> Bson {
+    Bson::Document(doc! { "$toDate": { "$toLong": "$$NOW" } })
+}
+
+/// The fencing token of a write: one more than the document's last token, and at least the
+/// server's time in microseconds (milliseconds × 1000), so a token issued after the document
+/// was deleted still exceeds every earlier one (unless more than 1 000 acquisitions of one
+/// name happened within a millisecond, or the server clock went back).
+fn next_token() -> Document {
+    doc! {
+        "$max": [
+            { "$add": [{ "$ifNull": ["$token", 0_i64] }, 1_i64] },
+            { "$multiply": [{ "$toLong": "$$NOW" }, 1000_i64] },
+        ]
+    }
+}
+
+/// Whether `name` is a collection name MongoDB accepts in database `db`: not empty, no `$` or
+/// NUL, not starting with `system.` (reserved) or `.`, and a namespace `<db>.<collection>` of at
+/// most [`MAX_NAMESPACE_LEN`] bytes.
+fn check_collection_name(db: &str, name: &str) -> std::result::Result<(), String> {
+    if name.is_empty() {
+        return Err("the collection name is empty".to_owned());
+    }
+    if name.contains('$') || name.contains('\0') {
+        return Err(format!("collection name {name:?} contains '$' or NUL"));
+    }
+    if name.starts_with("system.") || name.starts_with('.') {
+        return Err(format!(
+            "collection name {name:?} starts with \"system.\" or '.', which MongoDB reserves"
+        ));
+    }
+    let ns = db.len() + 1 + name.len();
+    if ns > MAX_NAMESPACE_LEN {
+        return Err(format!(
+            "the namespace {db}.{name} is {ns} bytes long; MongoDB allows at most \
+             {MAX_NAMESPACE_LEN}"
+        ));
+    }
+    Ok(())
+}
+
+/// Builds a [`MongoLockProvider`].
+#[must_use]
+pub struct MongoLockProviderBuilder {
+    database: Database,
+    collection: String,
+    write_concern: WriteConcern,
+    operation_timeout: Option<Duration>,
+    time_source: TimeSource,
+    clock: SharedClock,
+    locked_by: Option<String>,
+}
+
+impl fmt::Debug for MongoLockProviderBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The database handle is left out on purpose: its client options may carry
+        // credentials.
+        f.debug_struct("MongoLockProviderBuilder")
+            .field("database", &self.database.name())
+            .field("collection", &self.collection)
+            .field("write_concern", &self.write_concern)
+            .field("operation_timeout", &self.operation_timeout)
+            .field("time_source", &self.time_source)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MongoLockProviderBuilder {
+    /// The collection holding the locks (default [`DEFAULT_COLLECTION`], `shedLock`). MongoDB
+    /// creates it on the first lock; see [`MongoLockProvider::create_collection`].
+    pub fn collection(mut self, name: impl Into<String>) -> Self {
+        self.collection = name.into();
+        self
+    }
+
+    /// The write concern of every lock write (default `majority`: a lock survives the failover
+    /// of a replica set's primary once acquired). `w: 0` (unacknowledged) is refused by
+    /// [`build`](Self::build): a lock needs the server's answer.
+    pub fn write_concern(mut self, write_concern: WriteConcern) -> Self {
+        self.write_concern = write_concern;
+        self
+    }
+
+    /// The time limit of each lock operation (default [`DEFAULT_TIMEOUT`]; `None`: the driver's
+    /// own limits only, e.g. 30 s of server selection). On expiry the call returns
+    /// [`Error::Timeout`], whose effect is unknown.
+    pub fn operation_timeout(mut self, limit: Option<Duration>) -> Self {
+        self.operation_timeout = limit;
+        self
+    }
+
+    /// Whose clock judges expiry (default [`TimeSource::Server`]: the server's `$$NOW`, MongoDB
+    /// 4.2 or newer). [`TimeSource::Client`] computes `lockUntil` from this instance's
+    /// [`clock`](Self::clock): unsafe beyond the clock skew between nodes.
+    pub fn time_source(mut self, source: TimeSource) -> Self {
+        self.time_source = source;
+        self
+    }
+
+    /// The wall clock of this instance (default: the system clock). Read only with
+    /// [`TimeSource::Client`].
+    pub fn clock(mut self, clock: SharedClock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The informational `lockedBy` stored with each lock (default `hostname/pid`). At most 255
+    /// bytes.
+    pub fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
+        self.locked_by = Some(locked_by.into());
+        self
+    }
+
+    /// Validates the configuration and builds the provider. An invalid collection name, an
+    /// unacknowledged write concern or a too long `locked_by` gives
+    /// [`Error::Setup`]. Does no I/O.
+    pub fn build(self) -> Result<MongoLockProvider> {
+        check_collection_name(self.database.name(), &self.collection).map_err(setup)?;
+        if self.write_concern.w == Some(Acknowledgment::Nodes(0))
+            && self.write_concern.journal != Some(true)
+        {
+            return Err(setup(
+                "write concern w: 0 is unacknowledged: a lock needs the server's answer (use \
+                 majority, the default, or w: 1)",
+            ));
+        }
+        let locked_by = self.locked_by.unwrap_or_else(default_locked_by);
+        if locked_by.len() > shedlock::support::MAX_LOCKED_BY_LEN {
+            return Err(setup(format!(
+                "locked_by is {} bytes long; at most {} are allowed",
+                locked_by.len(),
+                shedlock::support::MAX_LOCKED_BY_LEN
+            )));
+        }
+        let collection = self.database.collection::<Document>(&self.collection);
+        Ok(MongoLockProvider {
+            inner: Arc::new(Inner {
+                database: self.database,
+                collection,
+                write_concern: self.write_concern,
+                timeout: self.operation_timeout,
+                time: self.time_source,
+                clock: self.clock,
+                locked_by,
+            }),
+        })
+    }
+}
+
+/// A [`LockProvider`] on a MongoDB collection. Cheap to clone; clones share the driver's
+/// client (and its connection pool).
+#[derive(Clone)]
+pub struct MongoLockProvider {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for MongoLockProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // No client and no connection string: it may carry user:password.
+        let i = &self.inner;
+        f.debug_struct("MongoLockProvider")
+            .field("database", &i.database.name())
+            .field("collection", &i.collection.name())
+            .field("write_concern", &i.write_concern)
+            .field("operation_timeout", &i.timeout)
+            .field("time_source", &i.time)
+            .field("locked_by", &i.locked_by)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    database: Database,
+    collection: Collection<Document>,
+    write_concern: WriteConcern,
+    timeout: Option<Duration>,
+    time: TimeSource,
+    clock: SharedClock,
+    locked_by: String,
+}
+
+fn setup(message: impl Into<String>) -> Error {
+    Error::Setup { backend: BACKEND, message: message.into() }
+}
+
+/// The server error code of a driver error, if it is a command or write error.
+fn server_code(e: &mongodb::error::Error) -> Option<i32> {
+    match e.kind.as_ref() {
+        ErrorKind::Command(c) => Some(c.code),
+        ErrorKind::Write(WriteFailure::WriteError(w)) => Some(w.code),
+        ErrorKind::Write(WriteFailure::WriteConcernError(w)) => Some(w.code),
+        _ => None,
+    }
+}
+
+/// The driver error as a shedlock error: unreachable servers and transient server states are
+/// retryable [`Error::Unavailable`]; missing privileges and unsatisfiable write concerns are
+/// [`Error::Setup`] saying what to change; anything else is [`Error::Backend`]. The driver's
+/// errors name hosts, never the password of the connection string.
+fn map_err(inner: &Inner, operation: &'static str, e: mongodb::error::Error) -> Error {
+    let ns = || format!("{}.{}", inner.database.name(), inner.collection.name());
+    match e.kind.as_ref() {
+        ErrorKind::ServerSelection { .. }
+        | ErrorKind::Io(_)
+        | ErrorKind::ConnectionPoolCleared { .. }
+        | ErrorKind::Shutdown => return Error::unavailable(BACKEND, e),
+        ErrorKind::Authentication { .. } => {
+            return setup(format!("{operation}: authentication failed: {e}"));
+        }
+        _ => {}
+    }
+    match server_code(&e) {
+        Some(UNAUTHORIZED) => setup(format!(
+            "{operation}: not authorized on {}: the user needs the readWrite role on database \
+             {:?} (or find/insert/update on the collection {:?}, and createCollection until it \
+             exists)",
+            ns(),
+            inner.database.name(),
+            inner.collection.name()
+        )),
+        Some(AUTHENTICATION_FAILED) => setup(format!("{operation}: authentication failed: {e}")),
+        Some(UNSATISFIABLE_WRITE_CONCERN) => setup(format!(
+            "{operation}: the write concern {:?} cannot be satisfied by this deployment \
+             (majority needs a replica set or a standalone server; give the provider a \
+             write_concern the deployment can meet): {e}",
+            inner.write_concern
+        )),
+        Some(INVALID_NAMESPACE) => setup(format!("{operation}: invalid namespace {}: {e}", ns())),
+        Some(code) if TRANSIENT.contains(&code) => Error::unavailable(BACKEND, e),
+        _ if e.contains_label("RetryableWriteError") => Error::unavailable(BACKEND, e),
+        _ => Error::backend(BACKEND, e),
+    }
+}
+
+/// A lock name as the document's `_id`.
+fn id(name: &str) -> Bson {
+    Bson::String(name.to_owned())
+}
+
+/// An acquisition id as stored (BSON has no unsigned 64-bit integer: the same bits, signed).
+fn owner_value(owner: u64) -> i64 {
+    i64::from_ne_bytes(owner.to_ne_bytes())
+}
+
+fn duration_ms(d: Duration) -> i64 {
+    duration_millis_ceil(d)
+}
+
+impl Inner {
+    /// `now` for a filter: the server's (see [`server_now`]) or this instance's clock, as a
+    /// literal date.
+    fn now_expr(&self) -> (Bson, Option<i64>) {
+        match self.time.client_now(&self.clock) {
+            None => (server_now(), None),
+            Some(t) => {
+                let ms = unix_millis(t);
+                (Bson::DateTime(DateTime::from_millis(ms)), Some(ms))
+            }
+        }
+    }
+
+    /// `lockUntil` and `lockedAt` of a write holding the lock for `hold`: computed by the
+    /// server from `$$NOW`, or from this instance's clock.
+    fn lease_fields(&self, client_now_ms: Option<i64>, hold: Duration) -> (Bson, Bson) {
+        let ms = duration_ms(hold);
+        match client_now_ms {
+            None => (Bson::Document(doc! { "$add": ["$$NOW", ms] }), Bson::String("$$NOW".into())),
+            Some(now) => (
+                Bson::Document(doc! {
+                    "$literal": DateTime::from_millis(now.saturating_add(ms))
+                }),
+                Bson::Document(doc! { "$literal": DateTime::from_millis(now) }),
+            ),
+        }
+    }
+
+    /// One `findAndModify`: takes the name if it is free, as acquisition `owner`. `Some(token)`
+    /// when taken, `None` when held elsewhere.
+    ///
+    /// - Client time: the filter `{_id, lockUntil: {$lte: now}}` matches a free document; when
+    ///   it matches none, the upsert inserts one, which collides with a live document's `_id`:
+    ///   duplicate key 11000, held elsewhere.
+    /// - Server time: `$$NOW` can only enter a query through `$expr`, so the filter is `{_id}`
+    ///   and the update pipeline itself decides: every field becomes the new holder's when the
+    ///   stored `lockUntil` has passed by the server's clock (or is missing: a new document),
+    ///   and stays as it is otherwise (a no-op). The returned owner tells which happened.
+    async fn acquire(&self, name: &str, owner: u64, at_most: Duration) -> Result<Option<u64>> {
+        let (now, client_now) = self.now_expr();
+        let (lock_until, locked_at) = self.lease_fields(client_now, at_most);
+        let new = doc! {
+            "lockUntil": lock_until,
+            "lockedAt": locked_at,
+            "lockedBy": { "$literal": &self.locked_by },
+            "owner": owner_value(owner),
+            "token": next_token(),
+        };
+        let (filter, update) = match client_now {
+            Some(_) => (doc! { "_id": id(name), "lockUntil": { "$lte": now } }, new),
+            None => {
+                let free = doc! { "$lte": ["$lockUntil", now] };
+                let mut set = Document::new();
+                for (field, value) in new {
+                    let keep = format!("${field}");
+                    set.insert(field, doc! { "$cond": [free.clone(), value, keep] });
+                }
+                (doc! { "_id": id(name) }, set)
+            }
+        };
+        let r = self
+            .collection
+            .find_one_and_update(filter, vec![doc! { "$set": update }])
+            .upsert(true)
+            .return_document(ReturnDocument::After)
+            .projection(doc! { "owner": 1, "token": 1 })
+            .write_concern(self.write_concern.clone())
+            .await;
+        let doc = match r {
+            Ok(Some(d)) => d,
+            // The upsert collided with a live document (or, in server time, with another
+            // caller's insert of the same new name).
+            Err(e) if server_code(&e) == Some(DUPLICATE_KEY) => return Ok(None),
+            Err(e) => return Err(map_err(self, "try_lock", e)),
+            // Nothing was written (a wire-compatible server answers so when a concurrent writer
+            // changed the document between its match and its update).
+            Ok(None) => return Ok(None),
+        };
+        if doc.get("owner").and_then(Bson::as_i64) != Some(owner_value(owner)) {
+            return Ok(None);
+        }
+        match doc.get("token") {
+            Some(Bson::Int64(t)) => Ok(Some(u64::try_from(*t).unwrap_or(0))),
+            other => Err(Error::backend(
+                BACKEND,
+                format!("findAndModify returned no Int64 token: {other:?}"),
+            )),
+        }
+    }
+
+    /// Owner-checked extend of a live lock: `true` when this owner still held it (by the clock
+    /// that judges expiry).
+    ///
+    /// - Client time: `updateOne({_id, owner, lockUntil: {$gt: now}}, ...)`, matched or not.
+    /// - Server time: `updateOne({_id, owner}, ...)` whose pipeline moves `lockUntil` and writes
+    ///   a fresh `lease` nonce only while `lockUntil` is ahead of `$$NOW`; an expired lock is
+    ///   left as it is, which the server reports as not modified.
+    async fn extend(&self, name: &str, owner: u64, at_most: Duration) -> Result<bool> {
+        let (now, client_now) = self.now_expr();
+        let (lock_until, locked_at) = self.lease_fields(client_now, at_most);
+        let new = doc! {
+            "lockUntil": lock_until,
+            "lockedAt": locked_at,
+            "lease": owner_value(acquisition_id()),
+        };
+        let (filter, update) = match client_now {
+            Some(_) => (
+                doc! {
+                    "_id": id(name),
+                    "owner": owner_value(owner),
+                    "lockUntil": { "$gt": now },
+                },
+                new,
+            ),
+            None => {
+                let live = doc! { "$gt": ["$lockUntil", now] };
+                let mut set = Document::new();
+                for (field, value) in new {
+                    let keep = format!("${field}");
+                    set.insert(field, doc! { "$cond": [live.clone(), value, keep] });
+                }
+                (doc! { "_id": id(name), "owner": owner_value(owner) }, set)
+            }
+        };
+        let r = self
+            .collection
+            .update_one(filter, vec![doc! { "$set": update }])
+            .write_concern(self.write_concern.clone())
+            .await
+            .map_err(|e| map_err(self, "extend", e))?;
+        Ok(match client_now {
+            Some(_) => r.matched_count == 1,
+            None => r.modified_count == 1,
+        })
+    }
+
+    /// Owner-checked release. Once `lock_at_least_for` has passed (`elapsed`, measured from the
+    /// answer of the acquire or last extend, which came after the server stored `lockedAt`), the
+    /// document is deleted; before, `lockUntil` becomes `lockedAt + lock_at_least_for` when
+    /// that is earlier, so the name frees when it passes, judged by the same clock as expiry.
+    /// `false` when this owner no longer held it.
+    async fn release(
+        &self,
+        name: &str,
+        owner: u64,
+        at_least: Duration,
+        elapsed: Duration,
+    ) -> Result<bool> {
+        let filter = doc! { "_id": id(name), "owner": owner_value(owner) };
+        if elapsed >= at_least {
+            let r = self
+                .collection
+                .delete_one(filter)
+                .write_concern(self.write_concern.clone())
+                .await
+                .map_err(|e| map_err(self, "unlock", e))?;
+            return Ok(r.deleted_count == 1);
+        }
+        let update = vec![doc! {
+            "$set": {
+                "lockUntil": {
+                    "$min": ["$lockUntil", { "$add": ["$lockedAt", duration_ms(at_least)] }]
+                }
+            }
+        }];
+        let r = self
+            .collection
+            .update_one(filter, update)
+            .write_concern(self.write_concern.clone())
+            .await
+            .map_err(|e| map_err(self, "unlock", e))?;
+        Ok(r.matched_count == 1)
+    }
+
+    async fn try_lock(self: &Arc<Self>, config: &LockConfig) -> Result<Option<Lock>> {
+        check_lock_name(BACKEND, config.name(), Some(MAX_NAME_LEN), false)?;
+        let owner = acquisition_id();
+        let acquisition = Acquisition::begin(config);
+        let span = tracing::debug_span!("mongodb.try_lock", lock = config.name());
+        let token = with_timeout(
+            "try_lock",
+            self.timeout,
+            self.acquire(config.name(), owner, config.lock_at_most_for()),
+        )
+        .instrument(span)
+        .await?;
+        let Some(token) = token else {
+            tracing::debug!(lock = config.name(), "mongodb lock held elsewhere");
+            return Ok(None);
+        };
+        tracing::debug!(lock = config.name(), token, "mongodb lock acquired");
+        let handle = MongoHandle {
+            inner: self.clone(),
+            name: config.name().to_owned(),
+            owner,
+            token,
+            since: Instant::now(),
+        };
+        acquisition.grant(handle).await.map(Some)
+    }
+}
+
+/// One held lock: its acquisition's owner id and fencing token.
+struct MongoHandle {
+    inner: Arc<Inner>,
+    name: String,
+    owner: u64,
+    token: u64,
+    /// When the answer of the acquire (or last extension) arrived, after the server stored
+    /// `lockedAt`: `lock_at_least_for` has surely passed on the server once it has passed here.
+    since: Instant,
+}
+
+#[async_trait::async_trait]
+impl LockHandle for MongoHandle {
+    async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
+        let inner = &self.inner;
+        let held = with_timeout(
+            "unlock",
+            inner.timeout,
+            inner.release(&self.name, self.owner, config.lock_at_least_for(), self.since.elapsed()),
+        )
+        .instrument(tracing::debug_span!("mongodb.unlock", lock = %self.name))
+        .await?;
+        if !held {
+            // Taken over (or deleted) since it expired: the new holder's document is untouched.
+            tracing::debug!(lock = %self.name, "unlock: the lock was no longer held by this owner");
+        }
+        Ok(())
+    }
+
+    async fn extend(&mut self, config: &LockConfig) -> Result<()> {
+        let inner = &self.inner;
+        let held = with_timeout(
+            "extend",
+            inner.timeout,
+            inner.extend(&self.name, self.owner, config.lock_at_most_for()),
+        )
+        .instrument(tracing::debug_span!("mongodb.extend", lock = %self.name))
+        .await?;
+        if !held {
+            return Err(Error::LockLost { name: config.name().to_owned() });
+        }
+        self.since = Instant::now();
+        Ok(())
+    }
+
+    fn fencing_token(&self) -> Option<u64> {
+        Some(self.token)
+    }
+}
+
+#[async_trait::async_trait]
+impl LockProvider for MongoLockProvider {
+    async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
+        self.inner.try_lock(config).await
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new()
+            .with_extend(true)
+            .with_fencing(true)
+            .with_server_time(self.inner.time.is_server())
+            .with_owner_checked(true)
+            // BSON dates are milliseconds.
+            .with_granularity(Duration::from_millis(1))
+            .with_max_name_len(Some(MAX_NAME_LEN))
+    }
+
+    fn backend_name(&self) -> &'static str {
+        BACKEND
+    }
+}
+
+impl MongoLockProvider {
+    /// Starts a builder on the caller's database (collection `shedLock`, server time, majority
+    /// write concern, 10 s operation timeout).
+    pub fn builder(database: Database) -> MongoLockProviderBuilder {
+        MongoLockProviderBuilder {
+            database,
+            collection: DEFAULT_COLLECTION.to_owned(),
+            write_concern: WriteConcern::majority(),
+            operation_timeout: Some(DEFAULT_TIMEOUT),
+            time_source: TimeSource::Server,
+            clock: system_clock(),
+            locked_by: None,
+        }
+    }
+
+    /// The collection holding the locks, on the caller's client (for inspection and tests; the
+    /// lock documents are described in the [crate docs](crate)).
+    pub fn collection(&self) -> &Collection<Document> {
+        &self.inner.collection
+    }
+
+    /// Creates the lock collection if it does not exist yet (idempotent). Optional: MongoDB
+    /// creates a missing collection on the first lock write, with its unique index on `_id`,
+    /// the only index the locks need. Call it where the application's user may not create
+    /// collections implicitly, or create the collection yourself
+    /// (`db.createCollection("shedLock")` in mongosh).
+    pub async fn create_collection(&self) -> Result<()> {
+        let i = &self.inner;
+        with_timeout("create_collection", i.timeout, async {
+            match i
+                .database
+                .create_collection(i.collection.name())
+                .write_concern(i.write_concern.clone())
+                .await
+            {
+                Ok(()) => Ok(()),
+                Err(e) if server_code(&e) == Some(NAMESPACE_EXISTS) => Ok(()),
+                Err(e) => Err(map_err(i, "create_collection", e)),
+            }
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn collection_names_are_checked() {
+        assert!(check_collection_name("app", "shedLock").is_ok());
+        assert!(check_collection_name("app", "locks.jobs").is_ok());
+        for bad in ["", "a$b", "a\0b", "system.locks", ".x"] {
+            assert!(check_collection_name("app", bad).is_err(), "{bad:?}");
+        }
+        let longest = "c".repeat(MAX_NAMESPACE_LEN - 4);
+        assert!(check_collection_name("app", &longest).is_ok());
+        assert!(check_collection_name("app", &format!("{longest}c")).is_err());
+    }
+
+    #[test]
+    fn owner_ids_keep_every_bit() {
+        for id in [0, 1, u64::MAX, 1 << 63, 0x0123_4567_89ab_cdef] {
+            let stored = owner_value(id);
+            assert_eq!(u64::from_ne_bytes(stored.to_ne_bytes()), id);
+        }
+        assert_ne!(owner_value(1 << 63), owner_value(0));
+    }
+}
+
+/// The README's examples, compiled as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

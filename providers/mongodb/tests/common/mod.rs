@@ -1,0 +1,152 @@
+//! The conformance factory and hooks shared by `conformance.rs` (server time, the default,
+//! provider `mongodb`) and `conformance_client_time.rs` (client time, provider
+//! `mongodb-client-time`).
+//!
+//! Each instance has its own `mongodb::Client` (its own connection pool and server monitor, like
+//! a separate node). The hooks give the kit raw document access through the driver (C14), the
+//! server address for its fault proxy (C24) and a restart of the server (C25) — unless the
+//! server comes from `SHEDLOCK_MONGODB_URL`: a server this process does not own cannot be
+//! restarted, so C25 is then expected to be "not applicable". Every other check must pass.
+
+use std::{
+    net::{SocketAddr, ToSocketAddrs},
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
+
+use mongodb::{
+    Client, Collection,
+    bson::{DateTime, Document, doc},
+    options::ClientOptions,
+};
+use shedlock::{BoxError, LockProvider};
+use shedlock_conformance::{Hooks, InstanceOptions, ProviderFactory, RecordHooks};
+use shedlock_launcher::{Backend, Service};
+use shedlock_mongodb::{MongoLockProvider, TimeSource};
+use shedlock_test_support as testing;
+
+/// The database the conformance runs use.
+pub const DATABASE: &str = "shedlock_conformance";
+
+/// `host:port` of a `mongodb://[user:pass@]host:port/...` URL (one host).
+pub fn host_port(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    &rest[..end]
+}
+
+/// A client with short timeouts, so that a cut connection fails fast (C24) and a restarted
+/// server is found again quickly (C25).
+pub async fn client(url: &str) -> Result<Client, BoxError> {
+    let mut o = ClientOptions::parse(url).await?;
+    o.server_selection_timeout = Some(Duration::from_secs(2));
+    o.connect_timeout = Some(Duration::from_secs(2));
+    o.app_name = Some("shedlock-conformance".to_owned());
+    Ok(Client::with_options(o)?)
+}
+
+struct Mongo {
+    service: &'static Service,
+    name: &'static str,
+    url: String,
+    addr: SocketAddr,
+    collection: String,
+    client_time: bool,
+    records: Collection<Document>,
+}
+
+impl Mongo {
+    async fn new(client_time: bool) -> Result<Self, BoxError> {
+        let service = testing::service(Backend::MongoDb, "MongoDB").await?;
+        let url = service.url().to_owned();
+        let addr =
+            host_port(&url).to_socket_addrs()?.next().ok_or("the server host does not resolve")?;
+        // C28's node processes (this binary, re-executed) share the run id, so they address the
+        // same collection.
+        let run: String = shedlock_conformance::run_id()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        let collection = format!("conformance_{}{run}", if client_time { "ct_" } else { "" });
+        let admin = MongoLockProvider::builder(client(&url).await?.database(DATABASE))
+            .collection(&collection)
+            .build()?;
+        admin.create_collection().await?;
+        Ok(Self {
+            service,
+            name: if client_time { "mongodb-client-time" } else { "mongodb" },
+            url,
+            addr,
+            collection,
+            client_time,
+            records: admin.collection().clone(),
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl ProviderFactory for Mongo {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    async fn create(&self, options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError> {
+        let url = match options.address {
+            // The same URL (credentials included) with the proxy's address.
+            Some(a) => self.url.replacen(host_port(&self.url), &a.to_string(), 1),
+            None => self.url.clone(),
+        };
+        let mut b = MongoLockProvider::builder(client(&url).await?.database(DATABASE))
+            .collection(&self.collection)
+            // Every instance gets its (possibly skewed) clock; in server time it must not be
+            // consulted (C18).
+            .clock(options.clock_or_system())
+            .operation_timeout(Some(Duration::from_secs(3)));
+        if self.client_time {
+            b = b.time_source(TimeSource::Client);
+        }
+        Ok(Arc::new(b.build()?))
+    }
+
+    fn hooks(&self) -> Hooks {
+        testing::server_hooks(Records(self.records.clone()), self.addr, self.service)
+    }
+}
+
+/// Raw document access, as an operator with mongosh would have it.
+struct Records(Collection<Document>);
+
+#[async_trait::async_trait]
+impl RecordHooks for Records {
+    async fn record_exists(&self, name: &str) -> Result<bool, BoxError> {
+        Ok(self.0.find_one(doc! { "_id": name }).await?.is_some())
+    }
+
+    async fn delete_record(&self, name: &str) -> Result<(), BoxError> {
+        self.0.delete_one(doc! { "_id": name }).await?;
+        Ok(())
+    }
+
+    /// A document as the provider writes it, whose `lockUntil` passed an hour ago, owned by an
+    /// acquisition nobody holds.
+    async fn plant_expired_record(&self, name: &str) -> Result<(), BoxError> {
+        let hour = Duration::from_secs(3600);
+        let now = SystemTime::now();
+        let record = doc! {
+            "lockUntil": DateTime::from_system_time(now - hour),
+            "lockedAt": DateTime::from_system_time(now - 2 * hour),
+            "lockedBy": "crashed/1",
+            "owner": 0x5eed_i64,
+            "token": 1_i64,
+        };
+        self.0.replace_one(doc! { "_id": name }, record).upsert(true).await?;
+        Ok(())
+    }
+}
+
+/// Runs the suite: server time (`mongodb`) or client time (`mongodb-client-time`).
+pub fn run(client_time: bool) -> std::process::ExitCode {
+    let options = testing::server_options(Backend::MongoDb);
+    shedlock_conformance::harness(options, move || async move { Mongo::new(client_time).await })
+}
