@@ -481,6 +481,17 @@ impl EtcdLockProvider {
                 }
                 Err(Failure::Other(e)) => return Err(e),
             };
+            if !resp.succeeded() {
+                // Held elsewhere; nothing was written. The lease stays unused: kept if it was
+                // renewed (or fresh), else forgotten.
+                guard.disarm();
+                match sent.keep_alive {
+                    None | Some(Ok(())) => self.keep(lease),
+                    Some(Err(Failure::LeaseGone)) => {}
+                    Some(Err(Failure::Other(_))) => revoke_in_background(&self.inner, lease.id),
+                }
+                return Ok(None);
+            }
             match sent.keep_alive {
                 None | Some(Ok(())) => {}
                 // The lease expired around the transaction: if the put went through, the key
@@ -501,10 +512,6 @@ impl EtcdLockProvider {
                 Some(Err(Failure::Other(e))) => return Err(e),
             }
             guard.disarm();
-            if !resp.succeeded() {
-                self.keep(lease);
-                return Ok(None);
-            }
             let revision = resp.header().map_or(0, |h| h.revision());
             if revision <= 0 {
                 revoke_in_background(&self.inner, lease.id);

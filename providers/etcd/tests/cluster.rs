@@ -51,7 +51,7 @@ async fn provider_on(urls: &str) -> EtcdLockProvider {
 }
 
 /// The index (in the service's node order) of the current leader, asked of the live nodes.
-async fn leader(service: &Service, skip: &[usize]) -> usize {
+async fn find_leader(service: &Service, skip: &[usize]) -> usize {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         for i in (0..service.addrs().len()).filter(|i| !skip.contains(i)) {
@@ -216,12 +216,12 @@ async fn killing_the_leader_mid_hold_keeps_the_lock_and_locking_resumes() {
         t0,
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let leader = leader(&service, &[]).await;
+    let leader = find_leader(&service, &[]).await;
     let s = service.clone();
     tokio::task::spawn_blocking(move || s.kill_node(leader)).await.unwrap().unwrap();
     let killed = t0.elapsed();
     let resumed = contenders.answered_after(killed, Duration::from_secs(30)).await;
-    let new_leader = leader(&service, &[leader]).await;
+    let new_leader = find_leader(&service, &[leader]).await;
 
     // The holder still holds it through the new leader (the lease survived the election), and
     // releases it; a contender takes it soon after.
@@ -260,7 +260,7 @@ async fn killing_the_holders_node_frees_the_lock_at_its_lease_and_not_before() {
     let service = own_cluster().await;
     let urls = service.url().to_owned();
     // The holder's client knows one node only: a follower, so that this differs from scenario 1.
-    let leader = leader(&service, &[]).await;
+    let leader = find_leader(&service, &[]).await;
     let node = (leader + 1) % 3;
     let holder = provider_on(&url_of(&service, node)).await;
     let at_most = Duration::from_secs(5);
@@ -330,7 +330,7 @@ async fn restarting_a_node_while_nodes_lock_keeps_exclusion_and_locking_resumes(
         t0,
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let node = leader(&service, &[]).await;
+    let node = find_leader(&service, &[]).await;
     let s = service.clone();
     tokio::task::spawn_blocking(move || s.stop_node(node)).await.unwrap().unwrap();
     let stopped = t0.elapsed();

@@ -12,12 +12,13 @@ use shedlock_launcher::{Backend, Service};
 use shedlock_test_support as testing;
 
 /// Client options: short limits, so that a cut or stalled connection fails fast (C24) and the
-/// next call reconnects.
+/// next call reconnects. HTTP/2 keep-alive pings find a silently dead connection; their timeout
+/// stays above the round trip of C24's slow link (1 s), or they would cut a working connection.
 pub fn connect_options() -> ConnectOptions {
     ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(1))
         .with_timeout(Duration::from_secs(3))
-        .with_keep_alive(Duration::from_secs(1), Duration::from_secs(1))
+        .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5))
 }
 
 /// A client on the endpoints of `urls` (comma-separated, as the launcher gives a cluster's).
