@@ -11,6 +11,11 @@ use shedlock_etcd::EtcdLockProvider;
 use shedlock_launcher::{Backend, Service};
 use shedlock_test_support as testing;
 
+/// The operation timeout of the test providers: the default. An acquire on a fresh lease is two
+/// round trips (grant, transaction), about 3 s on C24's slow link (500 ms each way, HTTP/2
+/// frames delayed one after another).
+pub const OPERATION_TIMEOUT: Duration = shedlock_etcd::DEFAULT_OPERATION_TIMEOUT;
+
 /// Client options: short limits, so that a cut or stalled connection fails fast (C24) and the
 /// next call reconnects. HTTP/2 keep-alive pings find a silently dead connection; their timeout
 /// stays above the round trip of C24's slow link (1 s), or they would cut a working connection.
@@ -31,7 +36,7 @@ pub async fn client(urls: &str) -> Result<Client, BoxError> {
 pub async fn provider(urls: &str, prefix: &str) -> EtcdLockProvider {
     EtcdLockProvider::builder(client(urls).await.unwrap())
         .key_prefix(prefix)
-        .operation_timeout(Some(Duration::from_secs(3)))
+        .operation_timeout(Some(OPERATION_TIMEOUT))
         .build()
         .unwrap()
 }
@@ -104,7 +109,7 @@ impl ProviderFactory for Single {
         // The clock is not given: the server's leases judge expiry (C18 proves it).
         let p = EtcdLockProvider::builder(client(&url).await?)
             .key_prefix(&self.prefix)
-            .operation_timeout(Some(Duration::from_secs(3)))
+            .operation_timeout(Some(OPERATION_TIMEOUT))
             .build()?;
         Ok(Arc::new(p))
     }
