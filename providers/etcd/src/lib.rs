@@ -249,6 +249,9 @@ fn check_prefix(prefix: &str) -> Result<()> {
 enum Failure {
     /// The lease named in the request does not exist (expired or revoked).
     LeaseGone,
+    /// The request never left: the connection to the chosen endpoint could not be opened (a node
+    /// that is down). Safe to send again; the client may pick another endpoint.
+    NotSent(Error),
     /// Anything else, mapped.
     Other(Error),
 }
@@ -261,6 +264,9 @@ fn classify(e: etcd_client::Error) -> Failure {
             let msg = s.message();
             if s.code() == Code::NotFound && msg.contains("lease not found") {
                 return Failure::LeaseGone;
+            }
+            if s.code() == Code::Unavailable && msg.contains("connect error") {
+                return Failure::NotSent(Error::unavailable(BACKEND, s));
             }
             let err = match s.code() {
                 Code::Unavailable
@@ -281,6 +287,9 @@ fn classify(e: etcd_client::Error) -> Failure {
             Failure::Other(err)
         }
         E::LeaseKeepAliveError(m) if m.contains("lease not found") => Failure::LeaseGone,
+        E::TransportError(t) if t.to_string().contains("connect") => {
+            Failure::NotSent(Error::unavailable(BACKEND, t))
+        }
         E::TransportError(t) => Failure::Other(Error::unavailable(BACKEND, t)),
         E::IoError(io) => Failure::Other(Error::unavailable(BACKEND, io)),
         E::LeaseKeepAliveError(m) => Failure::Other(Error::unavailable(BACKEND, m)),
@@ -288,10 +297,76 @@ fn classify(e: etcd_client::Error) -> Failure {
     }
 }
 
-fn map_err(e: etcd_client::Error) -> Error {
-    match classify(e) {
-        Failure::LeaseGone => Error::backend(BACKEND, "etcdserver: requested lease not found"),
-        Failure::Other(e) => e,
+impl Failure {
+    fn into_error(self) -> Error {
+        match self {
+            Failure::LeaseGone => Error::backend(BACKEND, "etcdserver: requested lease not found"),
+            Failure::NotSent(e) | Failure::Other(e) => e,
+        }
+    }
+}
+
+/// How often a request that could not be sent (its endpoint refused the connection) is sent
+/// again, with pauses of 5, 10, 20, 40, 80, 100, 100 ms: about 0.35 s before a cluster whose
+/// every endpoint refuses is reported [`Error::Unavailable`].
+const SEND_ATTEMPTS: u32 = 8;
+
+/// Runs `call` until it is sent: etcd-client's balanced channel keeps a dead endpoint in its
+/// rotation, and a request routed there fails at once, never sent, so sending it again (to
+/// another endpoint) is safe.
+async fn sent<T, Fut>(mut call: impl FnMut() -> Fut) -> std::result::Result<T, Failure>
+where
+    Fut: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+{
+    let mut pause = Duration::from_millis(5);
+    let mut attempt = 1;
+    loop {
+        match call().await.map_err(classify) {
+            Err(Failure::NotSent(e)) if attempt < SEND_ATTEMPTS => {
+                tracing::trace!(error = %e, attempt, "etcd: endpoint refused the connection; sending again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(100));
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+impl Inner {
+    async fn txn(&self, txn: Txn) -> std::result::Result<TxnResponse, Failure> {
+        sent(|| {
+            let mut kv = self.client.kv_client();
+            let txn = txn.clone();
+            async move { kv.txn(txn).await }
+        })
+        .await
+    }
+
+    async fn revoke(&self, id: i64) -> std::result::Result<(), Failure> {
+        sent(|| {
+            let mut lease = self.client.lease_client();
+            async move { lease.revoke(id).await.map(drop) }
+        })
+        .await
+    }
+
+    async fn keep_alive(&self, id: i64) -> std::result::Result<(), Failure> {
+        // etcd-client sends the request, waits for the first answer and fails with "lease not
+        // found" when the lease is gone; the stream closes when dropped.
+        sent(|| {
+            let mut lease = self.client.lease_client();
+            async move { lease.keep_alive(id).await.map(drop) }
+        })
+        .await
+    }
+
+    async fn grant(&self, ttl: i64) -> std::result::Result<etcd_client::LeaseGrantResponse, Failure> {
+        sent(|| {
+            let mut lease = self.client.lease_client();
+            async move { lease.grant(ttl, None).await }
+        })
+        .await
     }
 }
 
@@ -320,8 +395,12 @@ fn revoke_in_background(inner: &Arc<Inner>, id: i64) {
     let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
     let inner = inner.clone();
     rt.spawn(async move {
-        let mut lease = inner.client.lease_client();
-        let revoke = async { lease.revoke(id).await.map_err(map_err).map(drop) };
+        let revoke = async {
+            match inner.revoke(id).await {
+                Ok(()) | Err(Failure::LeaseGone) => Ok(()),
+                Err(f) => Err(f.into_error()),
+            }
+        };
         if let Err(error) = with_timeout("etcd revoke", inner.timeout, revoke).await {
             tracing::debug!(lease = id, %error, "etcd: revoking an unused lease failed; it expires by itself");
         }
@@ -402,7 +481,7 @@ impl EtcdLockProvider {
 
     async fn grant(&self, ttl: i64) -> Result<LeaseInfo> {
         let refreshed = Instant::now();
-        let r = self.inner.client.lease_client().grant(ttl, None).await.map_err(map_err)?;
+        let r = self.inner.grant(ttl).await.map_err(Failure::into_error)?;
         if !r.error().is_empty() {
             return Err(Error::backend(BACKEND, format!("lease grant: {}", r.error())));
         }
@@ -425,26 +504,18 @@ impl EtcdLockProvider {
         }
     }
 
-    async fn keep_alive(&self, id: i64) -> std::result::Result<(), Failure> {
-        let mut lease = self.inner.client.lease_client();
-        // etcd-client sends the request, waits for the first answer and fails with "lease not
-        // found" when the lease is gone; the stream closes when dropped.
-        lease.keep_alive(id).await.map(drop).map_err(classify)
-    }
-
     /// Sends `txn`, and beside it a keep-alive of `lease` when `refresh` (a reused lease). A
     /// successful keep-alive moves `lease.refreshed` to when it was sent.
     async fn send(&self, txn: Txn, lease: &mut LeaseInfo, refresh: bool) -> Sent {
-        let mut kv = self.inner.client.kv_client();
         if !refresh {
-            return Sent { txn: kv.txn(txn).await.map_err(classify), keep_alive: None };
+            return Sent { txn: self.inner.txn(txn).await, keep_alive: None };
         }
         let sent = Instant::now();
-        let (t, k) = tokio::join!(kv.txn(txn), self.keep_alive(lease.id));
+        let (t, k) = tokio::join!(self.inner.txn(txn), self.inner.keep_alive(lease.id));
         if k.is_ok() {
             lease.refreshed = sent;
         }
-        Sent { txn: t.map_err(classify), keep_alive: Some(k) }
+        Sent { txn: t, keep_alive: Some(k) }
     }
 
     /// The acquire: `Some((lease, revision))` when this caller now holds the key.
@@ -479,7 +550,7 @@ impl EtcdLockProvider {
                         "the lease granted for this acquire expired before the transaction arrived",
                     ));
                 }
-                Err(Failure::Other(e)) => return Err(e),
+                Err(f) => return Err(f.into_error()),
             };
             if !resp.succeeded() {
                 // Held elsewhere; nothing was written. The lease stays unused: kept if it was
@@ -488,7 +559,7 @@ impl EtcdLockProvider {
                 match sent.keep_alive {
                     None | Some(Ok(())) => self.keep(lease),
                     Some(Err(Failure::LeaseGone)) => {}
-                    Some(Err(Failure::Other(_))) => revoke_in_background(&self.inner, lease.id),
+                    Some(Err(_)) => revoke_in_background(&self.inner, lease.id),
                 }
                 return Ok(None);
             }
@@ -509,7 +580,7 @@ impl EtcdLockProvider {
                 }
                 // Whether the lease was renewed is unknown, so the key may live shorter than
                 // lock_at_most_for: the guard revokes the lease (and the key with it).
-                Some(Err(Failure::Other(e))) => return Err(e),
+                Some(Err(f)) => return Err(f.into_error()),
             }
             guard.disarm();
             let revision = resp.header().map_or(0, |h| h.revision());
@@ -588,14 +659,13 @@ impl EtcdHandle {
             if !p.inner.reuse {
                 // Revoking the lease deletes the key with it: owner-checked, since only this
                 // acquisition's key is attached to this lease.
-                let mut lease = p.inner.client.lease_client();
-                return match lease.revoke(self.lease.id).await.map_err(classify) {
-                    Ok(_) | Err(Failure::LeaseGone) => Ok(()),
-                    Err(Failure::Other(e)) => Err(e),
+                return match p.inner.revoke(self.lease.id).await {
+                    Ok(()) | Err(Failure::LeaseGone) => Ok(()),
+                    Err(f) => Err(f.into_error()),
                 };
             }
             let txn = Txn::new().when(self.owned()).and_then([TxnOp::delete(self.key.clone(), None)]);
-            let r = p.inner.client.kv_client().txn(txn).await.map_err(map_err)?;
+            let r = p.inner.txn(txn).await.map_err(Failure::into_error)?;
             if !r.succeeded() {
                 tracing::debug!(lock = %config.name(), "etcd unlock: no longer the holder; nothing changed");
             }
@@ -611,8 +681,7 @@ impl EtcdHandle {
             p.inner.locked_by.as_bytes(),
             Some(PutOptions::new().with_lease(short.id)),
         )]);
-        let r = p.inner.client.kv_client().txn(txn).await;
-        match r {
+        match p.inner.txn(txn).await {
             Ok(r) if r.succeeded() => {
                 p.keep(self.lease);
                 Ok(())
@@ -623,7 +692,7 @@ impl EtcdHandle {
                 Ok(())
             }
             // The key may be on the short lease or still on the lock's: both expire by themselves.
-            Err(e) => Err(map_err(e)),
+            Err(f) => Err(f.into_error()),
         }
     }
 
@@ -640,14 +709,13 @@ impl EtcdHandle {
             let sent = p.send(txn, &mut lease, true).await;
             match sent.keep_alive {
                 Some(Err(Failure::LeaseGone)) => return Err(lost()),
-                Some(Err(Failure::Other(e))) => return Err(e),
+                Some(Err(f)) => return Err(f.into_error()),
                 _ => {}
             }
             match sent.txn {
                 Ok(r) if r.succeeded() => {}
-                Ok(_) => return Err(lost()),
-                Err(Failure::LeaseGone) => return Err(lost()),
-                Err(Failure::Other(e)) => return Err(e),
+                Ok(_) | Err(Failure::LeaseGone) => return Err(lost()),
+                Err(f) => return Err(f.into_error()),
             }
             self.lease = lease;
             self.held_since = Instant::now();
@@ -660,7 +728,7 @@ impl EtcdHandle {
             p.inner.locked_by.as_bytes(),
             Some(PutOptions::new().with_lease(fresh.id)),
         )]);
-        match p.inner.client.kv_client().txn(txn).await.map_err(classify) {
+        match p.inner.txn(txn).await {
             Ok(r) if r.succeeded() => {
                 p.keep(self.lease);
                 self.lease = fresh;
@@ -672,7 +740,7 @@ impl EtcdHandle {
                 Err(lost())
             }
             Err(Failure::LeaseGone) => Err(lost()),
-            Err(Failure::Other(e)) => Err(e),
+            Err(f) => Err(f.into_error()),
         }
     }
 }

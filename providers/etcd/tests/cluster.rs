@@ -74,6 +74,8 @@ struct Seen {
     acquired: Vec<Duration>,
     refused: Vec<Duration>,
     errors: Vec<Duration>,
+    /// The last error, for the messages.
+    last_error: Option<String>,
 }
 
 /// Contenders polling one name every 20 ms; an acquired lock is held 50 ms, then released. All
@@ -117,7 +119,11 @@ impl Contenders {
                                 let _ = l.unlock().await;
                             }
                             Ok(None) => seen.lock().unwrap().refused.push(t0.elapsed()),
-                            Err(_) => seen.lock().unwrap().errors.push(t0.elapsed()),
+                            Err(e) => {
+                                let mut seen = seen.lock().unwrap();
+                                seen.errors.push(t0.elapsed());
+                                seen.last_error = Some(e.to_string());
+                            }
                         }
                         tokio::time::sleep(Duration::from_millis(20)).await;
                     }
@@ -132,7 +138,7 @@ impl Contenders {
     async fn answered_after(&self, since: Duration, limit: Duration) -> Duration {
         let deadline = Instant::now() + limit;
         loop {
-            {
+            let failure = {
                 let seen = self.seen.lock().unwrap();
                 let last_error = seen.errors.iter().copied().filter(|t| *t > since).max();
                 let after = last_error.unwrap_or(since);
@@ -150,15 +156,19 @@ impl Contenders {
                         return a;
                     }
                 }
-                if Instant::now() > deadline {
-                    panic!(
+                (Instant::now() > deadline).then(|| {
+                    format!(
                         "locking did not resume within {limit:?} after +{since:?}: {} errors \
-                         (last at {last_error:?}), {} refusals, {} acquisitions",
+                         (last at {last_error:?}: {:?}), {} refusals, {} acquisitions",
                         seen.errors.len(),
+                        seen.last_error,
                         seen.refused.len(),
                         seen.acquired.len()
-                    );
-                }
+                    )
+                })
+            };
+            if let Some(message) = failure {
+                panic!("{message}");
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
