@@ -63,7 +63,8 @@ fn churn(rt: &tokio::runtime::Runtime, client: &Client, n: usize) {
     let one = cfg("churn");
     for compact in [false, true] {
         let mut c = client.clone();
-        let start_rev = rt.block_on(c.get("bench-churn/", None)).unwrap().header().unwrap().revision();
+        let start_rev =
+            rt.block_on(c.get("bench-churn/", None)).unwrap().header().unwrap().revision();
         rt.block_on(c.compact(start_rev, None)).unwrap();
         rt.block_on(c.defragment()).unwrap();
         println!("churn, compaction every 1000 cycles: {compact}");

@@ -374,7 +374,10 @@ impl Inner {
         .await
     }
 
-    async fn grant(&self, ttl: i64) -> std::result::Result<etcd_client::LeaseGrantResponse, Failure> {
+    async fn grant(
+        &self,
+        ttl: i64,
+    ) -> std::result::Result<etcd_client::LeaseGrantResponse, Failure> {
         sent(|| {
             let mut lease = self.client.lease_client();
             async move { lease.grant(ttl, None).await }
@@ -540,13 +543,13 @@ impl EtcdLockProvider {
             // Until the answer is known, the key may be attached to this lease: a failure or a
             // cancellation revokes it, which releases the key if it was taken.
             let mut guard = RevokeOnDrop { inner: self.inner.clone(), lease: Some(lease.id) };
-            let txn = Txn::new()
-                .when([Compare::version(key, CompareOp::Equal, 0)])
-                .and_then([TxnOp::put(
+            let txn = Txn::new().when([Compare::version(key, CompareOp::Equal, 0)]).and_then([
+                TxnOp::put(
                     key,
                     self.inner.locked_by.as_bytes(),
                     Some(PutOptions::new().with_lease(lease.id)),
-                )]);
+                ),
+            ]);
             let sent = self.send(txn, &mut lease, reused).await;
             let resp = match sent.txn {
                 Ok(resp) => resp,
@@ -620,13 +623,8 @@ impl LockProvider for EtcdLockProvider {
             return Ok(None);
         };
         tracing::debug!(lock = %config.name(), revision, lease = lease.id, "etcd: acquired");
-        let handle = EtcdHandle {
-            provider: self.clone(),
-            key,
-            revision,
-            lease,
-            held_since: Instant::now(),
-        };
+        let handle =
+            EtcdHandle { provider: self.clone(), key, revision, lease, held_since: Instant::now() };
         acquisition.grant(handle).await.map(Some)
     }
 
@@ -667,7 +665,8 @@ impl EtcdHandle {
     async fn release(&mut self, config: &LockConfig) -> Result<()> {
         let p = &self.provider;
         let until = self.held_since.checked_add(config.lock_at_least_for());
-        let keep_for = until.map_or(Duration::ZERO, |u| u.saturating_duration_since(Instant::now()));
+        let keep_for =
+            until.map_or(Duration::ZERO, |u| u.saturating_duration_since(Instant::now()));
         if keep_for.is_zero() {
             if !p.inner.reuse {
                 // Revoking the lease deletes the key with it: owner-checked, since only this
@@ -677,7 +676,8 @@ impl EtcdHandle {
                     Err(f) => Err(f.into_error()),
                 };
             }
-            let txn = Txn::new().when(self.owned()).and_then([TxnOp::delete(self.key.clone(), None)]);
+            let txn =
+                Txn::new().when(self.owned()).and_then([TxnOp::delete(self.key.clone(), None)]);
             let r = p.inner.txn(txn).await.map_err(Failure::into_error)?;
             if !r.succeeded() {
                 tracing::debug!(lock = %config.name(), "etcd unlock: no longer the holder; nothing changed");

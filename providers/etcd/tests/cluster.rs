@@ -178,8 +178,7 @@ impl Contenders {
     async fn first_acquisition_after(&self, since: Duration, limit: Duration) -> Duration {
         let deadline = Instant::now() + limit;
         loop {
-            if let Some(t) =
-                self.seen.lock().unwrap().acquired.iter().copied().find(|t| *t > since)
+            if let Some(t) = self.seen.lock().unwrap().acquired.iter().copied().find(|t| *t > since)
             {
                 return t;
             }

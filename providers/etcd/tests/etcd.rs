@@ -68,7 +68,8 @@ async fn a_released_lease_is_reused_so_cycles_grant_no_new_leases() {
 #[tokio::test]
 async fn without_reuse_every_acquire_grants_and_every_unlock_revokes() {
     let client = common::client(&url().await).await.unwrap();
-    let p = EtcdLockProvider::builder(client).key_prefix(prefix()).reuse_leases(false).build().unwrap();
+    let p =
+        EtcdLockProvider::builder(client).key_prefix(prefix()).reuse_leases(false).build().unwrap();
     let mut c = p.client();
     let lock = p.try_lock(&cfg("fresh", 30_000, 0)).await.unwrap().expect("free");
     let lease = c.get(p.key("fresh"), None).await.unwrap().kvs()[0].lease();
@@ -278,7 +279,9 @@ async fn a_reused_lease_makes_the_acquire_cost_one_transaction_not_a_grant_and_a
         leases.revoke(lease).await.unwrap();
     }
     let (r, f, txn, pair) = (median(r), median(f), median(txn), median(pair));
-    println!("turnarounds: reused acquire {r}, fresh acquire {f}, raw txn {txn}, raw grant + txn {pair}");
+    println!(
+        "turnarounds: reused acquire {r}, fresh acquire {f}, raw txn {txn}, raw grant + txn {pair}"
+    );
     assert!(r <= txn + 1, "reused acquire {r}, raw txn {txn}");
     assert!(f >= pair, "fresh acquire {f}, raw grant + txn {pair}");
     assert!(pair >= 2 * txn, "a grant and a transaction are two exchanges: {pair} vs {txn}");

@@ -88,9 +88,8 @@ impl Single {
         let addr = service.addr().ok_or_else(|| format!("no address in {}", service.url()))?;
         // C28's node processes share the run id, so they address the same keys.
         let prefix = format!("conformance/{}/", shedlock_conformance::run_id());
-        let admin = EtcdLockProvider::builder(client(service.url()).await?)
-            .key_prefix(&prefix)
-            .build()?;
+        let admin =
+            EtcdLockProvider::builder(client(service.url()).await?).key_prefix(&prefix).build()?;
         Ok(Self { service, addr, prefix, admin })
     }
 }
