@@ -1,0 +1,809 @@
+//! etcd lock provider for [`shedlock`], on the caller's [`etcd_client::Client`] (etcd v3 API;
+//! tested against etcd 3.4, one node and a 3-node cluster).
+//!
+//! A held lock is one key, `<prefix><name>`, attached to an etcd **lease** whose TTL is
+//! `lock_at_most_for` rounded up to whole seconds. The etcd leader deletes the key when the lease
+//! expires, judged by its own clock: no client clock is read.
+//!
+//! - **Acquire**: a transaction `version(key) = 0 → put(key, locked_by, lease)`. The lease is a
+//!   fresh grant (2 round trips), or, by default, a lease this instance granted earlier for the
+//!   same TTL and no longer uses (a lock it released, an attempt that found the name held): then
+//!   the transaction and a keep-alive of that lease are sent together, so the acquire costs **one
+//!   round trip** and the key lives for the full TTL from the keep-alive (see
+//!   [`EtcdLockProviderBuilder::reuse_leases`]).
+//! - **Owner-checked** unlock and extend: every write compares the key's `create_revision` (this
+//!   acquisition's revision) and its lease, so a stale holder changes nothing.
+//! - **Unlock** deletes the key (owner-checked) and keeps the lease for the next acquire; inside
+//!   `lock_at_least_for` it re-puts the key under a short lease of the remaining time instead.
+//! - **Extend**: a keep-alive of the lock's lease beside an owner-checking read (one round trip)
+//!   when `lock_at_most_for` keeps its TTL; else the key moves to a freshly granted lease.
+//! - **Fencing tokens**: the revision of the acquiring put (the key's `create_revision`): etcd
+//!   revisions only grow, across deletes, restarts, compaction and leader changes.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use shedlock::{LockConfig, LockProvider};
+//! use shedlock_etcd::EtcdLockProvider;
+//!
+//! let client = etcd_client::Client::connect(["http://127.0.0.1:2379"], None).await?;
+//! let provider = EtcdLockProvider::builder(client).key_prefix("shedlock/").build()?;
+//!
+//! let cfg = LockConfig::new("nightly-report", Duration::from_secs(600), Duration::from_secs(30))?;
+//! if let Some(lock) = provider.try_lock(&cfg).await? {
+//!     // ... run the task ...
+//!     lock.unlock().await?;
+//! }
+//! # Ok(()) }
+//! ```
+#![deny(missing_docs)]
+
+use std::{
+    collections::HashMap,
+    fmt,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
+
+use async_trait::async_trait;
+use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp, TxnResponse};
+use shedlock::{
+    Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
+    support::{
+        MAX_LOCKED_BY_LEN, check_lock_name, default_locked_by, duration_secs_ceil, with_timeout,
+    },
+};
+use tokio::time::Instant;
+
+const BACKEND: &str = "etcd";
+
+/// The default key prefix.
+pub const DEFAULT_PREFIX: &str = "shedlock/";
+
+/// The default time limit of one operation (acquire, unlock, extend).
+pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The longest lock name accepted, in bytes (names are keys; etcd allows far more, but a name
+/// this long is a bug, not a job).
+pub const MAX_NAME_LEN: usize = 4096;
+
+/// The longest key prefix accepted, in bytes.
+pub const MAX_PREFIX_LEN: usize = 1024;
+
+/// The longest lease TTL etcd grants (`MaxLeaseTTL`, 9 × 10⁹ s); longer locks are capped to it
+/// (about 285 years).
+const MAX_TTL: i64 = 9_000_000_000;
+
+/// A kept lease is reused only while this instance's conservative count gives it at least this
+/// long: the transaction that attaches the key must reach the server before the lease could
+/// expire.
+const REUSE_MARGIN: Duration = Duration::from_secs(1);
+
+/// Leases kept per TTL for reuse; more are revoked.
+const POOL_PER_TTL: usize = 8;
+
+/// The lease TTL for a duration: whole seconds, rounded up, at least 1, at most etcd's maximum.
+fn ttl_secs(d: Duration) -> i64 {
+    i64::try_from(duration_secs_ceil(d)).unwrap_or(MAX_TTL).clamp(1, MAX_TTL)
+}
+
+/// One lease this instance granted.
+#[derive(Debug, Clone, Copy)]
+struct LeaseInfo {
+    id: i64,
+    /// The TTL asked for (the pool's key).
+    requested: i64,
+    /// The TTL the server granted (at least the server's minimum, so possibly more than asked).
+    ttl: i64,
+    /// When the last grant or keep-alive of this lease was sent: the server's expiry is at least
+    /// this instant plus `ttl`.
+    refreshed: Instant,
+}
+
+impl LeaseInfo {
+    /// The instant until which the lease surely lives (this instance's monotonic clock).
+    fn alive_until(&self) -> Instant {
+        let ttl = Duration::from_secs(self.ttl.unsigned_abs());
+        self.refreshed.checked_add(ttl).unwrap_or(self.refreshed)
+    }
+}
+
+struct Inner {
+    client: Client,
+    prefix: Vec<u8>,
+    locked_by: String,
+    timeout: Option<Duration>,
+    reuse: bool,
+    /// Unused leases by requested TTL (reuse mode).
+    pool: Mutex<HashMap<i64, Vec<LeaseInfo>>>,
+}
+
+/// Locks in etcd. Cheap to clone; clones share the client and the kept leases.
+#[derive(Clone)]
+pub struct EtcdLockProvider {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for EtcdLockProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The client (which may carry a user and password) is deliberately left out.
+        f.debug_struct("EtcdLockProvider")
+            .field("prefix", &String::from_utf8_lossy(&self.inner.prefix))
+            .field("locked_by", &self.inner.locked_by)
+            .field("operation_timeout", &self.inner.timeout)
+            .field("reuse_leases", &self.inner.reuse)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds an [`EtcdLockProvider`]; see [`EtcdLockProvider::builder`].
+#[must_use]
+pub struct EtcdLockProviderBuilder {
+    client: Client,
+    prefix: String,
+    locked_by: Option<String>,
+    timeout: Option<Duration>,
+    reuse: bool,
+}
+
+impl fmt::Debug for EtcdLockProviderBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdLockProviderBuilder")
+            .field("prefix", &self.prefix)
+            .field("locked_by", &self.locked_by)
+            .field("operation_timeout", &self.timeout)
+            .field("reuse_leases", &self.reuse)
+            .finish_non_exhaustive()
+    }
+}
+
+fn setup(message: impl Into<String>) -> Error {
+    Error::Setup { backend: BACKEND, message: message.into() }
+}
+
+impl EtcdLockProviderBuilder {
+    /// The key prefix (default [`DEFAULT_PREFIX`], `shedlock/`): lock `N` is the key
+    /// `<prefix>N`. Not empty, at most [`MAX_PREFIX_LEN`] bytes, no control characters. Give
+    /// every application (or environment) sharing a cluster its own prefix, and let no prefix be
+    /// the start of another's (end them with `/`).
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Who holds the lock, stored as the key's value for people reading it (default
+    /// `hostname/pid`). Informational only: ownership rests on the acquisition's revision.
+    pub fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
+        self.locked_by = Some(locked_by.into());
+        self
+    }
+
+    /// The time limit of each operation (default [`DEFAULT_OPERATION_TIMEOUT`]); `None` for
+    /// none. An operation that runs out returns [`Error::Timeout`] (also when every endpoint is
+    /// down: the client then waits for one to come back); a lock it may have taken expires after
+    /// `lock_at_most_for`.
+    pub fn operation_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Whether to keep the leases of released locks (and of attempts that found the name held)
+    /// for the next acquire with the same TTL (default `true`). A kept lease makes an acquire one
+    /// round trip instead of two: the transaction goes out together with a keep-alive of the
+    /// lease, which restarts its full TTL. The cost: each instance keeps up to 8 idle leases per
+    /// distinct TTL on the server until they expire unused (after one TTL), and the leases are
+    /// renewed (never a raft write) on each reuse. With `false`, every acquire grants a new lease
+    /// and every unlock revokes it.
+    pub fn reuse_leases(mut self, reuse: bool) -> Self {
+        self.reuse = reuse;
+        self
+    }
+
+    /// Checks the settings and builds the provider. Does no I/O: an unreachable cluster shows at
+    /// the first lock call ([`Error::Unavailable`] or [`Error::Timeout`]).
+    pub fn build(self) -> Result<EtcdLockProvider> {
+        check_prefix(&self.prefix)?;
+        let locked_by = self.locked_by.unwrap_or_else(default_locked_by);
+        if locked_by.len() > MAX_LOCKED_BY_LEN {
+            return Err(setup(format!(
+                "locked_by is {} bytes long; at most {MAX_LOCKED_BY_LEN} are allowed",
+                locked_by.len()
+            )));
+        }
+        Ok(EtcdLockProvider {
+            inner: Arc::new(Inner {
+                client: self.client,
+                prefix: self.prefix.into_bytes(),
+                locked_by,
+                timeout: self.timeout,
+                reuse: self.reuse,
+                pool: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+}
+
+fn check_prefix(prefix: &str) -> Result<()> {
+    if prefix.is_empty() {
+        return Err(setup(
+            "the key prefix is empty: locks would live among the cluster's other keys; use e.g. \
+             \"shedlock/\"",
+        ));
+    }
+    if prefix.len() > MAX_PREFIX_LEN {
+        return Err(setup(format!(
+            "the key prefix is {} bytes long; at most {MAX_PREFIX_LEN} are allowed",
+            prefix.len()
+        )));
+    }
+    if let Some(c) = prefix.chars().find(|c| c.is_control()) {
+        return Err(setup(format!(
+            "the key prefix {prefix:?} contains the control character {c:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// What an etcd error means here.
+#[derive(Debug)]
+enum Failure {
+    /// The lease named in the request does not exist (expired or revoked).
+    LeaseGone,
+    /// The request never left: the connection to the chosen endpoint could not be opened (a node
+    /// that is down). Safe to send again; the client may pick another endpoint.
+    NotSent(Error),
+    /// Anything else, mapped.
+    Other(Error),
+}
+
+fn classify(e: etcd_client::Error) -> Failure {
+    use etcd_client::Error as E;
+    use tonic::Code;
+    match e {
+        E::GRpcStatus(s) => {
+            let msg = s.message();
+            if s.code() == Code::NotFound && msg.contains("lease not found") {
+                return Failure::LeaseGone;
+            }
+            if s.code() == Code::Unavailable && msg.contains("connect error") {
+                return Failure::NotSent(Error::unavailable(BACKEND, s));
+            }
+            let err = match s.code() {
+                Code::Unavailable
+                | Code::DeadlineExceeded
+                | Code::Cancelled
+                | Code::Aborted
+                | Code::ResourceExhausted => Error::unavailable(BACKEND, s),
+                // A connection that broke mid-request surfaces as Unknown with a transport cause.
+                Code::Unknown if msg.contains("transport") || msg.contains("connection") => {
+                    Error::unavailable(BACKEND, s)
+                }
+                Code::PermissionDenied | Code::Unauthenticated => setup(format!(
+                    "the client's etcd user may not read and write keys under the prefix or \
+                     grant leases: {msg}"
+                )),
+                _ => Error::backend(BACKEND, s),
+            };
+            Failure::Other(err)
+        }
+        E::LeaseKeepAliveError(m) if m.contains("lease not found") => Failure::LeaseGone,
+        E::TransportError(t) if t.to_string().contains("connect") => {
+            Failure::NotSent(Error::unavailable(BACKEND, t))
+        }
+        E::TransportError(t) => Failure::Other(Error::unavailable(BACKEND, t)),
+        E::IoError(io) => Failure::Other(Error::unavailable(BACKEND, io)),
+        E::LeaseKeepAliveError(m) => Failure::Other(Error::unavailable(BACKEND, m)),
+        other => Failure::Other(Error::backend(BACKEND, other)),
+    }
+}
+
+impl Failure {
+    fn into_error(self) -> Error {
+        match self {
+            Failure::LeaseGone => Error::backend(BACKEND, "etcdserver: requested lease not found"),
+            Failure::NotSent(e) | Failure::Other(e) => e,
+        }
+    }
+}
+
+/// How often a request that could not be sent (its endpoint refused the connection) is sent
+/// again, with pauses of 5, 10, 20, 40, 80, 100, 100 ms: about 0.35 s before a cluster whose
+/// every endpoint refuses is reported [`Error::Unavailable`].
+const SEND_ATTEMPTS: u32 = 8;
+
+/// Runs `call` until it is sent: etcd-client's balanced channel keeps a dead endpoint in its
+/// rotation, and a request routed there fails at once, never sent, so sending it again (to
+/// another endpoint) is safe.
+async fn sent<T, Fut>(mut call: impl FnMut() -> Fut) -> std::result::Result<T, Failure>
+where
+    Fut: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+{
+    let mut pause = Duration::from_millis(5);
+    let mut attempt = 1;
+    loop {
+        match call().await.map_err(classify) {
+            Err(Failure::NotSent(e)) if attempt < SEND_ATTEMPTS => {
+                tracing::trace!(error = %e, attempt, "etcd: endpoint refused the connection; sending again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(100));
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+impl Inner {
+    async fn txn(&self, txn: Txn) -> std::result::Result<TxnResponse, Failure> {
+        sent(|| {
+            let mut kv = self.client.kv_client();
+            let txn = txn.clone();
+            async move { kv.txn(txn).await }
+        })
+        .await
+    }
+
+    async fn revoke(&self, id: i64) -> std::result::Result<(), Failure> {
+        sent(|| {
+            let mut lease = self.client.lease_client();
+            async move { lease.revoke(id).await.map(drop) }
+        })
+        .await
+    }
+
+    async fn keep_alive(&self, id: i64) -> std::result::Result<(), Failure> {
+        // etcd-client opens a stream, sends the request, waits for the first answer and fails
+        // with "lease not found" when the lease is gone.
+        sent(|| {
+            let mut lease = self.client.lease_client();
+            async move {
+                let (keeper, mut stream) = lease.keep_alive(id).await?;
+                // Close the stream gracefully, off the caller's path: end the request side, then
+                // read until the server ends its side. Dropping both at once resets the stream
+                // (RST_STREAM), and after a few thousand resets the HTTP/2 layer closes the
+                // connection with GOAWAY "too_many_internal_resets" (measured: after ~6 000
+                // acquires), failing the calls on it.
+                tokio::spawn(async move {
+                    drop(keeper);
+                    let drain = async { while let Ok(Some(_)) = stream.message().await {} };
+                    let _ = tokio::time::timeout(Duration::from_secs(10), drain).await;
+                });
+                Ok(())
+            }
+        })
+        .await
+    }
+
+    async fn grant(
+        &self,
+        ttl: i64,
+    ) -> std::result::Result<etcd_client::LeaseGrantResponse, Failure> {
+        sent(|| {
+            let mut lease = self.client.lease_client();
+            async move { lease.grant(ttl, None).await }
+        })
+        .await
+    }
+}
+
+/// Revokes a lease when dropped (unless disarmed): an acquire that failed or was cancelled after
+/// its transaction may have attached the key to the lease releases it this way.
+struct RevokeOnDrop {
+    inner: Arc<Inner>,
+    lease: Option<i64>,
+}
+
+impl RevokeOnDrop {
+    fn disarm(&mut self) {
+        self.lease = None;
+    }
+}
+
+impl Drop for RevokeOnDrop {
+    fn drop(&mut self) {
+        if let Some(id) = self.lease.take() {
+            revoke_in_background(&self.inner, id);
+        }
+    }
+}
+
+fn revoke_in_background(inner: &Arc<Inner>, id: i64) {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+    let inner = inner.clone();
+    rt.spawn(async move {
+        let revoke = async {
+            match inner.revoke(id).await {
+                Ok(()) | Err(Failure::LeaseGone) => Ok(()),
+                Err(f) => Err(f.into_error()),
+            }
+        };
+        if let Err(error) = with_timeout("etcd revoke", inner.timeout, revoke).await {
+            tracing::debug!(lease = id, %error, "etcd: revoking an unused lease failed; it expires by itself");
+        }
+    });
+}
+
+/// A transaction's answer, and what the keep-alive sent beside it said (when one was sent).
+struct Sent {
+    txn: std::result::Result<TxnResponse, Failure>,
+    /// `None`: no keep-alive was needed (a fresh lease).
+    keep_alive: Option<std::result::Result<(), Failure>>,
+}
+
+impl EtcdLockProvider {
+    /// A builder over `client`; see [`EtcdLockProviderBuilder`].
+    pub fn builder(client: Client) -> EtcdLockProviderBuilder {
+        EtcdLockProviderBuilder {
+            client,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            locked_by: None,
+            timeout: Some(DEFAULT_OPERATION_TIMEOUT),
+            reuse: true,
+        }
+    }
+
+    /// The key that holds lock `name`: the prefix followed by the name's bytes.
+    pub fn key(&self, name: &str) -> Vec<u8> {
+        let mut key = Vec::with_capacity(self.inner.prefix.len() + name.len());
+        key.extend_from_slice(&self.inner.prefix);
+        key.extend_from_slice(name.as_bytes());
+        key
+    }
+
+    /// The `locked_by` this provider writes.
+    pub fn locked_by(&self) -> &str {
+        &self.inner.locked_by
+    }
+
+    /// A clone of the client, for reading the keys (e.g. in tests or tools).
+    pub fn client(&self) -> Client {
+        self.inner.client.clone()
+    }
+
+    /// How many unused leases this instance keeps for reuse (for tests and metrics).
+    pub fn kept_leases(&self) -> usize {
+        self.pool().values().map(Vec::len).sum()
+    }
+
+    fn pool(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Vec<LeaseInfo>>> {
+        self.inner.pool.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A kept lease for `ttl` that surely lives long enough to attach a key to it.
+    fn take_kept(&self, ttl: i64) -> Option<LeaseInfo> {
+        if !self.inner.reuse {
+            return None;
+        }
+        let now = Instant::now();
+        let mut pool = self.pool();
+        let list = pool.get_mut(&ttl)?;
+        // Leases too close to their expiry are forgotten: the server revokes them itself.
+        list.retain(|l| l.alive_until() > now + REUSE_MARGIN);
+        list.pop()
+    }
+
+    /// Keeps `lease` (which no key is attached to) for a later acquire, or revokes it.
+    fn keep(&self, lease: LeaseInfo) {
+        if self.inner.reuse {
+            let mut pool = self.pool();
+            let list = pool.entry(lease.requested).or_default();
+            if list.len() < POOL_PER_TTL {
+                list.push(lease);
+                return;
+            }
+        }
+        revoke_in_background(&self.inner, lease.id);
+    }
+
+    async fn grant(&self, ttl: i64) -> Result<LeaseInfo> {
+        let refreshed = Instant::now();
+        let r = self.inner.grant(ttl).await.map_err(Failure::into_error)?;
+        if !r.error().is_empty() {
+            return Err(Error::backend(BACKEND, format!("lease grant: {}", r.error())));
+        }
+        if r.ttl() < ttl {
+            // Never expected: a lease shorter than asked would end locks early.
+            return Err(Error::backend(
+                BACKEND,
+                format!("lease grant: asked for {ttl} s, the server granted {} s", r.ttl()),
+            ));
+        }
+        Ok(LeaseInfo { id: r.id(), requested: ttl, ttl: r.ttl(), refreshed })
+    }
+
+    /// A lease for `ttl`: a kept one (`true`: it needs a keep-alive beside its transaction) or a
+    /// fresh grant.
+    async fn lease(&self, ttl: i64) -> Result<(LeaseInfo, bool)> {
+        match self.take_kept(ttl) {
+            Some(l) => Ok((l, true)),
+            None => Ok((self.grant(ttl).await?, false)),
+        }
+    }
+
+    /// Sends `txn`, and beside it a keep-alive of `lease` when `refresh` (a reused lease). A
+    /// successful keep-alive moves `lease.refreshed` to when it was sent.
+    async fn send(&self, txn: Txn, lease: &mut LeaseInfo, refresh: bool) -> Sent {
+        if !refresh {
+            return Sent { txn: self.inner.txn(txn).await, keep_alive: None };
+        }
+        let sent = Instant::now();
+        let (t, k) = tokio::join!(self.inner.txn(txn), self.inner.keep_alive(lease.id));
+        if k.is_ok() {
+            lease.refreshed = sent;
+        }
+        Sent { txn: t, keep_alive: Some(k) }
+    }
+
+    /// The acquire: `Some((lease, revision))` when this caller now holds the key.
+    async fn acquire(&self, key: &[u8], ttl: i64) -> Result<Option<(LeaseInfo, i64)>> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let (mut lease, reused) = self.lease(ttl).await?;
+            // Until the answer is known, the key may be attached to this lease: a failure or a
+            // cancellation revokes it, which releases the key if it was taken.
+            let mut guard = RevokeOnDrop { inner: self.inner.clone(), lease: Some(lease.id) };
+            let txn = Txn::new().when([Compare::version(key, CompareOp::Equal, 0)]).and_then([
+                TxnOp::put(
+                    key,
+                    self.inner.locked_by.as_bytes(),
+                    Some(PutOptions::new().with_lease(lease.id)),
+                ),
+            ]);
+            let sent = self.send(txn, &mut lease, reused).await;
+            let resp = match sent.txn {
+                Ok(resp) => resp,
+                // The kept lease expired before the transaction reached the server (a paused
+                // process, a slow link): nothing was written; try once more on a fresh lease.
+                Err(Failure::LeaseGone) if reused && attempt < 2 => {
+                    guard.disarm();
+                    continue;
+                }
+                Err(Failure::LeaseGone) => {
+                    guard.disarm();
+                    return Err(Error::unavailable(
+                        BACKEND,
+                        "the lease granted for this acquire expired before the transaction arrived",
+                    ));
+                }
+                Err(f) => return Err(f.into_error()),
+            };
+            if !resp.succeeded() {
+                // Held elsewhere; nothing was written. The lease stays unused: kept if it was
+                // renewed (or fresh), else forgotten.
+                guard.disarm();
+                match sent.keep_alive {
+                    None | Some(Ok(())) => self.keep(lease),
+                    Some(Err(Failure::LeaseGone)) => {}
+                    Some(Err(_)) => revoke_in_background(&self.inner, lease.id),
+                }
+                return Ok(None);
+            }
+            match sent.keep_alive {
+                None | Some(Ok(())) => {}
+                // The lease expired around the transaction: if the put went through, the key
+                // went with the lease. Nothing is held; try once more on a fresh lease.
+                Some(Err(Failure::LeaseGone)) if attempt < 2 => {
+                    guard.disarm();
+                    continue;
+                }
+                Some(Err(Failure::LeaseGone)) => {
+                    guard.disarm();
+                    return Err(Error::unavailable(
+                        BACKEND,
+                        "the lease expired while the acquire was in flight",
+                    ));
+                }
+                // Whether the lease was renewed is unknown, so the key may live shorter than
+                // lock_at_most_for: the guard revokes the lease (and the key with it).
+                Some(Err(f)) => return Err(f.into_error()),
+            }
+            guard.disarm();
+            let revision = resp.header().map_or(0, |h| h.revision());
+            if revision <= 0 {
+                revoke_in_background(&self.inner, lease.id);
+                return Err(Error::backend(BACKEND, "a transaction answer without a revision"));
+            }
+            return Ok(Some((lease, revision)));
+        }
+    }
+}
+
+#[async_trait]
+impl LockProvider for EtcdLockProvider {
+    async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
+        check_lock_name(BACKEND, config.name(), Some(MAX_NAME_LEN), false)?;
+        let key = self.key(config.name());
+        let ttl = ttl_secs(config.lock_at_most_for());
+        let acquisition = Acquisition::begin(config);
+        let acquired =
+            with_timeout("etcd acquire", self.inner.timeout, self.acquire(&key, ttl)).await?;
+        let Some((lease, revision)) = acquired else {
+            tracing::trace!(lock = %config.name(), "etcd: held elsewhere");
+            return Ok(None);
+        };
+        tracing::debug!(lock = %config.name(), revision, lease = lease.id, "etcd: acquired");
+        let handle =
+            EtcdHandle { provider: self.clone(), key, revision, lease, held_since: Instant::now() };
+        acquisition.grant(handle).await.map(Some)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new()
+            .with_extend(true)
+            .with_fencing(true)
+            .with_server_time(true)
+            .with_owner_checked(true)
+            .with_granularity(Duration::from_secs(1))
+            .with_max_name_len(Some(MAX_NAME_LEN))
+    }
+
+    fn backend_name(&self) -> &'static str {
+        BACKEND
+    }
+}
+
+/// The holder's side of one acquisition.
+struct EtcdHandle {
+    provider: EtcdLockProvider,
+    key: Vec<u8>,
+    /// The acquiring put's revision: the key's `create_revision` while this holder owns it, and
+    /// the fencing token.
+    revision: i64,
+    /// The lease the key is attached to.
+    lease: LeaseInfo,
+    /// When the answer of the acquire (or of the last extension) arrived: `lock_at_least_for`
+    /// counts from here, so the key is held at least that long.
+    held_since: Instant,
+}
+
+impl EtcdHandle {
+    /// Compares: the key is still this acquisition's, on this holder's lease.
+    fn owned(&self) -> [Compare; 2] {
+        [
+            Compare::create_revision(self.key.clone(), CompareOp::Equal, self.revision),
+            Compare::lease(self.key.clone(), CompareOp::Equal, self.lease.id),
+        ]
+    }
+
+    async fn release(&mut self, config: &LockConfig) -> Result<()> {
+        let p = &self.provider;
+        let until = self.held_since.checked_add(config.lock_at_least_for());
+        let keep_for =
+            until.map_or(Duration::ZERO, |u| u.saturating_duration_since(Instant::now()));
+        if keep_for.is_zero() {
+            if !p.inner.reuse {
+                // Revoking the lease deletes the key with it: owner-checked, since only this
+                // acquisition's key is attached to this lease.
+                return match p.inner.revoke(self.lease.id).await {
+                    Ok(()) | Err(Failure::LeaseGone) => Ok(()),
+                    Err(f) => Err(f.into_error()),
+                };
+            }
+            let txn =
+                Txn::new().when(self.owned()).and_then([TxnOp::delete(self.key.clone(), None)]);
+            let r = p.inner.txn(txn).await.map_err(Failure::into_error)?;
+            if !r.succeeded() {
+                tracing::debug!(lock = %config.name(), "etcd unlock: no longer the holder; nothing changed");
+            }
+            // No key is attached to the lease any more (or it expired): keep it for reuse.
+            p.keep(self.lease);
+            return Ok(());
+        }
+        // Within lock_at_least_for: the key moves to a fresh lease of the remaining time.
+        let ttl = ttl_secs(keep_for);
+        let short = p.grant(ttl).await?;
+        let txn = Txn::new().when(self.owned()).and_then([TxnOp::put(
+            self.key.clone(),
+            p.inner.locked_by.as_bytes(),
+            Some(PutOptions::new().with_lease(short.id)),
+        )]);
+        match p.inner.txn(txn).await {
+            Ok(r) if r.succeeded() => {
+                p.keep(self.lease);
+                Ok(())
+            }
+            Ok(_) => {
+                tracing::debug!(lock = %config.name(), "etcd unlock: no longer the holder; nothing changed");
+                revoke_in_background(&p.inner, short.id);
+                Ok(())
+            }
+            // The key may be on the short lease or still on the lock's: both expire by themselves.
+            Err(f) => Err(f.into_error()),
+        }
+    }
+
+    async fn prolong(&mut self, config: &LockConfig) -> Result<()> {
+        let p = self.provider.clone();
+        let lost = || Error::LockLost { name: config.name().to_owned() };
+        let ttl = ttl_secs(config.lock_at_most_for());
+        if ttl == self.lease.requested {
+            // Same TTL: renew the lock's lease, and check beside it that the key is still this
+            // acquisition's on this lease (a read-only transaction). A renewed lease whose key is
+            // gone (an operator deleted it) is no lock.
+            let txn = Txn::new().when(self.owned());
+            let mut lease = self.lease;
+            let sent = p.send(txn, &mut lease, true).await;
+            match sent.keep_alive {
+                Some(Err(Failure::LeaseGone)) => return Err(lost()),
+                Some(Err(f)) => return Err(f.into_error()),
+                _ => {}
+            }
+            match sent.txn {
+                Ok(r) if r.succeeded() => {}
+                Ok(_) | Err(Failure::LeaseGone) => return Err(lost()),
+                Err(f) => return Err(f.into_error()),
+            }
+            self.lease = lease;
+            self.held_since = Instant::now();
+            return Ok(());
+        }
+        // Another TTL: move the key to a fresh lease of the new TTL (owner-checked).
+        let fresh = p.grant(ttl).await?;
+        let txn = Txn::new().when(self.owned()).and_then([TxnOp::put(
+            self.key.clone(),
+            p.inner.locked_by.as_bytes(),
+            Some(PutOptions::new().with_lease(fresh.id)),
+        )]);
+        match p.inner.txn(txn).await {
+            Ok(r) if r.succeeded() => {
+                p.keep(self.lease);
+                self.lease = fresh;
+                self.held_since = Instant::now();
+                Ok(())
+            }
+            Ok(_) => {
+                revoke_in_background(&p.inner, fresh.id);
+                Err(lost())
+            }
+            Err(Failure::LeaseGone) => Err(lost()),
+            Err(f) => Err(f.into_error()),
+        }
+    }
+}
+
+#[async_trait]
+impl LockHandle for EtcdHandle {
+    async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
+        let timeout = self.provider.inner.timeout;
+        with_timeout("etcd unlock", timeout, self.release(config)).await
+    }
+
+    async fn extend(&mut self, config: &LockConfig) -> Result<()> {
+        let timeout = self.provider.inner.timeout;
+        with_timeout("etcd extend", timeout, self.prolong(config)).await
+    }
+
+    fn fencing_token(&self) -> Option<u64> {
+        u64::try_from(self.revision).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn ttls_round_up_to_whole_seconds_within_etcds_range() {
+        assert_eq!(ttl_secs(Duration::from_millis(1)), 1);
+        assert_eq!(ttl_secs(Duration::from_millis(1000)), 1);
+        assert_eq!(ttl_secs(Duration::from_millis(1001)), 2);
+        assert_eq!(ttl_secs(Duration::from_secs(600)), 600);
+        assert_eq!(ttl_secs(Duration::MAX), MAX_TTL);
+    }
+
+    #[test]
+    fn prefixes_are_checked() {
+        assert!(check_prefix("shedlock/").is_ok());
+        assert!(check_prefix("app/prod/").is_ok());
+        for bad in [String::new(), "a\nb".to_owned(), "x".repeat(MAX_PREFIX_LEN + 1)] {
+            assert!(matches!(check_prefix(&bad), Err(Error::Setup { .. })), "{bad:?}");
+        }
+    }
+}
+
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

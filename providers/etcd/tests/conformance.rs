@@ -1,0 +1,17 @@
+//! The shedlock conformance suite (C01–C28) against a real etcd server, provider name `etcd`.
+//!
+//! Each instance has its own client (like a separate node). The hooks give the kit raw key access
+//! (C14), the server address for its fault proxy (C24 and the round-trip figures) and a restart
+//! of the server (C25) — unless the server comes from `SHEDLOCK_ETCD_URL` (as under `cargo xtask
+//! test`), which is not ours to restart: C25 is then expected to be "not applicable". Every other
+//! check must pass.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use shedlock_launcher::Backend;
+
+fn main() -> std::process::ExitCode {
+    let options = shedlock_test_support::server_options(Backend::Etcd);
+    shedlock_conformance::harness(options, || async { common::Single::new().await })
+}

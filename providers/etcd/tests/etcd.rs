@@ -1,0 +1,288 @@
+//! The etcd provider's own behaviour against a real etcd server, beyond the conformance
+//! catalogue: what the keys and leases look like, lease reuse, bad input and unreachable
+//! clusters, and a lease revoked by an operator.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::{sync::Arc, time::Duration};
+
+use shedlock::{Error, KeepAliveProvider, LockConfig, LockProvider};
+use shedlock_etcd::{EtcdLockProvider, MAX_NAME_LEN};
+use shedlock_launcher::Backend;
+use shedlock_test_support::{self as testing, FaultProxy, cfg, unique};
+
+async fn url() -> String {
+    testing::url(Backend::Etcd, "etcd").await
+}
+
+async fn provider(prefix: &str) -> EtcdLockProvider {
+    common::provider(&url().await, prefix).await
+}
+
+fn prefix() -> String {
+    format!("{}/", unique("etcd-test"))
+}
+
+#[tokio::test]
+async fn the_key_holds_locked_by_on_a_lease_of_at_most_and_the_token_is_its_create_revision() {
+    let p = provider(&prefix()).await;
+    let lock = p.try_lock(&cfg("job", 10_000, 0)).await.unwrap().expect("free");
+    let mut c = p.client();
+    let r = c.get(p.key("job"), None).await.unwrap();
+    let kv = &r.kvs()[0];
+    assert_eq!(kv.value(), p.locked_by().as_bytes());
+    assert_eq!(lock.fencing_token(), Some(kv.create_revision() as u64));
+    let ttl = c.lease_time_to_live(kv.lease(), None).await.unwrap();
+    assert_eq!(ttl.granted_ttl(), 10, "lock_at_most_for in whole seconds");
+    assert!(ttl.ttl() > 8 && ttl.ttl() <= 10, "{}", ttl.ttl());
+    lock.unlock().await.unwrap();
+    assert_eq!(c.get(p.key("job"), None).await.unwrap().count(), 0, "unlock deletes the key");
+}
+
+#[tokio::test]
+async fn a_released_lease_is_reused_so_cycles_grant_no_new_leases() {
+    let p = provider(&prefix()).await;
+    let mut c = p.client();
+    let c1 = cfg("reuse", 30_000, 0);
+    let first = p.try_lock(&c1).await.unwrap().expect("free");
+    let mut c2 = c.clone();
+    let lease = c2.get(p.key("reuse"), None).await.unwrap().kvs()[0].lease();
+    first.unlock().await.unwrap();
+    assert_eq!(p.kept_leases(), 1);
+    for _ in 0..5 {
+        let l = p.try_lock(&c1).await.unwrap().expect("free");
+        let now = c.get(p.key("reuse"), None).await.unwrap().kvs()[0].lease();
+        assert_eq!(now, lease, "the same lease, renewed");
+        l.unlock().await.unwrap();
+    }
+    // A name held elsewhere: the attempt's lease is kept too, not leaked.
+    let other = provider(&prefix()).await;
+    let held = p.try_lock(&cfg("held", 30_000, 0)).await.unwrap().expect("free");
+    let _ = other.try_lock(&cfg("held", 30_000, 0)).await.unwrap();
+    assert!(other.try_lock(&cfg("held", 30_000, 0)).await.unwrap().is_none());
+    assert_eq!(other.kept_leases(), 1, "one lease for both failed attempts");
+    held.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn without_reuse_every_acquire_grants_and_every_unlock_revokes() {
+    let client = common::client(&url().await).await.unwrap();
+    let p =
+        EtcdLockProvider::builder(client).key_prefix(prefix()).reuse_leases(false).build().unwrap();
+    let mut c = p.client();
+    let lock = p.try_lock(&cfg("fresh", 30_000, 0)).await.unwrap().expect("free");
+    let lease = c.get(p.key("fresh"), None).await.unwrap().kvs()[0].lease();
+    lock.unlock().await.unwrap();
+    assert_eq!(p.kept_leases(), 0);
+    assert_eq!(c.get(p.key("fresh"), None).await.unwrap().count(), 0);
+    let ttl = c.lease_time_to_live(lease, None).await.unwrap();
+    assert_eq!(ttl.ttl(), -1, "the lease was revoked");
+}
+
+#[tokio::test]
+async fn at_least_moves_the_key_to_a_short_lease_of_the_remaining_time() {
+    let p = provider(&prefix()).await;
+    let lock = p.try_lock(&cfg("least", 60_000, 2_000)).await.unwrap().expect("free");
+    lock.unlock().await.unwrap();
+    let mut c = p.client();
+    let kv = c.get(p.key("least"), None).await.unwrap().kvs()[0].clone();
+    let ttl = c.lease_time_to_live(kv.lease(), None).await.unwrap();
+    assert_eq!(ttl.granted_ttl(), 2, "the rest of at-least, rounded up to whole seconds");
+    assert!(p.try_lock(&cfg("least", 60_000, 0)).await.unwrap().is_none(), "held for at-least");
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    let l = p.try_lock(&cfg("least", 60_000, 0)).await.unwrap().expect("free after at-least");
+    l.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn extend_with_the_same_ttl_renews_the_lease_and_with_another_moves_the_key() {
+    let p = provider(&prefix()).await;
+    let mut c = p.client();
+    let mut lock = p.try_lock(&cfg("ext", 5_000, 0)).await.unwrap().expect("free");
+    let first = c.get(p.key("ext"), None).await.unwrap().kvs()[0].clone();
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    lock.extend(Duration::from_secs(5), Duration::ZERO).await.unwrap();
+    let kv = c.get(p.key("ext"), None).await.unwrap().kvs()[0].clone();
+    assert_eq!((kv.lease(), kv.mod_revision()), (first.lease(), first.mod_revision()), "renewed");
+    let ttl = c.lease_time_to_live(kv.lease(), None).await.unwrap().ttl();
+    assert!(ttl >= 4, "renewed to 5 s, {ttl} left");
+    lock.extend(Duration::from_secs(30), Duration::ZERO).await.unwrap();
+    let kv = c.get(p.key("ext"), None).await.unwrap().kvs()[0].clone();
+    assert_ne!(kv.lease(), first.lease(), "moved to a 30 s lease");
+    assert_eq!(kv.create_revision(), first.create_revision(), "the same acquisition");
+    assert_eq!(c.lease_time_to_live(kv.lease(), None).await.unwrap().granted_ttl(), 30);
+    lock.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_lease_revoked_by_an_operator_fires_the_lost_signal_at_the_next_keep_alive() {
+    let p = provider(&prefix()).await;
+    let kept = KeepAliveProvider::new(Arc::new(p.clone())).unwrap();
+    let at_most = Duration::from_secs(4);
+    let config = LockConfig::new("revoked", at_most, Duration::ZERO).unwrap();
+    let lock = kept.try_lock(&config).await.unwrap().expect("free");
+    let lost = lock.lost_signal();
+    let mut c = p.client();
+    let lease = c.get(p.key("revoked"), None).await.unwrap().kvs()[0].lease();
+    let revoked = tokio::time::Instant::now();
+    c.lease_revoke(lease).await.unwrap();
+    // The keep-alive extends every at_most / 2: its next extension finds the lease gone.
+    tokio::time::timeout(at_most, lost.lost()).await.expect("the lost signal fired");
+    let after = revoked.elapsed();
+    assert!(after <= at_most / 2 + Duration::from_millis(500), "fired after {after:?}");
+    assert!(lock.is_lost());
+    // Another instance can take the name at once.
+    let other = provider(&p_prefix(&p)).await;
+    let l = other.try_lock(&config).await.unwrap().expect("free after the revoke");
+    l.unlock().await.unwrap();
+    lock.unlock().await.unwrap();
+}
+
+fn p_prefix(p: &EtcdLockProvider) -> String {
+    let key = p.key("");
+    String::from_utf8(key).unwrap()
+}
+
+#[tokio::test]
+async fn an_extend_after_an_operator_deleted_the_key_is_lock_lost_even_though_the_lease_lives() {
+    let p = provider(&prefix()).await;
+    let mut lock = p.try_lock(&cfg("deleted", 30_000, 0)).await.unwrap().expect("free");
+    let mut c = p.client();
+    c.delete(p.key("deleted"), None).await.unwrap();
+    let other = provider(&p_prefix(&p)).await;
+    let theirs = other.try_lock(&cfg("deleted", 30_000, 0)).await.unwrap().expect("deleted: free");
+    let before = c.get(p.key("deleted"), None).await.unwrap().kvs()[0].clone();
+    match lock.extend(Duration::from_secs(30), Duration::ZERO).await {
+        Err(Error::LockLost { .. }) => {}
+        other => panic!("expected LockLost, got {other:?}"),
+    }
+    match lock.extend(Duration::from_secs(60), Duration::ZERO).await {
+        Err(Error::LockLost { .. }) => {}
+        other => panic!("expected LockLost, got {other:?}"),
+    }
+    lock.unlock().await.unwrap();
+    let after = c.get(p.key("deleted"), None).await.unwrap().kvs()[0].clone();
+    assert_eq!(
+        (after.create_revision(), after.mod_revision(), after.lease()),
+        (before.create_revision(), before.mod_revision(), before.lease()),
+        "the stale holder changed nothing"
+    );
+    theirs.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_names_and_prefixes_are_typed_errors() {
+    let p = provider(&prefix()).await;
+    let long = "n".repeat(MAX_NAME_LEN + 1);
+    match p.try_lock(&cfg(&long, 10_000, 0)).await {
+        Err(Error::InvalidName { name, .. }) => assert_eq!(name, long),
+        other => panic!("{other:?}"),
+    }
+    let l = p.try_lock(&cfg(&"n".repeat(MAX_NAME_LEN), 10_000, 0)).await.unwrap().expect("free");
+    l.unlock().await.unwrap();
+    // Names are bytes: NUL, slashes and non-ASCII are fine and distinct.
+    for name in ["a\0b", "a/b", "ä", "a"] {
+        let l = p.try_lock(&cfg(name, 10_000, 0)).await.unwrap().expect(name);
+        drop(l);
+    }
+    let client = p.client();
+    for bad in ["", "a\nb", &"x".repeat(shedlock_etcd::MAX_PREFIX_LEN + 1)] {
+        match EtcdLockProvider::builder(client.clone()).key_prefix(bad).build() {
+            Err(Error::Setup { .. }) => {}
+            other => panic!("prefix {bad:?}: {other:?}"),
+        }
+    }
+    match EtcdLockProvider::builder(client).locked_by("x".repeat(300)).build() {
+        Err(Error::Setup { .. }) => {}
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn every_endpoint_down_is_a_typed_error_within_the_operation_timeout() {
+    // Three ports nothing listens on.
+    let mut urls = Vec::new();
+    for _ in 0..3 {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        urls.push(format!("http://{}", l.local_addr().unwrap()));
+    }
+    let client = common::client(&urls.join(",")).await.unwrap();
+    let limit = Duration::from_secs(2);
+    let p = EtcdLockProvider::builder(client).operation_timeout(Some(limit)).build().unwrap();
+    let start = tokio::time::Instant::now();
+    let err = p.try_lock(&cfg("down", 10_000, 0)).await.unwrap_err();
+    let took = start.elapsed();
+    assert!(err.is_retryable(), "{err:?}");
+    assert!(matches!(err, Error::Unavailable { .. } | Error::Timeout { .. }), "{err:?}");
+    assert!(took < limit + Duration::from_millis(500), "took {took:?}");
+}
+
+fn median(mut v: Vec<u64>) -> u64 {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+/// Round trips, counted by the kit's proxy as client→server turnarounds. HTTP/2 adds frames
+/// that are no round trip of their own (a WINDOW_UPDATE after an answer), so the provider is
+/// compared with raw requests on the same proxy: an acquire on a reused lease (its transaction
+/// and keep-alive sent together) costs one raw transaction, plus at most one turnaround for the
+/// keep-alive stream's closing frame, which goes out after the answer, off the caller's path; an
+/// acquire on a fresh lease costs what a raw lease grant followed by a transaction costs. Medians
+/// of 7.
+#[tokio::test]
+async fn a_reused_lease_makes_the_acquire_cost_one_transaction_not_a_grant_and_a_transaction() {
+    use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+    let service = testing::service(Backend::Etcd, "etcd").await.unwrap();
+    let proxy = FaultProxy::start(service.addr().unwrap()).await.unwrap();
+    let client =
+        etcd_client::Client::connect([format!("http://{}", proxy.addr())], None).await.unwrap();
+    let pre = prefix();
+    let reused = EtcdLockProvider::builder(client.clone()).key_prefix(&pre).build().unwrap();
+    let fresh = EtcdLockProvider::builder(client.clone())
+        .key_prefix(&pre)
+        .reuse_leases(false)
+        .build()
+        .unwrap();
+    let c = cfg("rt", 30_000, 0);
+    let warm = reused.try_lock(&c).await.unwrap().expect("free");
+    warm.unlock().await.unwrap();
+    let (mut r, mut f, mut txn, mut pair) = (vec![], vec![], vec![], vec![]);
+    let mut kv = client.kv_client();
+    let mut leases = client.lease_client();
+    let key = format!("{pre}raw").into_bytes();
+    for _ in 0..7 {
+        let before = proxy.round_trips();
+        let l = reused.try_lock(&c).await.unwrap().expect("free");
+        r.push(proxy.round_trips() - before);
+        l.unlock().await.unwrap();
+
+        let before = proxy.round_trips();
+        let l = fresh.try_lock(&c).await.unwrap().expect("free");
+        f.push(proxy.round_trips() - before);
+        l.unlock().await.unwrap();
+
+        let put = |lease: i64| {
+            Txn::new().when([Compare::version(key.clone(), CompareOp::Equal, 0)]).and_then([
+                TxnOp::put(key.clone(), "raw", Some(PutOptions::new().with_lease(lease))),
+            ])
+        };
+        let before = proxy.round_trips();
+        let lease = leases.grant(30, None).await.unwrap().id();
+        assert!(kv.txn(put(lease)).await.unwrap().succeeded());
+        pair.push(proxy.round_trips() - before);
+        kv.delete(key.clone(), None).await.unwrap();
+
+        let before = proxy.round_trips();
+        assert!(kv.txn(put(lease)).await.unwrap().succeeded());
+        txn.push(proxy.round_trips() - before);
+        leases.revoke(lease).await.unwrap();
+    }
+    let (r, f, txn, pair) = (median(r), median(f), median(txn), median(pair));
+    println!(
+        "turnarounds: reused acquire {r}, fresh acquire {f}, raw txn {txn}, raw grant + txn {pair}"
+    );
+    assert!(r <= txn + 1, "reused acquire {r}, raw txn {txn}");
+    assert!(f >= pair, "fresh acquire {f}, raw grant + txn {pair}");
+    assert!(pair >= 2 * txn, "a grant and a transaction are two exchanges: {pair} vs {txn}");
+}
