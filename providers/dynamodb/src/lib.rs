@@ -708,6 +708,73 @@ impl DynamoDbLockProvider {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+
+    use aws_sdk_dynamodb::{
+        config::BehaviorVersion, error::ErrorMetadata,
+        operation::update_item::UpdateItemError,
+    };
+
+    use super::*;
+
+    fn inner() -> Inner {
+        let conf =
+            aws_sdk_dynamodb::Config::builder().behavior_version(BehaviorVersion::latest()).build();
+        let p = DynamoDbLockProvider::builder(Client::from_conf(conf)).build().unwrap();
+        Arc::try_unwrap(p.inner).ok().unwrap()
+    }
+
+    fn answered(code: &str, message: &str) -> SdkError<UpdateItemError, ()> {
+        let meta = ErrorMetadata::builder().code(code).message(message).build();
+        SdkError::service_error(UpdateItemError::generic(meta), ())
+    }
+
+    #[test]
+    fn throttling_is_a_retryable_typed_error() {
+        let i = inner();
+        for code in [
+            "ProvisionedThroughputExceededException",
+            "ThrottlingException",
+            "RequestLimitExceeded",
+        ] {
+            let e = i.map_err("try_lock", answered(code, "slow down"));
+            assert!(matches!(e, Error::Unavailable { .. }) && e.is_retryable(), "{e:?}");
+            let source = std::error::Error::source(&e).and_then(|s| s.downcast_ref());
+            assert_eq!(
+                source,
+                Some(&DynamoDbError::Throttled {
+                    operation: "try_lock",
+                    code: code.to_owned(),
+                    message: "slow down".to_owned()
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn server_faults_are_retryable_and_refusals_are_setup_errors() {
+        let i = inner();
+        let e = i.map_err("unlock", answered("InternalServerError", "oops"));
+        assert!(e.is_retryable(), "{e:?}");
+        for code in ["AccessDeniedException", "UnrecognizedClientException"] {
+            let e = i.map_err("try_lock", answered(code, "no"));
+            assert!(matches!(e, Error::Setup { .. }), "{e:?}");
+        }
+        let e = i.map_err("try_lock", answered("ResourceNotFoundException", "gone"));
+        assert!(matches!(e, Error::Setup { ref message, .. } if message.contains("create_table()")));
+        let e = i.map_err("try_lock", answered("SomethingElse", "?"));
+        assert!(matches!(e, Error::Backend { .. }) && !e.is_retryable(), "{e:?}");
+    }
+
+    #[test]
+    fn a_failed_condition_is_recognised() {
+        assert!(condition_failed(&answered("ConditionalCheckFailedException", "")));
+        assert!(!condition_failed(&answered("ValidationException", "")));
+    }
+}
+
 /// The README's examples, compiled as doctests.
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
