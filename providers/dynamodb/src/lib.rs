@@ -94,17 +94,30 @@ const N_AT: (&str, &str) = ("#a", ATTR_LOCKED_AT);
 const N_BY: (&str, &str) = ("#b", ATTR_LOCKED_BY);
 const N_ACQ: (&str, &str) = ("#q", ATTR_ACQUISITION_ID);
 const N_FENCE: (&str, &str) = ("#f", ATTR_FENCING_TOKEN);
-const ACQUIRE_NAMES: &[(&str, &str)] = &[N_UNTIL, N_AT, N_BY, N_ACQ, N_FENCE];
-const EXTEND_NAMES: &[(&str, &str)] = &[N_UNTIL, N_AT, N_ACQ];
-const OWNER_NAMES: &[(&str, &str)] = &[N_UNTIL, N_ACQ];
-const ACQUIRE_UPDATE: &str =
-    "SET #u = :until, #a = :now, #b = :by, #q = :acq, #f = if_not_exists(#f, :seed) + :one";
-const ACQUIRE_CONDITION: &str = "attribute_not_exists(#u) OR #u <= :now";
-const EXTEND_UPDATE: &str = "SET #u = :until, #a = :now";
-const EXTEND_CONDITION: &str = "#q = :acq AND #u > :now";
-const KEEP_UPDATE: &str = "SET #u = :until";
-const RELEASE_UPDATE: &str = "REMOVE #u, #q";
-const OWNER_CONDITION: &str = "#q = :acq";
+
+/// One conditional update: its expressions and the attribute names they use.
+struct Expr {
+    update: &'static str,
+    condition: &'static str,
+    names: &'static [(&'static str, &'static str)],
+}
+
+const ACQUIRE: Expr = Expr {
+    update: "SET #u = :until, #a = :now, #b = :by, #q = :acq, #f = if_not_exists(#f, :seed) + :one",
+    condition: "attribute_not_exists(#u) OR #u <= :now",
+    names: &[N_UNTIL, N_AT, N_BY, N_ACQ, N_FENCE],
+};
+const EXTEND: Expr = Expr {
+    update: "SET #u = :until, #a = :now",
+    condition: "#q = :acq AND #u > :now",
+    names: &[N_UNTIL, N_AT, N_ACQ],
+};
+/// Unlock within `lock_at_least_for`: keep the lease until it ends.
+const KEEP: Expr =
+    Expr { update: "SET #u = :until", condition: "#q = :acq", names: &[N_UNTIL, N_ACQ] };
+/// Unlock after it: no lease, no owner.
+const RELEASE: Expr =
+    Expr { update: "REMOVE #u, #q", condition: "#q = :acq", names: &[N_UNTIL, N_ACQ] };
 
 /// Why a DynamoDB request failed: the [`source`](std::error::Error::source) of the
 /// [`shedlock::Error`] a call returns. Downcast to it to tell throttling from other failures:
@@ -368,9 +381,7 @@ impl Inner {
         &self,
         operation: &'static str,
         name: &str,
-        update: &'static str,
-        condition: &'static str,
-        names: &[(&str, &str)],
+        expr: &Expr,
         values: HashMap<String, AttributeValue>,
         returned: ReturnValue,
     ) -> Result<Option<HashMap<String, AttributeValue>>> {
@@ -379,10 +390,10 @@ impl Inner {
             .update_item()
             .table_name(&self.table)
             .key(ATTR_ID, AttributeValue::S(name.to_owned()))
-            .update_expression(update)
-            .condition_expression(condition)
+            .update_expression(expr.update)
+            .condition_expression(expr.condition)
             .set_expression_attribute_names(Some(
-                names.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+                expr.names.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
             ))
             .set_expression_attribute_values(Some(values))
             .return_values(returned)
@@ -419,15 +430,7 @@ impl Inner {
         let won = with_timeout(
             "try_lock",
             self.timeout,
-            self.update(
-                "try_lock",
-                name,
-                ACQUIRE_UPDATE,
-                ACQUIRE_CONDITION,
-                ACQUIRE_NAMES,
-                values,
-                ReturnValue::UpdatedNew,
-            ),
+            self.update("try_lock", name, &ACQUIRE, values, ReturnValue::UpdatedNew),
         )
         .instrument(span)
         .await?;
@@ -486,25 +489,17 @@ impl LockHandle for DynamoHandle {
         // frees the name for every instance whatever its clock. Owner-checked either way: a
         // stale holder's condition fails and nothing changes.
         let keep = self.locked_at.saturating_add(duration_millis_ceil(config.lock_at_least_for()));
-        let (update, mut values) = if keep > inner.now_ms() {
-            (KEEP_UPDATE, HashMap::from([(":until".to_owned(), num(keep.min(self.until)))]))
+        let (expr, mut values) = if keep > inner.now_ms() {
+            (&KEEP, HashMap::from([(":until".to_owned(), num(keep.min(self.until)))]))
         } else {
-            (RELEASE_UPDATE, HashMap::new())
+            (&RELEASE, HashMap::new())
         };
         values.insert(":acq".to_owned(), self.acq.clone());
         let span = tracing::debug_span!("shedlock.dynamodb.unlock", lock = %self.name);
         let r = with_timeout(
             "unlock",
             inner.timeout,
-            inner.update(
-                "unlock",
-                &self.name,
-                update,
-                OWNER_CONDITION,
-                OWNER_NAMES,
-                values,
-                ReturnValue::None,
-            ),
+            inner.update("unlock", &self.name, expr, values, ReturnValue::None),
         )
         .instrument(span)
         .await?;
@@ -531,15 +526,7 @@ impl LockHandle for DynamoHandle {
         let r = with_timeout(
             "extend",
             inner.timeout,
-            inner.update(
-                "extend",
-                &self.name,
-                EXTEND_UPDATE,
-                EXTEND_CONDITION,
-                EXTEND_NAMES,
-                values,
-                ReturnValue::None,
-            ),
+            inner.update("extend", &self.name, &EXTEND, values, ReturnValue::None),
         )
         .instrument(span)
         .await?;
@@ -713,8 +700,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::panic)]
 
     use aws_sdk_dynamodb::{
-        config::BehaviorVersion, error::ErrorMetadata,
-        operation::update_item::UpdateItemError,
+        config::BehaviorVersion, error::ErrorMetadata, operation::update_item::UpdateItemError,
     };
 
     use super::*;
@@ -763,7 +749,9 @@ mod tests {
             assert!(matches!(e, Error::Setup { .. }), "{e:?}");
         }
         let e = i.map_err("try_lock", answered("ResourceNotFoundException", "gone"));
-        assert!(matches!(e, Error::Setup { ref message, .. } if message.contains("create_table()")));
+        assert!(
+            matches!(e, Error::Setup { ref message, .. } if message.contains("create_table()"))
+        );
         let e = i.map_err("try_lock", answered("SomethingElse", "?"));
         assert!(matches!(e, Error::Backend { .. }) && !e.is_retryable(), "{e:?}");
     }

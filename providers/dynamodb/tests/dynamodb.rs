@@ -46,10 +46,9 @@ async fn the_item_holds_epoch_millisecond_numbers_the_owner_and_the_fencing_toke
     let until = records.number("job", ATTR_LOCK_UNTIL).await.unwrap().unwrap();
     let at = records.number("job", ATTR_LOCKED_AT).await.unwrap().unwrap();
     assert_eq!(until - at, 60_000, "lockUntil = lockedAt + lock_at_most_for, in ms");
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
+    let now_ms =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()
+            as i64;
     assert!((now_ms - at).abs() < 5_000, "lockedAt {at} is epoch ms (now {now_ms})");
     assert_eq!(s(&item, ATTR_ACQUISITION_ID).map(|a| a.len()), Some(16));
     assert!(s(&item, ATTR_LOCKED_BY).unwrap().ends_with(&format!("/{}", std::process::id())));
@@ -93,10 +92,9 @@ async fn extend_moves_the_stored_lease_and_keeps_the_token() {
 async fn a_missing_table_is_a_setup_error_that_says_how_to_create_it() {
     let url = endpoint().await;
     let p = provider(&url, &unique("missing"));
-    for e in [
-        p.try_lock(&cfg("x", 60_000, 0)).await.unwrap_err(),
-        p.check_table().await.unwrap_err(),
-    ] {
+    for e in
+        [p.try_lock(&cfg("x", 60_000, 0)).await.unwrap_err(), p.check_table().await.unwrap_err()]
+    {
         match e {
             Error::Setup { message, .. } => {
                 assert!(message.contains("create_table()"), "{message}");
@@ -122,7 +120,11 @@ async fn a_table_with_another_key_is_a_setup_error() {
                 .unwrap(),
         )
         .key_schema(
-            KeySchemaElement::builder().attribute_name("id").key_type(KeyType::Hash).build().unwrap(),
+            KeySchemaElement::builder()
+                .attribute_name("id")
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
         )
         .billing_mode(BillingMode::PayPerRequest)
         .send()
@@ -179,8 +181,5 @@ async fn names_up_to_2048_bytes_are_stored_whole_and_distinct() {
     l.unlock().await.unwrap();
     l2.unlock().await.unwrap();
     let too_long = format!("{long}x");
-    assert!(matches!(
-        p.try_lock(&cfg(&too_long, 60_000, 0)).await,
-        Err(Error::InvalidName { .. })
-    ));
+    assert!(matches!(p.try_lock(&cfg(&too_long, 60_000, 0)).await, Err(Error::InvalidName { .. })));
 }
