@@ -646,7 +646,7 @@ impl LockHandle for S3Handle {
     async fn extend(&mut self, config: &LockConfig) -> Result<()> {
         let now = self.inner.now_ms();
         // An expired lock is not revived, by the same clock that judges expiry.
-        if !self.state.until.is_some_and(|u| u > now) {
+        if self.state.until.is_none_or(|u| u <= now) {
             return Err(Error::LockLost { name: config.name().to_owned() });
         }
         let next = State {
@@ -767,6 +767,50 @@ impl S3LockProvider {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    use aws_sdk_s3::{
+        config::BehaviorVersion, error::ErrorMetadata, operation::put_object::PutObjectError,
+    };
+
+    #[derive(Debug)]
+    struct Raw(u16);
+
+    impl HasStatus for Raw {
+        fn status(&self) -> u16 {
+            self.0
+        }
+    }
+
+    fn inner() -> Inner {
+        let conf =
+            aws_sdk_s3::Config::builder().behavior_version(BehaviorVersion::latest()).build();
+        let p = S3LockProvider::builder(Client::from_conf(conf), "locks").build().unwrap();
+        Arc::try_unwrap(p.inner).ok().unwrap()
+    }
+
+    fn answered(code: &str, status: u16) -> SdkError<PutObjectError, Raw> {
+        let meta = ErrorMetadata::builder().code(code).message("m").build();
+        SdkError::service_error(PutObjectError::generic(meta), Raw(status))
+    }
+
+    #[test]
+    fn errors_are_classified_for_retries_and_setup() {
+        let i = inner();
+        for (code, http) in [("SlowDown", 503), ("ConditionalRequestConflict", 409)] {
+            let e = i.map_err("try_lock", answered(code, http));
+            assert!(e.is_retryable(), "{e:?}");
+            let source = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<S3Error>());
+            assert!(matches!(source, Some(S3Error::Throttled { status, .. }) if *status == http));
+        }
+        assert!(i.map_err("unlock", answered("InternalError", 500)).is_retryable());
+        for (code, http) in [("NoSuchBucket", 404), ("AccessDenied", 403), ("NotImplemented", 501)]
+        {
+            let e = i.map_err("try_lock", answered(code, http));
+            assert!(matches!(e, Error::Setup { .. }), "{code}: {e:?}");
+        }
+        let e = i.map_err("try_lock", answered("InvalidArgument", 400));
+        assert!(matches!(e, Error::Backend { .. }) && !e.is_retryable(), "{e:?}");
+    }
 
     #[test]
     fn keys_are_one_to_one_and_path_safe() {
