@@ -95,7 +95,10 @@ async fn raw_update_pair(c: &Client, key: &str) {
         .key("_id", s(key))
         .update_expression("REMOVE #u, #q")
         .condition_expression("#q = :acq")
-        .set_expression_attribute_names(Some(names(&[("#u", "lockUntil"), ("#q", "acquisitionId")])))
+        .set_expression_attribute_names(Some(names(&[
+            ("#u", "lockUntil"),
+            ("#q", "acquisitionId"),
+        ])))
         .expression_attribute_values(":acq", s("0123456789abcdef"))
         .send()
         .await

@@ -28,8 +28,20 @@ use shedlock_dynamodb::{
 use shedlock_launcher::{Backend, Service};
 use shedlock_test_support as testing;
 
-/// The secret key of the test clients: tests check that it never shows in `Debug` or errors.
-pub const SECRET: &str = "shedlock-test-secret-key-0123456789";
+/// The secret key of the test clients when the environment names none: tests check that the
+/// secret in use never shows in `Debug` or errors.
+pub const DEFAULT_SECRET: &str = "shedlock-test-secret-key-0123456789";
+
+/// The credentials of the test clients: `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` when set
+/// (CI's compose services need MinIO's), else dummy ones (dynalite, moto and DynamoDB Local
+/// accept any).
+pub fn credentials() -> (String, String) {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    match (var("AWS_ACCESS_KEY_ID"), var("AWS_SECRET_ACCESS_KEY")) {
+        (Some(id), Some(secret)) => (id, secret),
+        _ => ("shedlock".to_owned(), DEFAULT_SECRET.to_owned()),
+    }
+}
 
 /// `host:port` of an `http://host:port[/]` endpoint.
 pub fn host_port(url: &str) -> &str {
@@ -50,7 +62,10 @@ pub fn client(endpoint: &str) -> Client {
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new("us-east-1"))
         .endpoint_url(endpoint)
-        .credentials_provider(Credentials::new("shedlock", SECRET, None, None, "tests"))
+        .credentials_provider({
+            let (id, secret) = credentials();
+            Credentials::new(id, secret, None, None, "tests")
+        })
         .http_client(http)
         .timeout_config(
             TimeoutConfig::builder()
