@@ -199,7 +199,7 @@ impl DynamoDbLockProviderBuilder {
 
     /// The time limit of each lock operation (default [`DEFAULT_TIMEOUT`]; `None`: the SDK's
     /// own timeouts only), the SDK's retries included. On expiry the call returns
-    /// [`Error::Timeout`](shedlock::Error::Timeout), whose effect is unknown.
+    /// [`Error::Timeout`], whose effect is unknown.
     pub fn operation_timeout(mut self, limit: Option<Duration>) -> Self {
         self.operation_timeout = limit;
         self
@@ -219,7 +219,7 @@ impl DynamoDbLockProviderBuilder {
     }
 
     /// Validates the configuration and builds the provider. An invalid table name or
-    /// `locked_by` gives [`Error::Setup`](shedlock::Error::Setup). Does no I/O: a missing table is
+    /// `locked_by` gives [`Error::Setup`]. Does no I/O: a missing table is
     /// reported by the first lock call (or checked up front with
     /// [`DynamoDbLockProvider::check_table`]).
     pub fn build(self) -> Result<DynamoDbLockProvider> {
@@ -641,7 +641,7 @@ impl DynamoDbLockProvider {
     }
 
     /// Checks that the table exists, is active and has the string partition key `_id` and no
-    /// sort key. Otherwise [`Error::Setup`](shedlock::Error::Setup) says what to change. One
+    /// sort key. Otherwise [`Error::Setup`] says what to change. One
     /// `DescribeTable` request.
     pub async fn check_table(&self) -> Result<()> {
         let i = &self.inner;

@@ -170,7 +170,7 @@ impl S3LockProviderBuilder {
 
     /// The time limit of each lock operation (default [`DEFAULT_TIMEOUT`]; `None`: the SDK's
     /// own timeouts only), the SDK's retries included. On expiry the call returns
-    /// [`Error::Timeout`](shedlock::Error::Timeout), whose effect is unknown.
+    /// [`Error::Timeout`], whose effect is unknown.
     pub fn operation_timeout(mut self, limit: Option<Duration>) -> Self {
         self.operation_timeout = limit;
         self
@@ -190,7 +190,7 @@ impl S3LockProviderBuilder {
     }
 
     /// Validates the configuration and builds the provider. An invalid bucket name, prefix or
-    /// `locked_by` gives [`Error::Setup`](shedlock::Error::Setup). Does no I/O: a missing bucket
+    /// `locked_by` gives [`Error::Setup`]. Does no I/O: a missing bucket
     /// is reported by the first lock call (or checked up front with
     /// [`S3LockProvider::check_bucket`]).
     pub fn build(self) -> Result<S3LockProvider> {
@@ -749,7 +749,7 @@ impl S3LockProvider {
     }
 
     /// Checks that the bucket exists and this client may use it (one `HeadBucket`): otherwise
-    /// [`Error::Setup`](shedlock::Error::Setup) says what to do.
+    /// [`Error::Setup`] says what to do.
     pub async fn check_bucket(&self) -> Result<()> {
         let i = &self.inner;
         with_timeout("check_bucket", i.timeout, async {
