@@ -238,12 +238,15 @@ fn run_one(
             if let Some(v) = via {
                 env.push(("SHEDLOCK_VIA".to_owned(), v.to_string()));
             }
-            // Fail early, with the install hint, when a native start cannot work.
-            if !matches!(via, Some(shedlock_launcher::Via::Docker))
-                && let Err(e) = shedlock_launcher::check_installed(b)
-                && !matches!(via, None | Some(shedlock_launcher::Via::Auto))
-            {
-                return Err(e.to_string());
+            // Install a missing server first (a fresh machine), then fail early, with the
+            // install hint, when a native start still cannot work.
+            if !matches!(via, Some(shedlock_launcher::Via::Docker)) {
+                crate::provision::provision_backend(b);
+                if let Err(e) = shedlock_launcher::check_installed(b)
+                    && !matches!(via, None | Some(shedlock_launcher::Via::Auto))
+                {
+                    return Err(e.to_string());
+                }
             }
             // The test process must not inherit a URL from `cargo xtask services up`.
             env.push((b.env_var().to_owned(), String::new()));

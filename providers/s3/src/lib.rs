@@ -1,0 +1,846 @@
+//! Amazon S3 lock provider for [`shedlock`], on the caller's [`aws_sdk_s3::Client`] (or an
+//! [`SdkConfig`](aws_types::SdkConfig)), with S3's conditional writes.
+//!
+//! One object per lock name, `<prefix><key_for(name)>`, whose small JSON body holds the lease
+//! (`lock_until_ms`, client time), the owner (a random acquisition id) and the fencing token:
+//!
+//! - **Create**: `PutObject` with `If-None-Match: *` — only a missing object accepts it.
+//! - **Take over** (the lease ended, or the lock was released), **extend** and **unlock**:
+//!   `PutObject` with `If-Match: <ETag>` — only the object as it was read (or as this holder
+//!   last wrote it) accepts it. Every body carries a fresh acquisition id, so every write has a
+//!   new ETag, and a stale holder's `If-Match` fails (`412 Precondition Failed`): unlock and
+//!   extend are owner-checked.
+//! - **Client time**: S3 conditions cannot read a server clock, so the lease is milliseconds
+//!   since the Unix epoch from the instance's [`Clock`](shedlock::Clock).
+//! - **Fencing tokens**: the body's `fencing_token` + 1 on every takeover, seeded from the clock
+//!   (in microseconds) when the object is created.
+//!
+//! ```no_run
+//! # async fn demo(client: aws_sdk_s3::Client) -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use shedlock::{LockConfig, LockProvider};
+//! use shedlock_s3::S3LockProvider;
+//!
+//! let provider = S3LockProvider::builder(client, "my-locks-bucket").build()?;
+//! let cfg = LockConfig::new("nightly-report", Duration::from_secs(600), Duration::from_secs(30))?;
+//! if let Some(lock) = provider.try_lock(&cfg).await? {
+//!     // ... run the task ...
+//!     lock.unlock().await?;
+//! }
+//! # Ok(()) }
+//! ```
+#![deny(missing_docs)]
+
+use std::{
+    collections::HashMap,
+    fmt,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
+
+use aws_sdk_s3::{
+    Client,
+    error::{DisplayErrorContext, ProvideErrorMetadata, SdkError},
+    primitives::ByteStream,
+    types::{BucketLocationConstraint, CreateBucketConfiguration},
+};
+use serde_json::{Value, json};
+use shedlock::{
+    Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
+    SharedClock,
+    support::{
+        MAX_LOCKED_BY_LEN, acquisition_id, check_lock_name, default_locked_by,
+        duration_millis_ceil, unix_micros, unix_millis, with_timeout,
+    },
+    system_clock,
+};
+use tracing::Instrument;
+
+const BACKEND: &str = "s3";
+
+/// The longest lock name, in bytes. An escaped name is at most three times as long
+/// ([`key_for`]), which with the longest prefix stays inside S3's 1 024-byte key limit.
+pub const MAX_NAME_LEN: usize = 256;
+
+/// The longest key prefix, in bytes.
+pub const MAX_PREFIX_LEN: usize = 255;
+
+/// The default key prefix.
+pub const DEFAULT_PREFIX: &str = "shedlock/";
+
+/// The default time limit of each lock operation.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Maps a lock name to its object key suffix, one-to-one: ASCII letters, digits, `-` and `_`
+/// stay as they are; every other byte (`/`, `.`, `=`, spaces, control bytes and each byte of a
+/// non-ASCII character) becomes `=` and two upper-case hex digits, so no key has path segments
+/// such as `..` that an HTTP stack might rewrite.
+///
+/// ```
+/// assert_eq!(shedlock_s3::key_for("nightly-report"), "nightly-report");
+/// assert_eq!(shedlock_s3::key_for("a/../b"), "a=2F=2E=2E=2Fb");
+/// ```
+pub fn key_for(name: &str) -> String {
+    let mut key = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_') {
+            key.push(char::from(b));
+        } else {
+            const HEX: &[u8; 16] = b"0123456789ABCDEF";
+            key.push('=');
+            key.push(char::from(HEX[usize::from(b >> 4)]));
+            key.push(char::from(HEX[usize::from(b & 0xf)]));
+        }
+    }
+    key
+}
+
+/// Why an S3 request failed: the [`source`](std::error::Error::source) of the
+/// [`shedlock::Error`] a call returns. It never holds the request, the client or its
+/// credentials.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum S3Error {
+    /// S3 asked to slow down (`SlowDown`, HTTP 503) after the SDK's own retries, or a
+    /// conditional write met a concurrent one (`ConditionalRequestConflict`, HTTP 409). Nothing
+    /// was written; the call's error is [`Error::Unavailable`] (retryable).
+    #[error("{operation}: S3 answered {code} (HTTP {status}): {message}")]
+    Throttled {
+        /// The lock operation.
+        operation: &'static str,
+        /// S3's error code.
+        code: String,
+        /// The HTTP status.
+        status: u16,
+        /// S3's message.
+        message: String,
+    },
+    /// S3 answered with another error.
+    #[error("{operation}: S3 answered {code} (HTTP {status}): {message}")]
+    Service {
+        /// The lock operation.
+        operation: &'static str,
+        /// S3's error code.
+        code: String,
+        /// The HTTP status.
+        status: u16,
+        /// S3's message.
+        message: String,
+    },
+    /// The request did not get an answer (connection refused or cut, a timeout of the SDK, an
+    /// unreadable response): its effect is unknown.
+    #[error("{operation}: {message}")]
+    Transport {
+        /// The lock operation.
+        operation: &'static str,
+        /// What the SDK reported.
+        message: String,
+    },
+}
+
+/// Builds an [`S3LockProvider`].
+#[must_use]
+pub struct S3LockProviderBuilder {
+    client: Client,
+    bucket: String,
+    prefix: String,
+    operation_timeout: Option<Duration>,
+    clock: SharedClock,
+    locked_by: Option<String>,
+}
+
+impl fmt::Debug for S3LockProviderBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The client is left out on purpose: its configuration holds the credentials provider.
+        f.debug_struct("S3LockProviderBuilder")
+            .field("bucket", &self.bucket)
+            .field("prefix", &self.prefix)
+            .field("operation_timeout", &self.operation_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl S3LockProviderBuilder {
+    /// The key prefix of the lock objects (default `shedlock/`): ASCII letters, digits, `-`,
+    /// `_`, `.` and `/`, at most [`MAX_PREFIX_LEN`] bytes, no `..`, not starting with `/`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The time limit of each lock operation (default [`DEFAULT_TIMEOUT`]; `None`: the SDK's
+    /// own timeouts only), the SDK's retries included. On expiry the call returns
+    /// [`Error::Timeout`], whose effect is unknown.
+    pub fn operation_timeout(mut self, limit: Option<Duration>) -> Self {
+        self.operation_timeout = limit;
+        self
+    }
+
+    /// The wall clock of this instance (default: the system clock): it computes the lease.
+    pub fn clock(mut self, clock: SharedClock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The informational `locked_by` stored with each lock (default `hostname/pid`). At most 255
+    /// bytes.
+    pub fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
+        self.locked_by = Some(locked_by.into());
+        self
+    }
+
+    /// Validates the configuration and builds the provider. An invalid bucket name, prefix or
+    /// `locked_by` gives [`Error::Setup`]. Does no I/O: a missing bucket
+    /// is reported by the first lock call (or checked up front with
+    /// [`S3LockProvider::check_bucket`]).
+    pub fn build(self) -> Result<S3LockProvider> {
+        let b = &self.bucket;
+        let bucket_ok = (3..=63).contains(&b.len())
+            && b.bytes()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-' || c == b'.')
+            && b.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && b.ends_with(|c: char| c.is_ascii_alphanumeric())
+            && !b.contains("..");
+        if !bucket_ok {
+            return Err(setup(format!(
+                "bucket name {b:?} is invalid: S3 bucket names are 3 to 63 lower-case letters, \
+                 digits, '-' or '.', starting and ending with a letter or digit"
+            )));
+        }
+        let p = &self.prefix;
+        let prefix_ok = p.len() <= MAX_PREFIX_LEN
+            && p.bytes()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.' | b'/'))
+            && !p.starts_with('/')
+            && !p.contains("..")
+            && !p.contains("//");
+        if !prefix_ok {
+            return Err(setup(format!(
+                "key prefix {p:?} is invalid: use at most {MAX_PREFIX_LEN} ASCII letters, digits, \
+                 '-', '_', '.' or '/', without '..' or '//', not starting with '/'"
+            )));
+        }
+        let locked_by = self.locked_by.unwrap_or_else(default_locked_by);
+        if locked_by.len() > MAX_LOCKED_BY_LEN {
+            return Err(setup(format!(
+                "locked_by is {} bytes long; at most {MAX_LOCKED_BY_LEN} are allowed",
+                locked_by.len()
+            )));
+        }
+        Ok(S3LockProvider {
+            inner: Arc::new(Inner {
+                client: self.client,
+                bucket: self.bucket,
+                prefix: self.prefix,
+                timeout: self.operation_timeout,
+                clock: self.clock,
+                locked_by,
+                seen: Mutex::default(),
+            }),
+        })
+    }
+}
+
+/// A [`LockProvider`] on an S3 bucket with conditional writes. Cheap to clone; clones share the
+/// client and what the provider last saw of each object.
+#[derive(Clone)]
+pub struct S3LockProvider {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for S3LockProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // No client: its configuration holds the credentials provider.
+        f.debug_struct("S3LockProvider")
+            .field("bucket", &self.inner.bucket)
+            .field("prefix", &self.inner.prefix)
+            .field("operation_timeout", &self.inner.timeout)
+            .field("locked_by", &self.inner.locked_by)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How many objects [`Inner::seen`] remembers before it starts over.
+const SEEN_CAPACITY: usize = 4096;
+
+/// The state a lock object holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct State {
+    /// The acquisition id of the writer (the owner check rests on the ETag it produces).
+    acquisition: String,
+    /// Until when it is held (ms since the epoch); `None`: released.
+    until: Option<i64>,
+    /// When it was taken or last extended (ms since the epoch).
+    at: i64,
+    fence: u64,
+}
+
+impl State {
+    fn body(&self, locked_by: &str) -> Vec<u8> {
+        json!({
+            "v": 1,
+            "acquisition_id": self.acquisition,
+            "lock_until_ms": self.until,
+            "locked_at_ms": self.at,
+            "fencing_token": self.fence,
+            "locked_by": locked_by,
+        })
+        .to_string()
+        .into_bytes()
+    }
+
+    fn parse(body: &[u8]) -> Option<State> {
+        let v: Value = serde_json::from_slice(body).ok()?;
+        Some(State {
+            acquisition: v.get("acquisition_id")?.as_str()?.to_owned(),
+            until: match v.get("lock_until_ms")? {
+                Value::Null => None,
+                n => Some(n.as_i64()?),
+            },
+            at: v.get("locked_at_ms")?.as_i64()?,
+            fence: v.get("fencing_token")?.as_u64()?,
+        })
+    }
+
+    fn free_at(&self, now: i64) -> bool {
+        self.until.is_none_or(|u| u <= now)
+    }
+}
+
+/// The answer to a conditional write.
+enum Put {
+    /// Written, with this ETag.
+    Stored(String),
+    /// The condition failed: the object exists (`If-None-Match`), or changed or is gone
+    /// (`If-Match`).
+    Refused,
+}
+
+struct Inner {
+    client: Client,
+    bucket: String,
+    prefix: String,
+    timeout: Option<Duration>,
+    clock: SharedClock,
+    locked_by: String,
+    /// Per key, the ETag and state this instance last read or wrote: a free object seen here is
+    /// taken with one `If-Match` write, without reading it again.
+    seen: Mutex<HashMap<String, (String, State)>>,
+}
+
+fn setup(message: impl Into<String>) -> Error {
+    Error::Setup { backend: BACKEND, message: message.into() }
+}
+
+/// The HTTP status of a failed request's response, if there was one.
+fn status<E, R: HasStatus>(e: &SdkError<E, R>) -> Option<u16> {
+    e.raw_response().map(HasStatus::status)
+}
+
+/// The HTTP status of a raw response (a trait so that the classification is testable without
+/// one).
+trait HasStatus {
+    fn status(&self) -> u16;
+}
+
+impl HasStatus for aws_sdk_s3::config::http::HttpResponse {
+    fn status(&self) -> u16 {
+        self.status().as_u16()
+    }
+}
+
+impl Inner {
+    fn now_ms(&self) -> i64 {
+        unix_millis(self.clock.now())
+    }
+
+    fn key(&self, name: &str) -> String {
+        format!("{}{}", self.prefix, key_for(name))
+    }
+
+    fn remember(&self, key: &str, etag: String, state: State) {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        if seen.len() >= SEEN_CAPACITY {
+            seen.clear();
+        }
+        seen.insert(key.to_owned(), (etag, state));
+    }
+
+    fn seen(&self, key: &str) -> Option<(String, State)> {
+        self.seen.lock().unwrap_or_else(PoisonError::into_inner).get(key).cloned()
+    }
+
+    fn forget(&self, key: &str) {
+        self.seen.lock().unwrap_or_else(PoisonError::into_inner).remove(key);
+    }
+
+    fn missing_bucket(&self) -> Error {
+        setup(format!(
+            "the bucket {b:?} does not exist: call create_bucket(), or create it with `aws s3api \
+             create-bucket --bucket {b}` (conditional writes need S3 or a server that supports \
+             If-None-Match and If-Match on PutObject)",
+            b = self.bucket
+        ))
+    }
+
+    /// What a failed request means for the caller.
+    fn map_err<E, R>(&self, operation: &'static str, e: SdkError<E, R>) -> Error
+    where
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+        R: HasStatus + fmt::Debug,
+    {
+        let http = status(&e).unwrap_or(0);
+        if let SdkError::ServiceError(s) = &e {
+            let code = s.err().code().unwrap_or("unknown").to_owned();
+            let message = s.err().message().unwrap_or("").to_owned();
+            return match (code.as_str(), http) {
+                ("NoSuchBucket", _) => self.missing_bucket(),
+                ("SlowDown" | "ConditionalRequestConflict" | "RequestTimeout", _)
+                | (_, 503 | 409) => Error::unavailable(
+                    BACKEND,
+                    S3Error::Throttled { operation, code, status: http, message },
+                ),
+                ("NotImplemented", _) | (_, 501) => setup(format!(
+                    "the server does not support a request the provider needs ({operation}: \
+                     {code}: {message}); the provider needs conditional writes (If-None-Match \
+                     and If-Match on PutObject)"
+                )),
+                ("InternalError" | "ServiceUnavailable", _) | (_, 500..=599) => Error::unavailable(
+                    BACKEND,
+                    S3Error::Service { operation, code, status: http, message },
+                ),
+                (
+                    "AccessDenied"
+                    | "InvalidAccessKeyId"
+                    | "SignatureDoesNotMatch"
+                    | "ExpiredToken"
+                    | "InvalidToken",
+                    _,
+                )
+                | (_, 401 | 403) => setup(format!(
+                    "S3 refused the client's credentials or permissions for {operation} on \
+                     bucket {:?}: {code}: {message} (the provider needs s3:GetObject and \
+                     s3:PutObject on the prefix {:?})",
+                    self.bucket, self.prefix
+                )),
+                _ => Error::backend(
+                    BACKEND,
+                    S3Error::Service { operation, code, status: http, message },
+                ),
+            };
+        }
+        if let SdkError::ConstructionFailure(_) = &e {
+            return setup(format!(
+                "the request could not be built ({}): check the client's region, endpoint and \
+                 credentials provider",
+                DisplayErrorContext(&e)
+            ));
+        }
+        Error::unavailable(
+            BACKEND,
+            S3Error::Transport { operation, message: DisplayErrorContext(&e).to_string() },
+        )
+    }
+
+    /// A conditional `PutObject`: `If-None-Match: *` when `etag` is `None`, else `If-Match`.
+    async fn put(
+        &self,
+        operation: &'static str,
+        key: &str,
+        etag: Option<&str>,
+        state: &State,
+    ) -> Result<Put> {
+        let mut req = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .content_type("application/json")
+            .body(ByteStream::from(state.body(&self.locked_by)));
+        req = match etag {
+            None => req.if_none_match("*"),
+            Some(e) => req.if_match(e),
+        };
+        match req.send().await {
+            Ok(out) => match out.e_tag {
+                Some(tag) => Ok(Put::Stored(tag)),
+                None => Err(Error::backend(
+                    BACKEND,
+                    format!("{operation}: the server stored the lock object but sent no ETag"),
+                )),
+            },
+            // 412: the condition failed. 404 on If-Match: the object is gone.
+            Err(e) if matches!(status(&e), Some(412)) => Ok(Put::Refused),
+            Err(e) if etag.is_some() && matches!(status(&e), Some(404)) => {
+                if e.as_service_error().and_then(ProvideErrorMetadata::code) == Some("NoSuchBucket")
+                {
+                    return Err(self.missing_bucket());
+                }
+                Ok(Put::Refused)
+            }
+            Err(e) => Err(self.map_err(operation, e)),
+        }
+    }
+
+    /// The object's ETag and state; `None` if there is no object.
+    async fn read(&self, operation: &'static str, key: &str) -> Result<Option<(String, State)>> {
+        let r = self.client.get_object().bucket(&self.bucket).key(key).send().await;
+        let out = match r {
+            Ok(out) => out,
+            Err(e) if matches!(status(&e), Some(404)) => {
+                if e.as_service_error().and_then(ProvideErrorMetadata::code) == Some("NoSuchBucket")
+                {
+                    return Err(self.missing_bucket());
+                }
+                return Ok(None);
+            }
+            Err(e) => return Err(self.map_err(operation, e)),
+        };
+        let etag = out.e_tag.clone().ok_or_else(|| {
+            Error::backend(BACKEND, format!("{operation}: the lock object {key:?} has no ETag"))
+        })?;
+        let body = out.body.collect().await.map_err(|e| {
+            Error::unavailable(
+                BACKEND,
+                S3Error::Transport { operation, message: format!("reading the lock object: {e}") },
+            )
+        })?;
+        let state = State::parse(&body.into_bytes()).ok_or_else(|| {
+            Error::backend(
+                BACKEND,
+                format!(
+                    "the object {key:?} in bucket {:?} is not a lock object written by this \
+                     provider; delete it or use another prefix",
+                    self.bucket
+                ),
+            )
+        })?;
+        Ok(Some((etag, state)))
+    }
+
+    /// The acquire: `Some((etag, state))` of the object this caller wrote, `None` when held.
+    async fn acquire(&self, key: &str, mine: &State) -> Result<Option<(String, State)>> {
+        let now = mine.at;
+        let next = |prev: &State| State { fence: prev.fence.saturating_add(1), ..mine.clone() };
+        // 1. The object as this instance last saw it, if that was free: one If-Match write.
+        //    Otherwise, or without a record of it: one If-None-Match write (a missing object).
+        let first = match self.seen(key) {
+            Some((etag, prev)) if prev.free_at(now) => {
+                let s = next(&prev);
+                (self.put("try_lock", key, Some(&etag), &s).await?, s)
+            }
+            Some(_) => (Put::Refused, mine.clone()),
+            None => (self.put("try_lock", key, None, mine).await?, mine.clone()),
+        };
+        if let (Put::Stored(etag), s) = first {
+            return Ok(Some((etag, s)));
+        }
+        // 2. It exists (or changed): read it. Free (released, or its lease ended by this
+        //    instance's clock): take it over, conditioned on what was read.
+        match self.read("try_lock", key).await? {
+            None => match self.put("try_lock", key, None, mine).await? {
+                Put::Stored(etag) => Ok(Some((etag, mine.clone()))),
+                Put::Refused => Ok(None),
+            },
+            Some((etag, prev)) if prev.free_at(now) => {
+                let s = next(&prev);
+                match self.put("try_lock", key, Some(&etag), &s).await? {
+                    Put::Stored(new) => Ok(Some((new, s))),
+                    Put::Refused => Ok(None),
+                }
+            }
+            Some((etag, prev)) => {
+                self.remember(key, etag, prev);
+                Ok(None)
+            }
+        }
+    }
+
+    async fn try_lock(self: &Arc<Self>, config: &LockConfig) -> Result<Option<Lock>> {
+        check_lock_name(BACKEND, config.name(), Some(MAX_NAME_LEN), false)?;
+        let key = self.key(config.name());
+        let acquisition = Acquisition::begin(config);
+        let wall = self.clock.now();
+        let now = unix_millis(wall);
+        let mine = State {
+            acquisition: format!("{:016x}", acquisition_id()),
+            until: Some(now.saturating_add(duration_millis_ceil(config.lock_at_most_for()))),
+            at: now,
+            // A new object's counter starts at the clock in microseconds, so tokens keep rising
+            // when an object is deleted and created again.
+            fence: u64::try_from(unix_micros(wall)).unwrap_or(0).saturating_add(1),
+        };
+        let span = tracing::debug_span!("shedlock.s3.try_lock", lock = %config.name(), bucket = %self.bucket);
+        let won = with_timeout("try_lock", self.timeout, self.acquire(&key, &mine))
+            .instrument(span)
+            .await;
+        let (etag, state) = match won {
+            Ok(Some(w)) => w,
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                // What this instance saw may be out of date now.
+                self.forget(&key);
+                return Err(e);
+            }
+        };
+        self.remember(&key, etag.clone(), state.clone());
+        let handle = S3Handle { inner: self.clone(), key, etag, state };
+        acquisition.grant(handle).await.map(Some)
+    }
+}
+
+/// One held lock: the ETag this holder last wrote (owner check) and its state.
+struct S3Handle {
+    inner: Arc<Inner>,
+    key: String,
+    etag: String,
+    state: State,
+}
+
+impl S3Handle {
+    /// Writes `next` over this holder's object; `false` when the object is no longer this
+    /// holder's.
+    async fn write(&mut self, operation: &'static str, next: State) -> Result<bool> {
+        let inner = &self.inner;
+        match inner.put(operation, &self.key, Some(&self.etag), &next).await {
+            Ok(Put::Stored(etag)) => {
+                inner.remember(&self.key, etag.clone(), next.clone());
+                self.etag = etag;
+                self.state = next;
+                Ok(true)
+            }
+            Ok(Put::Refused) => {
+                inner.forget(&self.key);
+                Ok(false)
+            }
+            Err(e) => {
+                inner.forget(&self.key);
+                Err(e)
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl LockHandle for S3Handle {
+    async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
+        // Held at least until lockedAt + lock_at_least_for (at-least <= at-most, so never past
+        // the current lease); after that, released. Owner-checked by If-Match either way.
+        let keep = self.state.at.saturating_add(duration_millis_ceil(config.lock_at_least_for()));
+        let now = self.inner.now_ms();
+        let next = State {
+            acquisition: self.state.acquisition.clone(),
+            until: (keep > now).then(|| keep.min(self.state.until.unwrap_or(keep))),
+            ..self.state.clone()
+        };
+        let span = tracing::debug_span!("shedlock.s3.unlock", key = %self.key);
+        let timeout = self.inner.timeout;
+        let mine =
+            with_timeout("unlock", timeout, self.write("unlock", next)).instrument(span).await?;
+        if !mine {
+            tracing::debug!(key = %self.key, "unlock: no longer the holder; nothing changed");
+        }
+        Ok(())
+    }
+
+    async fn extend(&mut self, config: &LockConfig) -> Result<()> {
+        let now = self.inner.now_ms();
+        // An expired lock is not revived, by the same clock that judges expiry.
+        if self.state.until.is_none_or(|u| u <= now) {
+            return Err(Error::LockLost { name: config.name().to_owned() });
+        }
+        let next = State {
+            until: Some(now.saturating_add(duration_millis_ceil(config.lock_at_most_for()))),
+            at: now,
+            ..self.state.clone()
+        };
+        let span = tracing::debug_span!("shedlock.s3.extend", key = %self.key);
+        let timeout = self.inner.timeout;
+        match with_timeout("extend", timeout, self.write("extend", next)).instrument(span).await? {
+            true => Ok(()),
+            false => Err(Error::LockLost { name: config.name().to_owned() }),
+        }
+    }
+
+    fn fencing_token(&self) -> Option<u64> {
+        Some(self.state.fence)
+    }
+}
+
+#[async_trait::async_trait]
+impl LockProvider for S3LockProvider {
+    async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
+        self.inner.try_lock(config).await
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new()
+            .with_extend(true)
+            .with_fencing(true)
+            // S3 conditions cannot read a server clock: the lease is client time.
+            .with_server_time(false)
+            .with_owner_checked(true)
+            .with_granularity(Duration::from_millis(1))
+            .with_max_name_len(Some(MAX_NAME_LEN))
+    }
+
+    fn backend_name(&self) -> &'static str {
+        BACKEND
+    }
+}
+
+impl S3LockProvider {
+    /// Starts a builder on the caller's client and bucket (prefix `shedlock/`, 10 s operation
+    /// timeout, the system clock). The client brings its HTTP stack, credentials, region,
+    /// addressing style, retries and timeouts.
+    pub fn builder(client: Client, bucket: impl Into<String>) -> S3LockProviderBuilder {
+        S3LockProviderBuilder {
+            client,
+            bucket: bucket.into(),
+            prefix: DEFAULT_PREFIX.to_owned(),
+            operation_timeout: Some(DEFAULT_TIMEOUT),
+            clock: system_clock(),
+            locked_by: None,
+        }
+    }
+
+    /// Starts a builder on a client made from the caller's shared AWS configuration (what
+    /// `aws_config::load_from_env()` returns).
+    pub fn builder_from_config(
+        config: &aws_types::SdkConfig,
+        bucket: impl Into<String>,
+    ) -> S3LockProviderBuilder {
+        Self::builder(Client::new(config), bucket)
+    }
+
+    /// The bucket name.
+    pub fn bucket(&self) -> &str {
+        &self.inner.bucket
+    }
+
+    /// The object key a lock name maps to: `<prefix><key_for(name)>`.
+    pub fn key_for(&self, name: &str) -> String {
+        self.inner.key(name)
+    }
+
+    /// Creates the bucket (in the client's region), or accepts it if this account already owns
+    /// it. Idempotent.
+    pub async fn create_bucket(&self) -> Result<()> {
+        let i = &self.inner;
+        with_timeout("create_bucket", i.timeout, async {
+            let mut req = i.client.create_bucket().bucket(&i.bucket);
+            if let Some(region) =
+                i.client.config().region().map(|r| r.as_ref()).filter(|r| *r != "us-east-1")
+            {
+                req = req.create_bucket_configuration(
+                    CreateBucketConfiguration::builder()
+                        .location_constraint(BucketLocationConstraint::from(region))
+                        .build(),
+                );
+            }
+            match req.send().await {
+                Ok(_) => Ok(()),
+                Err(e)
+                    if e.as_service_error().and_then(ProvideErrorMetadata::code)
+                        == Some("BucketAlreadyOwnedByYou") =>
+                {
+                    Ok(())
+                }
+                Err(e) => Err(i.map_err("create_bucket", e)),
+            }
+        })
+        .await
+    }
+
+    /// Checks that the bucket exists and this client may use it (one `HeadBucket`): otherwise
+    /// [`Error::Setup`] says what to do.
+    pub async fn check_bucket(&self) -> Result<()> {
+        let i = &self.inner;
+        with_timeout("check_bucket", i.timeout, async {
+            match i.client.head_bucket().bucket(&i.bucket).send().await {
+                Ok(_) => Ok(()),
+                Err(e) if matches!(status(&e), Some(404)) => Err(i.missing_bucket()),
+                Err(e) => Err(i.map_err("check_bucket", e)),
+            }
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    use aws_sdk_s3::{
+        config::BehaviorVersion, error::ErrorMetadata, operation::put_object::PutObjectError,
+    };
+
+    #[derive(Debug)]
+    struct Raw(u16);
+
+    impl HasStatus for Raw {
+        fn status(&self) -> u16 {
+            self.0
+        }
+    }
+
+    fn inner() -> Inner {
+        let conf =
+            aws_sdk_s3::Config::builder().behavior_version(BehaviorVersion::latest()).build();
+        let p = S3LockProvider::builder(Client::from_conf(conf), "locks").build().unwrap();
+        Arc::try_unwrap(p.inner).ok().unwrap()
+    }
+
+    fn answered(code: &str, status: u16) -> SdkError<PutObjectError, Raw> {
+        let meta = ErrorMetadata::builder().code(code).message("m").build();
+        SdkError::service_error(PutObjectError::generic(meta), Raw(status))
+    }
+
+    #[test]
+    fn errors_are_classified_for_retries_and_setup() {
+        let i = inner();
+        for (code, http) in [("SlowDown", 503), ("ConditionalRequestConflict", 409)] {
+            let e = i.map_err("try_lock", answered(code, http));
+            assert!(e.is_retryable(), "{e:?}");
+            let source = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<S3Error>());
+            assert!(matches!(source, Some(S3Error::Throttled { status, .. }) if *status == http));
+        }
+        assert!(i.map_err("unlock", answered("InternalError", 500)).is_retryable());
+        for (code, http) in [("NoSuchBucket", 404), ("AccessDenied", 403), ("NotImplemented", 501)]
+        {
+            let e = i.map_err("try_lock", answered(code, http));
+            assert!(matches!(e, Error::Setup { .. }), "{code}: {e:?}");
+        }
+        let e = i.map_err("try_lock", answered("InvalidArgument", 400));
+        assert!(matches!(e, Error::Backend { .. }) && !e.is_retryable(), "{e:?}");
+    }
+
+    #[test]
+    fn keys_are_one_to_one_and_path_safe() {
+        let names = ["a", "a/b", "a=2Fb", "..", ".", "a b", "ü", "a\0", "=", "%2F", "A"];
+        let keys: std::collections::HashSet<_> = names.iter().map(|n| key_for(n)).collect();
+        assert_eq!(keys.len(), names.len());
+        for k in &keys {
+            assert!(k.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_=".contains(&b)), "{k}");
+        }
+        // The longest name, all escaped, under the longest prefix, fits S3's 1 024-byte keys.
+        assert!(MAX_PREFIX_LEN + key_for(&"\u{7f}".repeat(MAX_NAME_LEN)).len() <= 1024);
+    }
+
+    #[test]
+    fn a_body_round_trips_and_released_is_free() {
+        let s = State { acquisition: "00ff".into(), until: Some(10), at: 5, fence: 7 };
+        assert_eq!(State::parse(&s.body("me")), Some(s.clone()));
+        assert!(!s.free_at(9) && s.free_at(10));
+        let released = State { until: None, ..s };
+        assert_eq!(State::parse(&released.body("me")), Some(released.clone()));
+        assert!(released.free_at(i64::MIN));
+        assert_eq!(State::parse(b"not json"), None);
+    }
+}
+
+/// The README's examples, compiled as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
