@@ -151,10 +151,10 @@ impl Contenders {
                     .collect();
                 let first = answers.iter().min().copied();
                 let last = answers.iter().max().copied();
-                if let (Some(a), Some(b)) = (first, last) {
-                    if b - a > Duration::from_millis(500) {
-                        return a;
-                    }
+                if let (Some(a), Some(b)) = (first, last)
+                    && b - a > Duration::from_millis(500)
+                {
+                    return a;
                 }
                 (Instant::now() > deadline).then(|| {
                     format!(
