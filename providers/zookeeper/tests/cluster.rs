@@ -113,7 +113,7 @@ async fn worker(
     id: usize,
     p: ZooKeeperLockProvider,
     w: Arc<Workload>,
-    held: Arc<std::sync::Mutex<String>>,
+    held: Arc<std::sync::Mutex<Option<String>>>,
 ) {
     let churn = cfg("churn", 2_000, 0);
     while !w.stop.load(Ordering::Relaxed) {
@@ -131,29 +131,36 @@ async fn worker(
             Ok(None) => w.answered.lock().unwrap().push((start, Instant::now())),
             Err(e) => w.errors.lock().unwrap().push((start, e.to_string())),
         }
+        // The holder's name is published only once the holder has it, so that a worker's brief
+        // hold cannot make the holder's own acquisition fail.
         let name = held.lock().unwrap().clone();
-        let c = cfg(&name, 2_000, 0);
-        let start = Instant::now();
-        if let Ok(Some(lock)) = p.try_lock(&c).await {
-            // Legitimate only after the holder released it: the history check decides.
-            let acq = w.history.acquired(format!("worker {id}"), &c, start, Instant::now());
-            w.history.released(acq, Instant::now());
-            let _ = lock.unlock().await;
+        if let Some(name) = name {
+            let c = cfg(&name, 2_000, 0);
+            let start = Instant::now();
+            if let Ok(Some(lock)) = p.try_lock(&c).await {
+                // Legitimate only after the holder released it: the history check decides.
+                let acq = w.history.acquired(format!("worker {id}"), &c, start, Instant::now());
+                w.history.released(acq, Instant::now());
+                let _ = lock.unlock().await;
+            }
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
-/// Takes `name` with a 30 s lock, recorded in the history.
+/// Takes `name` (a name no worker has tried yet) with a 30 s lock, recorded in the history,
+/// then publishes it in `held` so that the workers keep trying it.
 async fn hold(
     p: &ZooKeeperLockProvider,
     w: &Workload,
+    held: &std::sync::Mutex<Option<String>>,
     name: &str,
 ) -> (Lock, LockConfig, shedlock_conformance::tools::history::AcqId) {
     let c = cfg(name, 30_000, 0);
     let start = Instant::now();
-    let lock = p.try_lock(&c).await.unwrap().expect("the held name is free");
+    let lock = p.try_lock(&c).await.unwrap().expect("a name no worker has tried is free");
     let id = w.history.acquired("holder", &c, start, Instant::now());
+    *held.lock().unwrap() = Some(name.to_owned());
     (lock, c, id)
 }
 
@@ -235,7 +242,7 @@ async fn no_two_holders_and_locking_resumes_across_leader_kill_holder_node_kill_
         answered: Default::default(),
         errors: Default::default(),
     });
-    let held = Arc::new(std::sync::Mutex::new("held-1".to_owned()));
+    let held = Arc::new(std::sync::Mutex::new(None));
     // Warm up (root, name nodes) before the workers start.
     let first = provider(&connect);
     first.connect().await.unwrap();
@@ -249,7 +256,7 @@ async fn no_two_holders_and_locking_resumes_across_leader_kill_holder_node_kill_
 
     // 1. Kill the leader mid-hold.
     let holder = provider(&connect);
-    let (lock, c, id) = hold(&holder, &w, "held-1").await;
+    let (lock, c, id) = hold(&holder, &w, &held, "held-1").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let a = addrs.clone();
     let lead = tokio::task::spawn_blocking(move || leader(&a)).await.unwrap().expect("a leader");
@@ -267,7 +274,6 @@ async fn no_two_holders_and_locking_resumes_across_leader_kill_holder_node_kill_
     wait_quorum(&addrs).await;
 
     // 2. Kill the node the holder is connected to (a follower: a new holder until one is).
-    *held.lock().unwrap() = "held-2".to_owned();
     let (holder, node) = {
         let mut found = None;
         for _ in 0..10 {
@@ -288,7 +294,7 @@ async fn no_two_holders_and_locking_resumes_across_leader_kill_holder_node_kill_
         }
         found.expect("no holder session landed on a follower in 10 tries")
     };
-    let (lock, c, id) = hold(&holder, &w, "held-2").await;
+    let (lock, c, id) = hold(&holder, &w, &held, "held-2").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let fault = Instant::now();
     let s = service.clone();
@@ -304,8 +310,7 @@ async fn no_two_holders_and_locking_resumes_across_leader_kill_holder_node_kill_
     wait_quorum(&addrs).await;
 
     // 3. Restart a node (the current leader) mid-hold.
-    *held.lock().unwrap() = "held-3".to_owned();
-    let (lock, c, id) = hold(&holder, &w, "held-3").await;
+    let (lock, c, id) = hold(&holder, &w, &held, "held-3").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let a = addrs.clone();
     let lead = tokio::task::spawn_blocking(move || leader(&a)).await.unwrap().expect("a leader");
