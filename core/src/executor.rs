@@ -426,6 +426,7 @@ impl LockingExecutor {
             }
             Err(error) => {
                 tracing::warn!(lock = name, %error, "could not try the lock");
+                metrics::acquire_failed(name, backend, attempt.elapsed());
                 metrics::error(name, backend, "try_lock", &error);
                 self.emit(ExecutionEvent::Failed { name, error: &error });
                 return Err(error);

@@ -60,6 +60,13 @@ pub(crate) fn skipped(lock: &str, provider: &'static str, took: Duration) {
     }
 }
 
+/// A `try_lock` that failed: its duration counts in the acquire histogram too.
+#[inline]
+pub(crate) fn acquire_failed(lock: &str, provider: &'static str, took: Duration) {
+    #[cfg(feature = "metrics")]
+    metrics::histogram!(names::ACQUIRE_DURATION, &labels(lock, provider)).record(took);
+}
+
 #[inline]
 pub(crate) fn error(lock: &str, provider: &'static str, operation: &'static str, error: &Error) {
     #[cfg(feature = "metrics")]

@@ -124,8 +124,10 @@ fn executor_counts_acquired_skipped_errors_lost_and_extended_per_lock_and_provid
         ),
         1
     );
-    // Every attempt that got an answer is timed; every task that ran has a hold time.
+    // Every attempt is timed, whatever its outcome; every task that ran has a hold time.
     assert_eq!(histogram_len(&snap, names::ACQUIRE_DURATION, &report), 2);
+    let failed = [("lock", "report"), ("provider", "timing-out")];
+    assert_eq!(histogram_len(&snap, names::ACQUIRE_DURATION, &failed), 1);
     assert_eq!(histogram_len(&snap, names::HOLD_DURATION, &report), 1);
     assert_eq!(histogram_len(&snap, names::HOLD_DURATION, &[("lock", "short")]), 1);
 }
