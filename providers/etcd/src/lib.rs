@@ -38,6 +38,8 @@
 //! ```
 #![deny(missing_docs)]
 
+mod watch;
+
 use std::{
     collections::HashMap,
     fmt,
@@ -116,6 +118,8 @@ struct Inner {
     reuse: bool,
     /// Unused leases by requested TTL (reuse mode).
     pool: Mutex<HashMap<i64, Vec<LeaseInfo>>>,
+    /// Reports held locks lost when their keys go (`None`: turned off).
+    loss: Option<watch::LossWatch>,
 }
 
 /// Locks in etcd. Cheap to clone; clones share the client and the kept leases.
@@ -132,6 +136,7 @@ impl fmt::Debug for EtcdLockProvider {
             .field("locked_by", &self.inner.locked_by)
             .field("operation_timeout", &self.inner.timeout)
             .field("reuse_leases", &self.inner.reuse)
+            .field("watch_for_loss", &self.inner.loss.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -144,6 +149,7 @@ pub struct EtcdLockProviderBuilder {
     locked_by: Option<String>,
     timeout: Option<Duration>,
     reuse: bool,
+    watch_for_loss: bool,
 }
 
 impl fmt::Debug for EtcdLockProviderBuilder {
@@ -153,6 +159,7 @@ impl fmt::Debug for EtcdLockProviderBuilder {
             .field("locked_by", &self.locked_by)
             .field("operation_timeout", &self.timeout)
             .field("reuse_leases", &self.reuse)
+            .field("watch_for_loss", &self.watch_for_loss)
             .finish_non_exhaustive()
     }
 }
@@ -199,6 +206,18 @@ impl EtcdLockProviderBuilder {
         self
     }
 
+    /// Whether held locks are watched (default `true`): the moment etcd deletes a held lock's key
+    /// (an operator revoked its lease or deleted the key, or the lease expired while this
+    /// process was stalled), the lock's lost signal fires ([`shedlock::Lock::lost_signal`]; the
+    /// executor and [`shedlock::KeepAliveProvider`] report it), instead of at the next extend or
+    /// at the lock's own deadline. The cost: one watch stream per provider, open while it is in
+    /// use, and one watch created and cancelled on it per acquisition, off the call's path. With
+    /// `false` a revoked lease is noticed at the next extend (`LockLost`) or the deadline.
+    pub fn watch_for_loss(mut self, watch: bool) -> Self {
+        self.watch_for_loss = watch;
+        self
+    }
+
     /// Checks the settings and builds the provider. Does no I/O: an unreachable cluster shows at
     /// the first lock call ([`Error::Unavailable`] or [`Error::Timeout`]).
     pub fn build(self) -> Result<EtcdLockProvider> {
@@ -210,8 +229,10 @@ impl EtcdLockProviderBuilder {
                 locked_by.len()
             )));
         }
+        let loss = self.watch_for_loss.then(|| watch::LossWatch::new(self.client.clone()));
         Ok(EtcdLockProvider {
             inner: Arc::new(Inner {
+                loss,
                 client: self.client,
                 prefix: self.prefix.into_bytes(),
                 locked_by,
@@ -439,6 +460,7 @@ impl EtcdLockProvider {
             locked_by: None,
             timeout: Some(DEFAULT_OPERATION_TIMEOUT),
             reuse: true,
+            watch_for_loss: true,
         }
     }
 
@@ -623,9 +645,21 @@ impl LockProvider for EtcdLockProvider {
             return Ok(None);
         };
         tracing::debug!(lock = %config.name(), revision, lease = lease.id, "etcd: acquired");
-        let handle =
-            EtcdHandle { provider: self.clone(), key, revision, lease, held_since: Instant::now() };
-        acquisition.grant(handle).await.map(Some)
+        let watching = self.inner.loss.as_ref().and_then(watch::LossWatch::reserve);
+        let start = watching.as_ref().map(|w| (w.starter(), key.clone()));
+        let handle = EtcdHandle {
+            provider: self.clone(),
+            key,
+            revision,
+            lease,
+            held_since: Instant::now(),
+            _watching: watching,
+        };
+        let lock = acquisition.grant(handle).await?;
+        if let Some((w, key)) = start {
+            w.start(key, revision, lock.lease().clone());
+        }
+        Ok(Some(lock))
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -655,6 +689,8 @@ struct EtcdHandle {
     /// When the answer of the acquire (or of the last extension) arrived: `lock_at_least_for`
     /// counts from here, so the key is held at least that long.
     held_since: Instant,
+    /// This lock's loss watch, cancelled when the handle goes.
+    _watching: Option<watch::Watching>,
 }
 
 impl EtcdHandle {

@@ -286,3 +286,80 @@ async fn a_reused_lease_makes_the_acquire_cost_one_transaction_not_a_grant_and_a
     assert!(f >= pair, "fresh acquire {f}, raw grant + txn {pair}");
     assert!(pair >= 2 * txn, "a grant and a transaction are two exchanges: {pair} vs {txn}");
 }
+
+#[tokio::test]
+async fn a_lease_revoked_by_an_operator_fires_the_lost_signal_at_once_without_an_extend() {
+    let p = provider(&prefix()).await;
+    let config = LockConfig::new("revoked-now", Duration::from_secs(30), Duration::ZERO).unwrap();
+    let lock = p.try_lock(&config).await.unwrap().expect("free");
+    let lost = lock.lost_signal();
+    let mut c = p.client();
+    let lease = c.get(p.key("revoked-now"), None).await.unwrap().kvs()[0].lease();
+    // The watch is created right after the acquire; give it a moment, then revoke.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let revoked = tokio::time::Instant::now();
+    c.lease_revoke(lease).await.unwrap();
+    // Nothing extends this lock: only the loss watch can fire the signal before the 30 s
+    // deadline. On loopback the delete event arrives within milliseconds; 3 s is a wide margin.
+    tokio::time::timeout(Duration::from_secs(3), lost.lost())
+        .await
+        .expect("the lost signal fired long before the lock's deadline");
+    eprintln!("lost signal {:?} after the revoke", revoked.elapsed());
+    assert!(lock.is_lost());
+    lock.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_key_deleted_before_the_watch_was_created_is_still_reported_lost() {
+    // The watch starts from the revision after the acquiring put, so a delete that lands before
+    // the watch is created is replayed to it, not missed.
+    let p = provider(&prefix()).await;
+    let mut c = p.client();
+    let config = LockConfig::new("deleted-early", Duration::from_secs(30), Duration::ZERO).unwrap();
+    let lock = p.try_lock(&config).await.unwrap().expect("free");
+    c.delete(p.key("deleted-early"), None).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(3), lock.lost_signal().lost())
+        .await
+        .expect("the lost signal fired");
+    lock.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn unlock_extend_and_a_ttl_change_are_never_reported_as_a_loss() {
+    let p = provider(&prefix()).await;
+    let mut lock = p.try_lock(&cfg("own-writes", 10_000, 0)).await.unwrap().expect("free");
+    // A new TTL re-puts the key on a fresh lease (a put event with the same create_revision).
+    lock.extend(Duration::from_secs(20), Duration::ZERO).await.unwrap();
+    lock.extend(Duration::from_secs(20), Duration::ZERO).await.unwrap();
+    let lease = lock.lease().clone();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!lease.is_lost(), "a put by the holder itself was taken for a loss");
+    lock.unlock().await.unwrap();
+    // The unlock deletes the key: the watch sees the delete of a released lock.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!lease.is_lost(), "the holder's own unlock was taken for a loss");
+    // The same with lock_at_least_for (the key moves to a short lease).
+    let lock = p.try_lock(&cfg("own-writes-2", 10_000, 1_000)).await.unwrap().expect("free");
+    let lease = lock.lease().clone();
+    lock.unlock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(!lease.is_lost(), "the at-least re-put or its expiry was taken for a loss");
+}
+
+#[tokio::test]
+async fn without_the_loss_watch_a_revoke_shows_only_at_the_next_extend() {
+    let client = common::client(&url().await).await.unwrap();
+    let p = EtcdLockProvider::builder(client).key_prefix(prefix()).watch_for_loss(false).build().unwrap();
+    let config = LockConfig::new("unwatched", Duration::from_secs(30), Duration::ZERO).unwrap();
+    let mut lock = p.try_lock(&config).await.unwrap().expect("free");
+    let mut c = p.client();
+    let lease = c.get(p.key("unwatched"), None).await.unwrap().kvs()[0].lease();
+    c.lease_revoke(lease).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!lock.is_lost(), "nothing watches: the loss is not known yet");
+    match lock.extend(Duration::from_secs(30), Duration::ZERO).await {
+        Err(Error::LockLost { .. }) => {}
+        other => panic!("expected LockLost, got {other:?}"),
+    }
+    assert!(lock.is_lost());
+}
