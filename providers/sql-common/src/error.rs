@@ -7,8 +7,14 @@ use sqlx::error::DatabaseError;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DbErrorKind {
-    /// The lock table (or its schema, or one of its columns) does not exist.
+    /// The lock table (or its schema) does not exist.
     MissingTable,
+    /// A column the statements name does not exist (e.g. the native mode on a table with
+    /// ShedLock's four columns).
+    MissingColumn,
+    /// A NOT NULL column the statement does not write (e.g. the ShedLock-compatible mode on a
+    /// table with the native schema's `acquisition_id` and `fencing_token`).
+    MissingValue,
     /// The lock name was refused by the column (too long, bytes the column cannot store).
     NameRejected,
     /// A deadlock or serialization failure: the statement was rolled back and may be retried.
@@ -30,6 +36,8 @@ pub struct ErrorContext<'a> {
     pub ddl: &'a str,
     /// The lock name, when the statement bound one.
     pub name: Option<&'a str>,
+    /// Whether the provider runs in ShedLock-compatible mode (the table's expected layout).
+    pub compat: bool,
 }
 
 /// Maps a `sqlx` error: connection-level failures become [`Error::Unavailable`] (retryable),
@@ -48,6 +56,54 @@ pub fn map_sqlx_error(
                 message: format!(
                     "the lock table {:?} (or a column of it) does not exist: {}. Create it with \
                      the provider's create_table(), or run:\n{}",
+                    ctx.table,
+                    db.message(),
+                    ctx.ddl
+                ),
+            },
+            DbErrorKind::MissingColumn if !ctx.compat => Error::Setup {
+                backend,
+                message: format!(
+                    "the lock table {:?} lacks a column of the native schema: {}. If it is a \
+                     ShedLock table (name, lock_until, locked_at, locked_by), build the provider \
+                     with .shedlock_compatible() to share it with ShedLock nodes, or, once no \
+                     ShedLock node uses it any more, migrate it to the native schema (README: \
+                     \"Joining a ShedLock fleet\"). A new table is created by create_table():\n{}",
+                    ctx.table,
+                    db.message(),
+                    ctx.ddl
+                ),
+            },
+            DbErrorKind::MissingColumn => Error::Setup {
+                backend,
+                message: format!(
+                    "the lock table {:?} lacks a column of ShedLock's layout (name, lock_until, \
+                     locked_at, locked_by, or the configured column names): {}. ShedLock's \
+                     table is created by create_table() in this mode:\n{}",
+                    ctx.table,
+                    db.message(),
+                    ctx.ddl
+                ),
+            },
+            DbErrorKind::MissingValue if ctx.compat => Error::Setup {
+                backend,
+                message: format!(
+                    "the lock table {:?} has columns the ShedLock-compatible mode does not write \
+                     ({}): it is a table in the native shedlock-rs schema (acquisition_id, \
+                     fencing_token), which ShedLock nodes cannot write either. Use the native \
+                     mode on it, or give the compatible mode a table with ShedLock's four \
+                     columns:\n{}",
+                    ctx.table,
+                    db.message(),
+                    ctx.ddl
+                ),
+            },
+            DbErrorKind::MissingValue => Error::Setup {
+                backend,
+                message: format!(
+                    "the lock table {:?} has a NOT NULL column without a default that the \
+                     provider does not write: {}. Create the table with create_table(), or \
+                     run:\n{}",
                     ctx.table,
                     db.message(),
                     ctx.ddl

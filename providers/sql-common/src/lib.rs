@@ -173,8 +173,8 @@ pub use conn::LockConn;
 pub use error::{DbErrorKind, ErrorContext, map_sqlx_error};
 pub use ident::{Columns, MAX_IDENT_LEN, QuotedNames, TableName, validate_ident};
 pub use provider::{
-    BuilderCore, DEFAULT_TIMEOUT, Dialect, Op, RecordAdmin, Settings, SqlProvider,
-    TRANSIENT_ATTEMPTS, bind, record_from_row, retry_transient,
+    BuilderCore, DEFAULT_TIMEOUT, Dialect, OWNER_SUFFIX_LEN, Op, RecordAdmin, Settings,
+    SqlProvider, TRANSIENT_ATTEMPTS, bind, owner, record_from_row, retry_transient,
 };
 pub use stmt::{Arg, ArgValues, Placeholder, Stmt, StmtBuilder, Value};
 

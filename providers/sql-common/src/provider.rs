@@ -8,7 +8,10 @@ use async_trait::async_trait;
 use shedlock::{
     Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, Result, SharedClock,
     TimeSource,
-    support::{acquisition_id, check_lock_name, default_locked_by, unix_micros, with_timeout},
+    support::{
+        MAX_LOCKED_BY_LEN, acquisition_id, check_lock_name, default_locked_by, unix_micros,
+        with_timeout,
+    },
     system_clock,
 };
 use sqlx::{
@@ -153,6 +156,9 @@ pub struct BuilderCore {
     pub clock: SharedClock,
     /// The time limit of each operation.
     pub timeout: Option<Duration>,
+    /// ShedLock-compatible mode: ShedLock's four-column table, no fencing, the owner checked
+    /// through a `locked_by` unique to each acquisition.
+    pub compat: bool,
 }
 
 impl Default for BuilderCore {
@@ -165,6 +171,7 @@ impl Default for BuilderCore {
             time: TimeSource::Server,
             clock: system_clock(),
             timeout: Some(DEFAULT_TIMEOUT),
+            compat: false,
         }
     }
 }
@@ -184,6 +191,8 @@ pub struct Settings {
     pub clock: SharedClock,
     /// The time limit of each operation.
     pub timeout: Option<Duration>,
+    /// ShedLock-compatible mode.
+    pub compat: bool,
 }
 
 impl BuilderCore {
@@ -197,8 +206,28 @@ impl BuilderCore {
     ) -> Result<Settings> {
         let table = TableName::parse(backend, &self.table)?;
         let names = QuotedNames::new(backend, &table, &self.columns, quote)?;
-        let locked_by = self.locked_by.unwrap_or_else(default_locked_by);
+        let locked_by = self.locked_by.unwrap_or_else(|| {
+            let mut s = default_locked_by();
+            if self.compat {
+                // Room for the acquisition's suffix (see `owner`).
+                while s.len() > MAX_LOCKED_BY_LEN - OWNER_SUFFIX_LEN {
+                    s.pop();
+                }
+            }
+            s
+        });
         check_locked_by(backend, &locked_by)?;
+        if self.compat && locked_by.len() > MAX_LOCKED_BY_LEN - OWNER_SUFFIX_LEN {
+            return Err(Error::Setup {
+                backend,
+                message: format!(
+                    "locked_by must be at most {} bytes in the ShedLock-compatible mode, which \
+                     appends \" #\" and the acquisition's 16 hex digits to it (got {} bytes)",
+                    MAX_LOCKED_BY_LEN - OWNER_SUFFIX_LEN,
+                    locked_by.len()
+                ),
+            });
+        }
         check_max_name_len(backend, self.max_name_len, max_name_len_limit)?;
         Ok(Settings {
             names,
@@ -207,8 +236,22 @@ impl BuilderCore {
             time: self.time,
             clock: self.clock,
             timeout: self.timeout,
+            compat: self.compat,
         })
     }
+}
+
+/// The length of what the ShedLock-compatible mode appends to `locked_by`: ` #` and 16 hex
+/// digits.
+pub const OWNER_SUFFIX_LEN: usize = 18;
+
+/// The `locked_by` an acquisition writes in the ShedLock-compatible mode: the configured value,
+/// then ` #` and the acquisition id in hex. ShedLock's statements check the owner through
+/// `locked_by` only, so a value unique to each acquisition is what keeps a stale holder of this
+/// provider from releasing or extending anyone else's lock (and a Java node's unlock, which
+/// matches its own `locked_by`, from touching ours).
+pub fn owner(locked_by: &str, acquisition_id: i64) -> String {
+    format!("{locked_by} #{acquisition_id:016x}")
 }
 
 struct Inner<D> {
@@ -220,6 +263,7 @@ struct Inner<D> {
     time: TimeSource,
     clock: SharedClock,
     timeout: Option<Duration>,
+    compat: bool,
 }
 
 /// A SQL lock provider over dialect `D`. Cheap to clone.
@@ -235,7 +279,13 @@ impl<D> Clone for SqlProvider<D> {
 
 impl<D: Dialect> Inner<D> {
     fn err(&self, name: Option<&str>, e: sqlx::Error) -> Error {
-        let ctx = ErrorContext { backend: D::BACKEND, table: &self.table, ddl: &self.ddl, name };
+        let ctx = ErrorContext {
+            backend: D::BACKEND,
+            table: &self.table,
+            ddl: &self.ddl,
+            name,
+            compat: self.compat,
+        };
         map_sqlx_error(&ctx, e, D::classify)
     }
 
@@ -274,8 +324,14 @@ impl<D: Dialect> SqlProvider<D> {
                 time: settings.time,
                 clock: settings.clock,
                 timeout: settings.timeout,
+                compat: settings.compat,
             }),
         }
+    }
+
+    /// Whether this provider runs in the ShedLock-compatible mode.
+    pub fn is_compat(&self) -> bool {
+        self.inner.compat
     }
 
     /// The dialect.
@@ -305,6 +361,7 @@ impl<D: Dialect> SqlProvider<D> {
             .field("max_name_len", &inner.max_name_len)
             .field("time", &inner.time)
             .field("timeout", &inner.timeout)
+            .field("shedlock_compatible", &inner.compat)
             .finish_non_exhaustive()
     }
 
@@ -371,9 +428,12 @@ impl<D: Dialect> SqlProvider<D> {
         let inner = &self.inner;
         let name = config.name();
         check_lock_name(D::BACKEND, name, Some(inner.max_name_len), D::REJECT_NUL)?;
+        let id = acquisition_id() as i64;
+        let owner = inner.compat.then(|| owner(&inner.locked_by, id));
         let values = ArgValues {
-            acquisition_id: acquisition_id() as i64,
+            acquisition_id: id,
             at_most: D::duration(config.lock_at_most_for()),
+            locked_by: owner.as_deref().unwrap_or(&inner.locked_by),
             ..inner.values(name)
         };
         let acquisition = Acquisition::begin(config);
@@ -388,6 +448,7 @@ impl<D: Dialect> SqlProvider<D> {
                     inner: Arc::clone(inner),
                     acquisition_id: values.acquisition_id,
                     token,
+                    owner: owner.clone(),
                 };
                 acquisition.grant(handle).await.map(Some)
             }
@@ -408,7 +469,8 @@ impl<D: Dialect> SqlProvider<D> {
     pub fn capabilities(&self) -> Capabilities {
         Capabilities::new()
             .with_extend(true)
-            .with_fencing(true)
+            // ShedLock's table has no column for a token.
+            .with_fencing(!self.inner.compat)
             .with_owner_checked(true)
             .with_server_time(self.inner.time.is_server())
             .with_granularity(Duration::from_millis(1))
@@ -450,11 +512,27 @@ impl<D: Dialect> SqlProvider<D> {
     }
 }
 
-/// One acquisition: its owner id and fencing token.
+/// One acquisition: its owner id and fencing token (and, in the ShedLock-compatible mode, the
+/// `locked_by` that identifies it).
 struct SqlHandle<D> {
     inner: Arc<Inner<D>>,
     acquisition_id: i64,
     token: i64,
+    owner: Option<String>,
+}
+
+impl<D: Dialect> SqlHandle<D> {
+    fn values<'a>(&'a self, name: &'a str) -> ArgValues<'a> {
+        let mut v = ArgValues {
+            acquisition_id: self.acquisition_id,
+            fencing_token: self.token,
+            ..self.inner.values(name)
+        };
+        if let Some(owner) = &self.owner {
+            v.locked_by = owner;
+        }
+        v
+    }
 }
 
 #[async_trait]
@@ -462,12 +540,8 @@ impl<D: Dialect> LockHandle for SqlHandle<D> {
     async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
         let inner = &self.inner;
         let name = config.name();
-        let values = ArgValues {
-            acquisition_id: self.acquisition_id,
-            fencing_token: self.token,
-            at_least: D::duration(config.lock_at_least_for()),
-            ..inner.values(name)
-        };
+        let values =
+            ArgValues { at_least: D::duration(config.lock_at_least_for()), ..self.values(name) };
         let n = inner.execute("unlock", Op::Unlock, &values).await?;
         if n == 0 {
             tracing::debug!(lock = name, "{} unlock by a stale holder changed nothing", D::BACKEND);
@@ -478,17 +552,13 @@ impl<D: Dialect> LockHandle for SqlHandle<D> {
     async fn extend(&mut self, config: &LockConfig) -> Result<()> {
         let inner = &self.inner;
         let name = config.name();
-        let values = ArgValues {
-            acquisition_id: self.acquisition_id,
-            fencing_token: self.token,
-            at_most: D::duration(config.lock_at_most_for()),
-            ..inner.values(name)
-        };
+        let values =
+            ArgValues { at_most: D::duration(config.lock_at_most_for()), ..self.values(name) };
         let n = inner.execute("extend", Op::Extend, &values).await?;
         if n == 1 { Ok(()) } else { Err(Error::LockLost { name: name.to_owned() }) }
     }
 
     fn fencing_token(&self) -> Option<u64> {
-        Some(token_u64(self.token))
+        if self.inner.compat { None } else { Some(token_u64(self.token)) }
     }
 }

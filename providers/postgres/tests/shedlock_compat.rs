@@ -1,0 +1,627 @@
+//! The ShedLock-compatible mode against a real PostgreSQL server: ShedLock's table, a Java
+//! ShedLock node played by its exact statements, and a mixed fleet of both kinds of nodes
+//! contending on the same names with the conformance kit's history checker watching.
+//!
+//! The Java node issues the statements of ShedLock's `shedlock-provider-jdbc-template` for
+//! PostgreSQL (`PostgresSqlServerTimeStatementsSource` with `usingDbTime()`, and
+//! `PostgresSqlStatementsSource` with `withTimeZone(UTC)`), its named parameters bound
+//! positionally with the values ShedLock binds: durations as seconds (ShedLock binds a
+//! `BigDecimal`, which the server casts to `make_interval`'s double precision; bound here as the
+//! same double), times as UTC timestamps (PgJDBC sends them as text the server reads as
+//! `timestamp`; here the text carries an explicit `::timestamp`). Its flow is ShedLock's
+//! `StorageBasedLockProvider`: the INSERT the first time a name is tried, the UPDATE after that,
+//! and an unlock by name and `locked_by`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::{
+    collections::HashSet,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use shedlock::{Error, LockConfig, LockProvider};
+use shedlock_conformance::tools::history::History;
+use shedlock_postgres::{PostgresLockProvider, recommended_pool_options};
+use shedlock_test_support::{cfg, unique};
+use sqlx::{PgPool, Row};
+
+async fn url() -> String {
+    shedlock_test_support::url(shedlock_launcher::Backend::Postgres, "PostgreSQL").await
+}
+
+async fn pool() -> PgPool {
+    recommended_pool_options().connect(&url().await).await.expect("connect to PostgreSQL")
+}
+
+async fn compat(table: &str) -> PostgresLockProvider {
+    let p = PostgresLockProvider::builder(pool().await)
+        .table(table)
+        .shedlock_compatible()
+        .build()
+        .unwrap();
+    p.create_table().await.unwrap();
+    p
+}
+
+/// `t` as ShedLock's PgJDBC parameter text: `YYYY-MM-DD HH:MM:SS.ffffff` in UTC.
+fn utc_text(t: SystemTime) -> String {
+    let d = t.duration_since(UNIX_EPOCH).unwrap();
+    let secs = d.as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}.{:06}",
+        rem / 3_600,
+        rem % 3_600 / 60,
+        rem % 60,
+        d.subsec_micros()
+    )
+}
+
+#[test]
+fn utc_text_formats_like_pgjdbc() {
+    assert_eq!(utc_text(UNIX_EPOCH), "1970-01-01 00:00:00.000000");
+    let t = UNIX_EPOCH + Duration::from_micros(1_764_622_800_123_456);
+    assert_eq!(utc_text(t), "2025-12-01 21:00:00.123456");
+    let leap = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
+    assert_eq!(utc_text(leap), "2000-02-29 00:00:00.000000");
+}
+
+/// A Java ShedLock node (one JVM host: its `locked_by`), on its own pool.
+struct JavaNode {
+    pool: PgPool,
+    table: String,
+    locked_by: String,
+    /// `usingDbTime()` (the server's clock) or `withTimeZone(UTC)` (the JVM's clock).
+    db_time: bool,
+    /// ShedLock's `LockRecordRegistry`: names whose row this node created or saw.
+    created: Mutex<HashSet<String>>,
+}
+
+/// What a Java acquisition remembers for its unlock.
+struct JavaLock {
+    name: String,
+    at_least: Duration,
+    /// `LockConfiguration.createdAt` (client-time mode).
+    created_at: SystemTime,
+}
+
+const NOW: &str = "timezone('utc', CURRENT_TIMESTAMP)";
+
+impl JavaNode {
+    async fn new(table: &str, locked_by: &str, db_time: bool) -> Self {
+        Self {
+            pool: pool().await,
+            table: table.to_owned(),
+            locked_by: locked_by.to_owned(),
+            db_time,
+            created: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// `StorageBasedLockProvider.lock`: the INSERT unless the name is known, then the UPDATE.
+    async fn lock(&self, c: &LockConfig) -> Option<JavaLock> {
+        let created_at = SystemTime::now();
+        let name = c.name().to_owned();
+        let known = self.created.lock().unwrap().contains(&name);
+        let won = (!known && self.insert(c, created_at).await) || self.update(c, created_at).await;
+        self.created.lock().unwrap().insert(name.clone());
+        won.then(|| JavaLock { name, at_least: c.lock_at_least_for(), created_at })
+    }
+
+    async fn insert(&self, c: &LockConfig, now: SystemTime) -> bool {
+        let t = &self.table;
+        let q = if self.db_time {
+            // PostgresSqlServerTimeStatementsSource.getInsertStatement(): :name $1,
+            // :lockAtMostForInterval $2, :lockedBy $3.
+            let at_most = format!("{NOW} + make_interval(secs => $2)");
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "INSERT INTO {t}(name, lock_until, locked_at, locked_by) VALUES($1, {at_most}, \
+                 {NOW}, $3) ON CONFLICT (name) DO UPDATE SET lock_until = {at_most}, locked_at = \
+                 {NOW}, locked_by = $3 WHERE {t}.name = $1 AND {t}.lock_until <= {NOW}"
+            )))
+            .bind(c.name().to_owned())
+            .bind(c.lock_at_most_for().as_secs_f64())
+            .bind(self.locked_by.clone())
+        } else {
+            // PostgresSqlStatementsSource.getInsertStatement(): :name $1, :lockUntil $2,
+            // :now $3, :lockedBy $4.
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "INSERT INTO {t}(name, lock_until, locked_at, locked_by) VALUES($1, \
+                 $2::timestamp, $3::timestamp, $4) ON CONFLICT (name) DO UPDATE SET lock_until = \
+                 $2::timestamp, locked_at = $3::timestamp, locked_by = $4 WHERE \
+                 {t}.lock_until <= $3::timestamp"
+            )))
+            .bind(c.name().to_owned())
+            .bind(utc_text(now + c.lock_at_most_for()))
+            .bind(utc_text(now))
+            .bind(self.locked_by.clone())
+        };
+        q.execute(&self.pool).await.unwrap().rows_affected() > 0
+    }
+
+    async fn update(&self, c: &LockConfig, now: SystemTime) -> bool {
+        let t = &self.table;
+        let q = if self.db_time {
+            // getUpdateStatement(): "UPDATE " + tableName + updateClause().
+            let at_most = format!("{NOW} + make_interval(secs => $2)");
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "UPDATE {t} SET lock_until = {at_most}, locked_at = {NOW}, locked_by = $3 WHERE \
+                 {t}.name = $1 AND {t}.lock_until <= {NOW}"
+            )))
+            .bind(c.name().to_owned())
+            .bind(c.lock_at_most_for().as_secs_f64())
+            .bind(self.locked_by.clone())
+        } else {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "UPDATE {t} SET lock_until = $2::timestamp, locked_at = $3::timestamp, locked_by \
+                 = $4 WHERE name = $1 AND lock_until <= $3::timestamp"
+            )))
+            .bind(c.name().to_owned())
+            .bind(utc_text(now + c.lock_at_most_for()))
+            .bind(utc_text(now))
+            .bind(self.locked_by.clone())
+        };
+        q.execute(&self.pool).await.unwrap().rows_affected() > 0
+    }
+
+    /// `getUnlockStatement()`; returns the rows it changed.
+    async fn unlock(&self, l: &JavaLock) -> u64 {
+        let t = &self.table;
+        let q = if self.db_time {
+            let at_least = "locked_at + make_interval(secs => $3)";
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "UPDATE {t} SET lock_until = CASE WHEN {at_least} > {NOW} THEN {at_least} ELSE \
+                 {NOW} END WHERE name = $1 AND locked_by = $2"
+            )))
+            .bind(l.name.clone())
+            .bind(self.locked_by.clone())
+            .bind(l.at_least.as_secs_f64())
+        } else {
+            // LockConfiguration.getUnlockTime(): max(createdAt + lockAtLeastFor, now).
+            let unlock_time = (l.created_at + l.at_least).max(SystemTime::now());
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "UPDATE {t} SET lock_until = $2::timestamp WHERE name = $1 AND locked_by = $3"
+            )))
+            .bind(l.name.clone())
+            .bind(utc_text(unlock_time))
+            .bind(self.locked_by.clone())
+        };
+        q.execute(&self.pool).await.unwrap().rows_affected()
+    }
+}
+
+#[tokio::test]
+async fn create_table_makes_shedlocks_documented_four_column_table() {
+    let table = unique("compat_ddl");
+    let p = compat(&table).await;
+    let cols: Vec<(String, String)> = sqlx::query(
+        "SELECT column_name::text, data_type::text FROM information_schema.columns \
+         WHERE table_name = $1 ORDER BY ordinal_position",
+    )
+    .bind(&table)
+    .fetch_all(&pool().await)
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect();
+    let ts = "timestamp without time zone";
+    assert_eq!(
+        cols,
+        [
+            ("name".into(), "character varying".into()),
+            ("lock_until".into(), ts.into()),
+            ("locked_at".into(), ts.into()),
+            ("locked_by".into(), "character varying".into()),
+        ]
+    );
+    assert!(p.ddl().contains("PRIMARY KEY (\"name\")"), "{}", p.ddl());
+    assert!(!p.capabilities().fencing, "no column for a token, so no fencing");
+    assert!(p.capabilities().owner_checked && p.capabilities().server_time);
+}
+
+#[tokio::test]
+async fn each_acquisition_writes_its_own_locked_by_and_has_no_fencing_token() {
+    let table = unique("compat_row");
+    let a = compat(&table).await;
+    let b = compat(&table).await;
+    let lock = a.try_lock(&cfg("job", 10_000, 0)).await.unwrap().expect("free");
+    assert_eq!(lock.fencing_token(), None);
+    assert!(b.try_lock(&cfg("job", 10_000, 0)).await.unwrap().is_none(), "held");
+    let rec = a.record("job").await.unwrap().unwrap();
+    let (base, suffix) = rec.locked_by.rsplit_once(" #").expect("the acquisition's suffix");
+    assert_eq!(suffix.len(), 16, "{}", rec.locked_by);
+    assert!(u64::from_str_radix(suffix, 16).is_ok(), "{}", rec.locked_by);
+    assert_eq!(base, shedlock::support::default_locked_by());
+    assert_eq!(rec.lock_until.duration_since(rec.locked_at).unwrap(), Duration::from_secs(10));
+    lock.unlock().await.unwrap();
+    let again = b.try_lock(&cfg("job", 10_000, 0)).await.unwrap().expect("free after unlock");
+    let rec2 = b.record("job").await.unwrap().unwrap();
+    assert_ne!(rec.locked_by, rec2.locked_by, "every acquisition has its own locked_by");
+    again.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_wrong_mode_on_a_table_is_a_setup_error_that_says_which_mode_the_table_is_in() {
+    // The compatible mode on a native table.
+    let native = unique("native");
+    let n = PostgresLockProvider::builder(pool().await).table(&native).build().unwrap();
+    n.create_table().await.unwrap();
+    let c = PostgresLockProvider::builder(pool().await)
+        .table(&native)
+        .shedlock_compatible()
+        .build()
+        .unwrap();
+    match c.try_lock(&cfg("x", 1_000, 0)).await {
+        Err(Error::Setup { message, .. }) => {
+            assert!(message.contains("native shedlock-rs schema"), "{message}");
+            assert!(message.contains("acquisition_id"), "{message}");
+        }
+        other => panic!("expected Setup, got {other:?}"),
+    }
+    // The native mode on ShedLock's table.
+    let shedlock = unique("shedlock");
+    compat(&shedlock).await;
+    let n = PostgresLockProvider::builder(pool().await).table(&shedlock).build().unwrap();
+    match n.try_lock(&cfg("x", 1_000, 0)).await {
+        Err(Error::Setup { message, .. }) => {
+            assert!(message.contains("ShedLock table"), "{message}");
+            assert!(message.contains(".shedlock_compatible()"), "{message}");
+        }
+        other => panic!("expected Setup, got {other:?}"),
+    }
+    // Nothing was written by either.
+    let rows: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT (SELECT count(*) FROM \"{native}\") + (SELECT count(*) FROM \"{shedlock}\")"
+    )))
+    .fetch_one(&pool().await)
+    .await
+    .unwrap();
+    assert_eq!(rows, 0);
+}
+
+#[tokio::test]
+async fn a_row_written_by_a_java_node_is_judged_like_our_own() {
+    let table = unique("compat_java_row");
+    let ours = compat(&table).await;
+    for db_time in [true, false] {
+        let java = JavaNode::new(&table, "java-host", db_time).await;
+        let name = format!("java-row-{db_time}");
+        let l = java.lock(&cfg(&name, 10_000, 0)).await.expect("free");
+        assert!(ours.try_lock(&cfg(&name, 10_000, 0)).await.unwrap().is_none(), "held by Java");
+        let rec = ours.record(&name).await.unwrap().unwrap();
+        assert_eq!(rec.locked_by, "java-host");
+        let held = rec.lock_until.duration_since(rec.locked_at).unwrap();
+        assert!(
+            held.abs_diff(Duration::from_secs(10)) < Duration::from_millis(1),
+            "lock_until - locked_at = {held:?}"
+        );
+        // The row's times are UTC: lock_until is 10 s from now by the same host clock.
+        let left = rec.lock_until.duration_since(SystemTime::now()).unwrap();
+        assert!(left > Duration::from_secs(9) && left <= Duration::from_secs(10), "{left:?}");
+        assert_eq!(java.unlock(&l).await, 1);
+        let mine = ours.try_lock(&cfg(&name, 10_000, 0)).await.unwrap().expect("Java released");
+        mine.unlock().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn stale_holders_of_either_kind_cannot_release_a_lock_the_other_kind_took_over() {
+    let table = unique("compat_stale");
+    let ours = compat(&table).await;
+    let java = JavaNode::new(&table, "java-host", true).await;
+    // A Java lock expires; we take over; the stale Java unlock changes nothing.
+    let stale = java.lock(&cfg("a", 100, 0)).await.expect("free");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let mine = ours.try_lock(&cfg("a", 10_000, 0)).await.unwrap().expect("the Java lock expired");
+    assert_eq!(java.unlock(&stale).await, 0, "a Java unlock matched our row");
+    assert!(java.lock(&cfg("a", 10_000, 0)).await.is_none(), "our lock was released");
+    mine.unlock().await.unwrap();
+    // Our lock expires; Java takes over; our stale unlock and extend change nothing.
+    let mut mine = ours.try_lock(&cfg("b", 100, 0)).await.unwrap().expect("free");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let theirs = java.lock(&cfg("b", 10_000, 0)).await.expect("our lock expired");
+    let before = ours.record("b").await.unwrap().unwrap();
+    assert!(matches!(
+        mine.extend(Duration::from_secs(10), Duration::ZERO).await,
+        Err(Error::LockLost { .. })
+    ));
+    mine.unlock().await.unwrap();
+    assert_eq!(ours.record("b").await.unwrap().unwrap(), before, "the stale holder changed it");
+    assert_eq!(java.unlock(&theirs).await, 1);
+}
+
+/// One contender of the mixed fleet.
+enum Node {
+    Ours(PostgresLockProvider),
+    Java(JavaNode),
+}
+
+/// What the fleet tests share: the names, the history and who won how often.
+struct Fleet {
+    names: [&'static str; 2],
+    history: History,
+    /// Acquisitions by Rust nodes and by Java nodes.
+    wins: [AtomicUsize; 2],
+}
+
+impl Fleet {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            names: ["fleet-a", "fleet-b"],
+            history: History::new(),
+            wins: [AtomicUsize::new(0), AtomicUsize::new(0)],
+        })
+    }
+
+    /// Runs `node` (number `i`) until `until`: it locks the names in turn, holds 0–40 ms, uses
+    /// `lock_at_least_for` 60 ms one time in three and "crashes" (leaves the lock to expire
+    /// after its 300 ms `lock_at_most_for`) one time in eight.
+    async fn contend(self: Arc<Self>, kind: &'static str, i: usize, node: Node, until: Instant) {
+        // A small LCG per node.
+        let mut seed = 0x9E37_79B9_7F4A_7C15_u64 ^ (i as u64 + 1);
+        let mut next = move |n: u64| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            (seed >> 33) % n
+        };
+        let mut k = i;
+        while Instant::now() < until {
+            k += 1;
+            let at_least = if next(3) == 0 { 60 } else { 0 };
+            let c = cfg(self.names[k % self.names.len()], 300, at_least);
+            let hold = Duration::from_millis(next(40));
+            let abandon = next(8) == 0;
+            let holder = format!("{kind} node {i}");
+            let start = Instant::now();
+            match &node {
+                Node::Ours(p) => {
+                    let got = match p.try_lock(&c).await {
+                        Ok(got) => got,
+                        // The answer came after the lease had ended (a stalled machine): not a
+                        // lock, by the kit's rule, and not what this test is about.
+                        Err(Error::LeaseExpiredInFlight { .. }) => None,
+                        Err(e) => panic!("try_lock: {e}"),
+                    };
+                    if let Some(lock) = got {
+                        let id = self.history.acquired(holder, &c, start, Instant::now());
+                        self.wins[0].fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(hold).await;
+                        if abandon {
+                            drop(lock); // a dropped lock stays held until lock_at_most_for
+                        } else {
+                            self.history.released(id, Instant::now());
+                            lock.unlock().await.unwrap();
+                        }
+                    }
+                }
+                Node::Java(j) => {
+                    if let Some(lock) = j.lock(&c).await {
+                        let id = self.history.acquired(holder, &c, start, Instant::now());
+                        self.wins[1].fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(hold).await;
+                        if !abandon {
+                            self.history.released(id, Instant::now());
+                            j.unlock(&lock).await;
+                        }
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(3)).await;
+        }
+    }
+
+    /// Both kinds won often and the names passed between them, then no two holders at once.
+    fn verify(&self, min_java: usize) {
+        let rust = self.wins[0].load(Ordering::Relaxed);
+        let java = self.wins[1].load(Ordering::Relaxed);
+        eprintln!("{} acquisitions: {rust} by Rust nodes, {java} by Java nodes", self.history.len());
+        // Both kinds must really have contended for the names, or this proves nothing.
+        assert!(rust >= 10 && java >= min_java, "too few acquisitions: {rust} Rust, {java} Java");
+        let intervals = self.history.intervals();
+        let mut handovers = 0;
+        for name in self.names {
+            let mut on: Vec<_> = intervals.iter().filter(|iv| iv.name == name).collect();
+            on.sort_by_key(|iv| iv.start);
+            handovers += on
+                .windows(2)
+                .filter(|w| w[0].holder.starts_with("rust") != w[1].holder.starts_with("rust"))
+                .count();
+        }
+        eprintln!("{handovers} hand-overs between a Rust and a Java holder");
+        assert!(handovers >= 5, "the names rarely passed between the two kinds: {handovers}");
+        // C16's tolerance for a 1 ms provider: the granularity plus 10 ms.
+        if let Err(overlap) = self.history.check(Duration::from_millis(11)) {
+            panic!("two holders at once: {overlap}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mixed_fleet_of_java_and_rust_nodes_never_has_two_holders() {
+    let table = unique("compat_fleet");
+    let mut nodes = Vec::new();
+    for _ in 0..3 {
+        nodes.push(("rust", Node::Ours(compat(&table).await)));
+    }
+    nodes.push(("java-db-time", Node::Java(JavaNode::new(&table, "java-host-1", true).await)));
+    nodes.push(("java-db-time", Node::Java(JavaNode::new(&table, "java-host-2", true).await)));
+    nodes.push(("java-utc", Node::Java(JavaNode::new(&table, "java-host-3", false).await)));
+    let fleet = Fleet::new();
+    let until = Instant::now() + Duration::from_secs(4);
+    let tasks: Vec<_> = nodes
+        .into_iter()
+        .enumerate()
+        .map(|(i, (kind, node))| tokio::spawn(fleet.clone().contend(kind, i, node, until)))
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    fleet.verify(10);
+}
+
+#[tokio::test]
+async fn after_the_readme_migration_the_native_mode_honours_rows_written_by_java() {
+    let table = unique("compat_migrate");
+    compat(&table).await;
+    let java = JavaNode::new(&table, "java-host", true).await;
+    let _held = java.lock(&cfg("held", 10_000, 0)).await.expect("free");
+    let _expiring = java.lock(&cfg("expiring", 200, 0)).await.expect("free");
+    // The README's migration, verbatim but for the table name.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "ALTER TABLE \"{table}\"
+             ALTER COLUMN lock_until TYPE TIMESTAMPTZ USING lock_until AT TIME ZONE 'UTC',
+             ALTER COLUMN locked_at TYPE TIMESTAMPTZ USING locked_at AT TIME ZONE 'UTC',
+             ADD COLUMN acquisition_id BIGINT NOT NULL DEFAULT 0,
+             ADD COLUMN fencing_token BIGINT NOT NULL DEFAULT 0;"
+    )))
+    .execute(&pool().await)
+    .await
+    .unwrap();
+    let native = PostgresLockProvider::builder(pool().await).table(&table).build().unwrap();
+    assert!(native.try_lock(&cfg("held", 1_000, 0)).await.unwrap().is_none(), "Java's lock");
+    let rec = native.record("held").await.unwrap().unwrap();
+    let left = rec.lock_until.duration_since(SystemTime::now()).unwrap();
+    assert!(left > Duration::from_secs(9), "the UTC times were read as UTC: {left:?} left");
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let lock = native.try_lock(&cfg("expiring", 1_000, 0)).await.unwrap().expect("expired");
+    assert!(lock.fencing_token().is_some_and(|t| t > 0), "a token from the server clock");
+    lock.unlock().await.unwrap();
+}
+
+/// Now on `CLOCK_MONOTONIC`, in nanoseconds: the clock of Rust's `Instant` and of Java's
+/// `System.nanoTime()` on Linux, so the Java nodes' events can be placed in this history.
+fn monotonic_nanos() -> i128 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_MONOTONIC)");
+    i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
+}
+
+/// The JDBC URL, user and password of the test server's URL (`postgres://user[:pw]@host:port/db`).
+fn jdbc(url: &str) -> (String, String, String) {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let (auth, hostpart) = rest.rsplit_once('@').unwrap_or(("postgres", rest));
+    let (user, password) = auth.split_once(':').unwrap_or((auth, "-"));
+    let hostpart = hostpart.split('?').next().unwrap_or(hostpart);
+    (format!("jdbc:postgresql://{hostpart}"), user.to_owned(), password.to_owned())
+}
+
+/// PgJDBC: `$SHEDLOCK_PGJDBC_JAR`, else Debian's `libpostgresql-jdbc-java`.
+fn pgjdbc_jar() -> std::path::PathBuf {
+    let jar = std::env::var_os("SHEDLOCK_PGJDBC_JAR")
+        .map_or_else(|| "/usr/share/java/postgresql.jar".into(), std::path::PathBuf::from);
+    assert!(
+        jar.is_file(),
+        "PgJDBC not found at {}: install it with `apt-get install libpostgresql-jdbc-java` (cargo \
+         xtask provision does), or set SHEDLOCK_PGJDBC_JAR",
+        jar.display()
+    );
+    jar
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn java_nodes_through_pgjdbc_and_rust_nodes_never_have_two_holders() {
+    use std::process::{Command, Stdio};
+    let jar = pgjdbc_jar();
+    let classes = std::env::temp_dir().join(unique("shedlock-jdbc-node"));
+    std::fs::create_dir_all(&classes).unwrap();
+    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/java/ShedLockJdbcNode.java");
+    let javac = Command::new("javac").arg("-d").arg(&classes).arg(source).status();
+    match javac {
+        Ok(s) if s.success() => {}
+        other => panic!(
+            "javac failed ({other:?}): install a JDK with `apt-get install \
+             openjdk-17-jdk-headless` (cargo xtask provision does)"
+        ),
+    }
+
+    let table = unique("compat_jdbc");
+    let rust: Vec<_> = compat_nodes(3, &table).await;
+    let fleet = Fleet::new();
+    let (url, user, password) = jdbc(&url().await);
+    let base_instant = Instant::now();
+    let base_nanos = monotonic_nanos();
+    let classpath = format!("{}:{}", jar.display(), classes.display());
+    let java: Vec<_> = (0..2)
+        .map(|i| {
+            Command::new("java")
+                .args(["-cp", &classpath, "ShedLockJdbcNode", &url, &user, &password, &table])
+                .arg(format!("java-jdbc-host-{i}"))
+                .arg("5000")
+                .arg(fleet.names.join(","))
+                .arg(format!("{}", 17 + i))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("start java")
+        })
+        .collect();
+    // The Rust nodes contend while the JVMs run (they start in well under a second).
+    let until = Instant::now() + Duration::from_millis(5_500);
+    let tasks: Vec<_> = rust
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| tokio::spawn(fleet.clone().contend("rust", i, Node::Ours(p), until)))
+        .collect();
+    let outputs = tokio::task::spawn_blocking(move || {
+        java.into_iter().map(|c| c.wait_with_output().unwrap()).collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let at = |nanos: i128| {
+        let d = Duration::from_nanos(u64::try_from(nanos - base_nanos).expect("after the base"));
+        base_instant + d
+    };
+    for (i, out) in outputs.iter().enumerate() {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("DONE "),
+            "Java node {i} failed ({}): {}\n{stdout}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut ids = std::collections::HashMap::new();
+        for line in stdout.lines() {
+            let f: Vec<&str> = line.split(' ').collect();
+            match f[..] {
+                ["ACQ", n, name, start, end, at_most, at_least] => {
+                    let c = cfg(name, at_most.parse().unwrap(), at_least.parse().unwrap());
+                    let (s, e) = (at(start.parse().unwrap()), at(end.parse().unwrap()));
+                    let id = fleet.history.acquired(format!("java-jdbc node {i}"), &c, s, e);
+                    fleet.wins[1].fetch_add(1, Ordering::Relaxed);
+                    ids.insert(n.to_owned(), id);
+                }
+                ["REL", n, start] => fleet.history.released(ids[n], at(start.parse().unwrap())),
+                _ => {}
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&classes);
+    fleet.verify(10);
+}
+
+/// `n` compatible providers on `table`, each on its own pool.
+async fn compat_nodes(n: usize, table: &str) -> Vec<PostgresLockProvider> {
+    let mut v = Vec::new();
+    for _ in 0..n {
+        v.push(compat(table).await);
+    }
+    v
+}
