@@ -504,10 +504,7 @@ async fn after_the_readme_migration_the_native_mode_honours_rows_written_by_java
 /// Now on `CLOCK_MONOTONIC`, in nanoseconds: the clock of Rust's `Instant` and of Java's
 /// `System.nanoTime()` on Linux, so the Java nodes' events can be placed in this history.
 fn monotonic_nanos() -> i128 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid, writable timespec.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_MONOTONIC)");
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
 }
 
