@@ -124,8 +124,7 @@ async fn run(client: Client, mut rx: UnboundedReceiver<Cmd>) {
     let mut backoff = MIN_BACKOFF;
     let mut retry_at: Option<Instant> = None;
     loop {
-        if stream.is_none() && !entries.is_empty() && retry_at.is_none_or(|t| Instant::now() >= t)
-        {
+        if stream.is_none() && !entries.is_empty() && retry_at.is_none_or(|t| Instant::now() >= t) {
             match open(&client, &entries).await {
                 Some(s) => {
                     stream = Some(s);
@@ -236,7 +235,10 @@ async fn handle(
         for ev in resp.events() {
             let Some(kv) = ev.kv() else { continue };
             if ev.event_type() == EventType::Delete {
-                lost(e, "was deleted (its lease was revoked or expired, or an operator deleted it)");
+                lost(
+                    e,
+                    "was deleted (its lease was revoked or expired, or an operator deleted it)",
+                );
                 gone = true;
                 break;
             }

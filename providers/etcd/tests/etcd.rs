@@ -349,7 +349,11 @@ async fn unlock_extend_and_a_ttl_change_are_never_reported_as_a_loss() {
 #[tokio::test]
 async fn without_the_loss_watch_a_revoke_shows_only_at_the_next_extend() {
     let client = common::client(&url().await).await.unwrap();
-    let p = EtcdLockProvider::builder(client).key_prefix(prefix()).watch_for_loss(false).build().unwrap();
+    let p = EtcdLockProvider::builder(client)
+        .key_prefix(prefix())
+        .watch_for_loss(false)
+        .build()
+        .unwrap();
     let config = LockConfig::new("unwatched", Duration::from_secs(30), Duration::ZERO).unwrap();
     let mut lock = p.try_lock(&config).await.unwrap().expect("free");
     let mut c = p.client();

@@ -160,9 +160,15 @@ impl PostgresLockProviderBuilder {
         let settings = self.core.validate(BACKEND, '"', MAX_NAME_LEN_LIMIT)?;
         let database = settings.time.is_server();
         let (stmts, ddl) = if settings.compat {
-            (Statements::compat(&settings.names, database), compat_ddl(&settings.names, settings.max_name_len))
+            (
+                Statements::compat(&settings.names, database),
+                compat_ddl(&settings.names, settings.max_name_len),
+            )
         } else {
-            (Statements::new(&settings.names, database), ddl(&settings.names, settings.max_name_len))
+            (
+                Statements::new(&settings.names, database),
+                ddl(&settings.names, settings.max_name_len),
+            )
         };
         let dialect = PgDialect { conn: LockConn::new(self.pool, self.dedicated), stmts };
         Ok(PostgresLockProvider { inner: SqlProvider::new(dialect, settings, ddl) })

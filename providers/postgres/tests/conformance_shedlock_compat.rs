@@ -1,105 +1,11 @@
 //! The shedlock conformance suite (C01–C28) against a real PostgreSQL server in the
 //! **ShedLock-compatible mode** (`.shedlock_compatible()`: ShedLock's four-column table, database
-//! time as ShedLock's `usingDbTime()`), provider name `postgres-shedlock-compat`.
-//!
-//! Expected non-pass outcomes: C20 and C21 are "unsupported": ShedLock's table has no column for
-//! a fencing token, so this mode declares none.
-//!
-//! Each instance has its own pool (like a separate node). The hooks give the kit raw row access
-//! (C14), the server address for its fault proxy (C24) and a restart of the server (C25) —
-//! unless the server comes from `SHEDLOCK_POSTGRES_URL` (as under `cargo xtask test`): a server this
-//! process does not own cannot be restarted, so C25 is then expected to be "not applicable".
-//! Every other check must pass.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! time as ShedLock's `usingDbTime()`), provider name `postgres-shedlock-compat`. Expected
+//! non-pass outcomes: C20 and C21 are "unsupported", since ShedLock's table has no column for a
+//! fencing token. The factory is in `pg_conformance/`.
 
-use std::{
-    net::{SocketAddr, ToSocketAddrs},
-    sync::Arc,
-    time::Duration,
-};
-
-use shedlock::{BoxError, LockProvider};
-use shedlock_conformance::{Hooks, InstanceOptions, ProviderFactory};
-use shedlock_launcher::{Backend, Service};
-use shedlock_postgres::{PostgresLockProvider, recommended_pool_options};
-use shedlock_test_support as testing;
-use sqlx::postgres::PgConnectOptions;
-
-struct Pg {
-    service: &'static Service,
-    name: &'static str,
-    base: PgConnectOptions,
-    addr: SocketAddr,
-    table: String,
-    admin: PostgresLockProvider,
-}
-
-impl Pg {
-    async fn new() -> Result<Self, BoxError> {
-        let service = testing::service(Backend::Postgres, "PostgreSQL").await?;
-        let url = service.url().to_owned();
-        let base: PgConnectOptions = url.parse()?;
-        let addr = (base.get_host(), base.get_port())
-            .to_socket_addrs()?
-            .next()
-            .ok_or("the server host does not resolve")?;
-        let table = format!("shedlock_compat_conformance_{}", shedlock_conformance::run_id());
-        let admin = PostgresLockProvider::builder(
-            recommended_pool_options().connect_with(base.clone()).await?,
-        )
-        .table(&table)
-        .shedlock_compatible()
-        .build()?;
-        admin.create_table().await?;
-        Ok(Self {
-            service,
-            name: "postgres-shedlock-compat",
-            base,
-            addr,
-            table,
-            admin,
-        })
-    }
-}
-
-#[async_trait::async_trait]
-impl ProviderFactory for Pg {
-    fn name(&self) -> &str {
-        self.name
-    }
-
-    async fn create(&self, options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError> {
-        let mut opts = self.base.clone();
-        if let Some(a) = options.address {
-            opts = opts.host(&a.ip().to_string()).port(a.port());
-        }
-        // Short limits so that a cut connection fails fast instead of hanging (C24).
-        let pool = recommended_pool_options()
-            .max_connections(2)
-            .acquire_timeout(Duration::from_secs(2))
-            .connect_lazy_with(opts);
-        let b = PostgresLockProvider::builder(pool)
-            // Every instance gets its (possibly skewed) clock; with database time it must not
-            // be consulted (C18).
-            .clock(options.clock_or_system())
-            .table(&self.table)
-            .shedlock_compatible()
-            .operation_timeout(Some(Duration::from_secs(3)));
-        Ok(Arc::new(b.build()?))
-    }
-
-    fn hooks(&self) -> Hooks {
-        testing::server_hooks(testing::Records(self.admin.records()), self.addr, self.service)
-    }
-}
+mod pg_conformance;
 
 fn main() -> std::process::ExitCode {
-    let options = testing::server_options(Backend::Postgres)
-        .expect_unsupported(
-            "C20",
-            "no fencing in the ShedLock-compatible mode: ShedLock's table (name, lock_until, \
-             locked_at, locked_by) has no column for a token",
-        )
-        .expect_unsupported("C21", "no fencing in the ShedLock-compatible mode (see C20)");
-    shedlock_conformance::harness(options, || async { Pg::new().await })
+    pg_conformance::main(true)
 }

@@ -427,7 +427,10 @@ impl Fleet {
     fn verify(&self, min_java: usize) {
         let rust = self.wins[0].load(Ordering::Relaxed);
         let java = self.wins[1].load(Ordering::Relaxed);
-        eprintln!("{} acquisitions: {rust} by Rust nodes, {java} by Java nodes", self.history.len());
+        eprintln!(
+            "{} acquisitions: {rust} by Rust nodes, {java} by Java nodes",
+            self.history.len()
+        );
         // Both kinds must really have contended for the names, or this proves nothing.
         assert!(rust >= 10 && java >= min_java, "too few acquisitions: {rust} Rust, {java} Java");
         let intervals = self.history.intervals();
