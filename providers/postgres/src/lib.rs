@@ -158,17 +158,12 @@ impl PostgresLockProviderBuilder {
     /// or `max_name_len` give [`Error::Setup`](shedlock::Error::Setup). Does no I/O.
     pub fn build(self) -> Result<PostgresLockProvider> {
         let settings = self.core.validate(BACKEND, '"', MAX_NAME_LEN_LIMIT)?;
-        let database = settings.time.is_server();
-        let (stmts, ddl) = if settings.compat {
-            (
-                Statements::compat(&settings.names, database),
-                compat_ddl(&settings.names, settings.max_name_len),
-            )
+        let mode = Mode { database: settings.time.is_server(), compat: settings.compat };
+        let stmts = Statements::new(&settings.names, mode);
+        let ddl = if settings.compat {
+            compat_ddl(&settings.names, settings.max_name_len)
         } else {
-            (
-                Statements::new(&settings.names, database),
-                ddl(&settings.names, settings.max_name_len),
-            )
+            ddl(&settings.names, settings.max_name_len)
         };
         let dialect = PgDialect { conn: LockConn::new(self.pool, self.dedicated), stmts };
         Ok(PostgresLockProvider { inner: SqlProvider::new(dialect, settings, ddl) })
@@ -209,8 +204,33 @@ fn now(b: &mut StmtBuilder, database: bool) {
 /// The server clock in microseconds since the epoch (fencing tokens always use it).
 const SERVER_MICROS: &str = "(extract(epoch from now()) * 1000000)::bigint";
 
+/// What a statement depends on besides the names: whose clock it reads, and the table layout
+/// (native, or ShedLock's four columns in the compatible mode).
+#[derive(Debug, Clone, Copy)]
+struct Mode {
+    database: bool,
+    compat: bool,
+}
+
+impl Mode {
+    /// `now`: `timestamptz` in the native mode, a UTC `timestamp` in the compatible one.
+    fn now(self, b: &mut StmtBuilder) {
+        if self.compat { now_utc(b, self.database) } else { now(b, self.database) }
+    }
+
+    /// The owner check of unlock and extend: the acquisition id and token, or (compatible mode)
+    /// the acquisition's own `locked_by`.
+    fn owner_check(self, b: &mut StmtBuilder, n: &QuotedNames) {
+        if self.compat {
+            b.locked_by_check(n);
+        } else {
+            b.owner_check(n);
+        }
+    }
+}
+
 impl Statements {
-    fn new(n: &QuotedNames, database: bool) -> Self {
+    fn new(n: &QuotedNames, mode: Mode) -> Self {
         let (t, name, lu, la, lb, aid, ft) = (
             &n.table,
             &n.name,
@@ -224,42 +244,59 @@ impl Statements {
 
         // Acquire: one statement whether or not the row exists. The row is taken when it is
         // free, or when it already belongs to this very acquisition: a repeat of the statement
-        // after a lost answer (see `LockConn`) then gets the lock it took, not "held".
-        b.sql(&format!("INSERT INTO {t} AS cur ({name}, {lu}, {la}, {lb}, {aid}, {ft}) VALUES ("))
-            .arg(Arg::Name)
-            .sql(", ");
-        now(&mut b, database);
+        // after a lost answer (see `LockConn`) then gets the lock it took, not "held". In the
+        // compatible mode it is ShedLock's own upsert, the acquisition told by its `locked_by`,
+        // and no token (`0`).
+        let columns = if mode.compat {
+            format!("{name}, {lu}, {la}, {lb}")
+        } else {
+            format!("{name}, {lu}, {la}, {lb}, {aid}, {ft}")
+        };
+        b.sql(&format!("INSERT INTO {t} AS cur ({columns}) VALUES (")).arg(Arg::Name).sql(", ");
+        mode.now(&mut b);
         b.sql(" + ").arg(Arg::AtMost).sql(" * interval '1 microsecond', ");
-        now(&mut b, database);
-        b.sql(", ").arg(Arg::LockedBy).sql(", ").arg(Arg::AcquisitionId);
-        b.sql(&format!(
-            ", {SERVER_MICROS}) ON CONFLICT ({name}) DO UPDATE SET {lu} = EXCLUDED.{lu}, \
-             {la} = EXCLUDED.{la}, {lb} = EXCLUDED.{lb}, {aid} = EXCLUDED.{aid}, \
-             {ft} = greatest(cur.{ft} + 1, EXCLUDED.{ft}) \
-             WHERE cur.{lu} <= EXCLUDED.{la} OR cur.{aid} = EXCLUDED.{aid} RETURNING {ft}"
-        ));
+        mode.now(&mut b);
+        b.sql(", ").arg(Arg::LockedBy);
+        if mode.compat {
+            b.sql(&format!(
+                ") ON CONFLICT ({name}) DO UPDATE SET {lu} = EXCLUDED.{lu}, {la} = EXCLUDED.{la}, \
+                 {lb} = EXCLUDED.{lb} WHERE cur.{lu} <= EXCLUDED.{la} OR cur.{lb} = EXCLUDED.{lb} \
+                 RETURNING 0::bigint"
+            ));
+        } else {
+            b.sql(", ").arg(Arg::AcquisitionId);
+            b.sql(&format!(
+                ", {SERVER_MICROS}) ON CONFLICT ({name}) DO UPDATE SET {lu} = EXCLUDED.{lu}, \
+                 {la} = EXCLUDED.{la}, {lb} = EXCLUDED.{lb}, {aid} = EXCLUDED.{aid}, \
+                 {ft} = greatest(cur.{ft} + 1, EXCLUDED.{ft}) \
+                 WHERE cur.{lu} <= EXCLUDED.{la} OR cur.{aid} = EXCLUDED.{aid} RETURNING {ft}"
+            ));
+        }
         let acquire = b.build();
 
         // Unlock: keep it until max(now, locked_at + at_least), never later than it was.
         b.sql(&format!("UPDATE {t} SET {lu} = least({lu}, greatest("));
-        now(&mut b, database);
+        mode.now(&mut b);
         b.sql(&format!(", {la} + ")).arg(Arg::AtLeast).sql(" * interval '1 microsecond'))");
-        b.owner_check(n);
+        mode.owner_check(&mut b, n);
         let unlock = b.build();
 
         // Extend: only while still held by this acquisition.
         b.sql(&format!("UPDATE {t} SET {lu} = "));
-        now(&mut b, database);
+        mode.now(&mut b);
         b.sql(" + ").arg(Arg::AtMost).sql(&format!(" * interval '1 microsecond', {la} = "));
-        now(&mut b, database);
-        b.owner_check(n);
+        mode.now(&mut b);
+        mode.owner_check(&mut b, n);
         b.sql(&format!(" AND {lu} > "));
-        now(&mut b, database);
+        mode.now(&mut b);
         let extend = b.build();
 
+        // `extract(epoch from ...)` reads a `timestamp` (compatible mode) as UTC.
+        let owner =
+            if mode.compat { "0::bigint, 0::bigint".to_owned() } else { format!("{aid}, {ft}") };
         b.sql(&format!(
             "SELECT {name}, (extract(epoch from {lu}) * 1000000)::bigint, \
-             (extract(epoch from {la}) * 1000000)::bigint, {lb}, {aid}, {ft} FROM {t} WHERE {name} = "
+             (extract(epoch from {la}) * 1000000)::bigint, {lb}, {owner} FROM {t} WHERE {name} = "
         ))
         .arg(Arg::Name);
         let select = b.build();
@@ -267,21 +304,28 @@ impl Statements {
         b.sql(&format!("DELETE FROM {t} WHERE {name} = ")).arg(Arg::Name);
         let delete = b.build();
 
-        b.sql(&format!("INSERT INTO {t} AS cur ({name}, {lu}, {la}, {lb}, {aid}, {ft}) VALUES ("))
+        let epoch = if mode.compat { "timestamp 'epoch'" } else { "timestamptz 'epoch'" };
+        b.sql(&format!("INSERT INTO {t} AS cur ({columns}) VALUES ("))
             .arg(Arg::Name)
-            .sql(", timestamptz 'epoch' + ")
+            .sql(&format!(", {epoch} + "))
             .arg(Arg::Until)
-            .sql(" * interval '1 microsecond', timestamptz 'epoch' + ")
+            .sql(&format!(" * interval '1 microsecond', {epoch} + "))
             .arg(Arg::Until)
             .sql(" * interval '1 microsecond', ")
-            .arg(Arg::LockedBy)
-            .sql(", ")
-            .arg(Arg::AcquisitionId);
-        b.sql(&format!(
-            ", {SERVER_MICROS}) ON CONFLICT ({name}) DO UPDATE SET {lu} = EXCLUDED.{lu}, \
-             {la} = EXCLUDED.{la}, {lb} = EXCLUDED.{lb}, {aid} = EXCLUDED.{aid}, \
-             {ft} = greatest(cur.{ft} + 1, EXCLUDED.{ft})"
-        ));
+            .arg(Arg::LockedBy);
+        if mode.compat {
+            b.sql(&format!(
+                ") ON CONFLICT ({name}) DO UPDATE SET {lu} = EXCLUDED.{lu}, {la} = EXCLUDED.{la}, \
+                 {lb} = EXCLUDED.{lb}"
+            ));
+        } else {
+            b.sql(", ").arg(Arg::AcquisitionId);
+            b.sql(&format!(
+                ", {SERVER_MICROS}) ON CONFLICT ({name}) DO UPDATE SET {lu} = EXCLUDED.{lu}, \
+                 {la} = EXCLUDED.{la}, {lb} = EXCLUDED.{lb}, {aid} = EXCLUDED.{aid}, \
+                 {ft} = greatest(cur.{ft} + 1, EXCLUDED.{ft})"
+            ));
+        }
         let write = b.build();
 
         Self { acquire, unlock, extend, select, delete, write }
@@ -295,79 +339,6 @@ fn now_utc(b: &mut StmtBuilder, database: bool) {
         b.sql("timezone('utc', now())");
     } else {
         b.sql("(timestamp 'epoch' + ").arg(Arg::Now).sql(" * interval '1 microsecond')");
-    }
-}
-
-impl Statements {
-    /// The statements of the ShedLock-compatible mode: ShedLock's four columns, the owner
-    /// checked through `locked_by` (unique to each acquisition), no fencing token (`0`).
-    fn compat(n: &QuotedNames, database: bool) -> Self {
-        let (t, name, lu, la, lb) = (&n.table, &n.name, &n.lock_until, &n.locked_at, &n.locked_by);
-        let mut b = StmtBuilder::new(Placeholder::Dollar);
-
-        // Acquire: the same one-statement upsert as ShedLock's, taken when free (ShedLock's own
-        // condition) or when the row already carries this acquisition's `locked_by` (a repeat
-        // after a lost answer).
-        b.sql(&format!("INSERT INTO {t} AS cur ({name}, {lu}, {la}, {lb}) VALUES ("))
-            .arg(Arg::Name)
-            .sql(", ");
-        now_utc(&mut b, database);
-        b.sql(" + ").arg(Arg::AtMost).sql(" * interval '1 microsecond', ");
-        now_utc(&mut b, database);
-        b.sql(", ").arg(Arg::LockedBy);
-        b.sql(&format!(
-            ") ON CONFLICT ({name}) DO UPDATE SET {lu} = EXCLUDED.{lu}, {la} = EXCLUDED.{la}, \
-             {lb} = EXCLUDED.{lb} WHERE cur.{lu} <= EXCLUDED.{la} OR cur.{lb} = EXCLUDED.{lb} \
-             RETURNING 0::bigint"
-        ));
-        let acquire = b.build();
-
-        // Unlock: keep it until max(now, locked_at + at_least), never later than it was.
-        b.sql(&format!("UPDATE {t} SET {lu} = least({lu}, greatest("));
-        now_utc(&mut b, database);
-        b.sql(&format!(", {la} + ")).arg(Arg::AtLeast).sql(" * interval '1 microsecond'))");
-        b.sql(&format!(" WHERE {name} = ")).arg(Arg::Name);
-        b.sql(&format!(" AND {lb} = ")).arg(Arg::LockedBy);
-        let unlock = b.build();
-
-        // Extend: only while still held by this acquisition.
-        b.sql(&format!("UPDATE {t} SET {lu} = "));
-        now_utc(&mut b, database);
-        b.sql(" + ").arg(Arg::AtMost).sql(&format!(" * interval '1 microsecond', {la} = "));
-        now_utc(&mut b, database);
-        b.sql(&format!(" WHERE {name} = ")).arg(Arg::Name);
-        b.sql(&format!(" AND {lb} = ")).arg(Arg::LockedBy);
-        b.sql(&format!(" AND {lu} > "));
-        now_utc(&mut b, database);
-        let extend = b.build();
-
-        // `extract(epoch from <timestamp>)` reads a TIMESTAMP as UTC.
-        b.sql(&format!(
-            "SELECT {name}, (extract(epoch from {lu}) * 1000000)::bigint, \
-             (extract(epoch from {la}) * 1000000)::bigint, {lb}, 0::bigint, 0::bigint \
-             FROM {t} WHERE {name} = "
-        ))
-        .arg(Arg::Name);
-        let select = b.build();
-
-        b.sql(&format!("DELETE FROM {t} WHERE {name} = ")).arg(Arg::Name);
-        let delete = b.build();
-
-        b.sql(&format!("INSERT INTO {t} AS cur ({name}, {lu}, {la}, {lb}) VALUES ("))
-            .arg(Arg::Name)
-            .sql(", timestamp 'epoch' + ")
-            .arg(Arg::Until)
-            .sql(" * interval '1 microsecond', timestamp 'epoch' + ")
-            .arg(Arg::Until)
-            .sql(" * interval '1 microsecond', ")
-            .arg(Arg::LockedBy);
-        b.sql(&format!(
-            ") ON CONFLICT ({name}) DO UPDATE SET {lu} = EXCLUDED.{lu}, {la} = EXCLUDED.{la}, \
-             {lb} = EXCLUDED.{lb}"
-        ));
-        let write = b.build();
-
-        Self { acquire, unlock, extend, select, delete, write }
     }
 }
 
@@ -495,7 +466,7 @@ mod tests {
 
     #[test]
     fn acquire_is_one_upsert() {
-        let s = Statements::new(&names(), true);
+        let s = Statements::new(&names(), Mode { database: true, compat: false });
         let sql = s.acquire.sql();
         assert!(sql.starts_with("INSERT INTO \"shedlock\" AS cur"), "{sql}");
         assert!(sql.contains("ON CONFLICT (\"name\") DO UPDATE"), "{sql}");
@@ -508,7 +479,7 @@ mod tests {
             "{sql}"
         );
         assert_eq!(s.acquire.args(), &[Arg::Name, Arg::AtMost, Arg::LockedBy, Arg::AcquisitionId]);
-        let c = Statements::new(&names(), false);
+        let c = Statements::new(&names(), Mode { database: false, compat: false });
         assert!(c.acquire.args().contains(&Arg::Now));
     }
 

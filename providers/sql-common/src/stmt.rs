@@ -155,6 +155,13 @@ impl StmtBuilder {
         self.sql(&format!(" AND {} = ", n.fencing_token)).arg(Arg::FencingToken)
     }
 
+    /// Appends the owner check of the ShedLock-compatible mode: ` WHERE name = ? AND locked_by
+    /// = ?` (each acquisition writes a `locked_by` of its own there; see [`crate::owner`]).
+    pub fn locked_by_check(&mut self, n: &QuotedNames) -> &mut Self {
+        self.sql(&format!(" WHERE {} = ", n.name)).arg(Arg::Name);
+        self.sql(&format!(" AND {} = ", n.locked_by)).arg(Arg::LockedBy)
+    }
+
     /// Finishes.
     pub fn build(&mut self) -> Stmt {
         Stmt { sql: Arc::from(std::mem::take(&mut self.sql)), args: std::mem::take(&mut self.args) }
