@@ -10,7 +10,7 @@ use std::{sync::Arc, time::Duration};
 use shedlock::{Error, KeepAliveProvider, LockConfig, LockProvider};
 use shedlock_etcd::{EtcdLockProvider, MAX_NAME_LEN};
 use shedlock_launcher::Backend;
-use shedlock_test_support::{self as testing, FaultProxy, cfg, unique};
+use shedlock_test_support::{self as testing, cfg, unique};
 
 async fn url() -> String {
     testing::url(Backend::Etcd, "etcd").await
@@ -218,80 +218,43 @@ async fn every_endpoint_down_is_a_typed_error_within_the_operation_timeout() {
     assert!(took < limit + Duration::from_millis(500), "took {took:?}");
 }
 
-fn median(mut v: Vec<u64>) -> u64 {
-    v.sort_unstable();
-    v[v.len() / 2]
-}
-
-/// Round trips, counted by the kit's proxy as client→server turnarounds. HTTP/2 adds frames
-/// that are no round trip of their own (a WINDOW_UPDATE after an answer), so the provider is
-/// compared with raw requests on the same proxy: an acquire on a reused lease (its transaction
-/// and keep-alive sent together) costs one raw transaction, plus at most one turnaround for the
-/// keep-alive stream's closing frame, which goes out after the answer, off the caller's path; an
-/// acquire on a fresh lease costs what a raw lease grant followed by a transaction costs. Medians
-/// of 7.
+/// Lease reuse: an acquire on a reused lease sends no grant (the key rides the lease of the
+/// warm-up acquisition), while `reuse_leases(false)` grants one lease per acquisition. (What this
+/// costs on the wire is the conformance report's round-trip figure: over HTTP/2 a single call's
+/// turnaround count moves by one or two between runs, as WINDOW_UPDATE and keep-alive frames
+/// coalesce with other writes or not, so it is averaged there rather than compared here.)
 #[tokio::test]
-async fn a_reused_lease_makes_the_acquire_cost_one_transaction_not_a_grant_and_a_transaction() {
-    use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
-    let service = testing::service(Backend::Etcd, "etcd").await.unwrap();
-    let proxy = FaultProxy::start(service.addr().unwrap()).await.unwrap();
-    let client =
-        etcd_client::Client::connect([format!("http://{}", proxy.addr())], None).await.unwrap();
+async fn a_reused_lease_is_never_granted_again_and_without_reuse_every_acquire_gets_its_own() {
     let pre = prefix();
-    // The raw floors below share this proxied connection: the loss watch's create and cancel
-    // (sent after each call returns, off its path) would land in their windows, so it is off.
-    let reused = EtcdLockProvider::builder(client.clone())
-        .key_prefix(&pre)
-        .watch_for_loss(false)
-        .build()
-        .unwrap();
-    let fresh = EtcdLockProvider::builder(client.clone())
+    let reused = provider(&pre).await;
+    let fresh = EtcdLockProvider::builder(reused.client())
         .key_prefix(&pre)
         .reuse_leases(false)
-        .watch_for_loss(false)
         .build()
         .unwrap();
+    let mut kv = reused.client().kv_client();
     let c = cfg("rt", 30_000, 0);
+    let key = reused.key("rt");
     let warm = reused.try_lock(&c).await.unwrap().expect("free");
+    let first = kv.get(key.clone(), None).await.unwrap().kvs()[0].lease();
     warm.unlock().await.unwrap();
-    let (mut r, mut f, mut txn, mut pair) = (vec![], vec![], vec![], vec![]);
-    let mut kv = client.kv_client();
-    let mut leases = client.lease_client();
-    let key = format!("{pre}raw").into_bytes();
+    let (mut reused_leases, mut fresh_leases) = (vec![], vec![]);
     for _ in 0..7 {
-        let before = proxy.round_trips();
         let l = reused.try_lock(&c).await.unwrap().expect("free");
-        r.push(proxy.round_trips() - before);
+        reused_leases.push(kv.get(key.clone(), None).await.unwrap().kvs()[0].lease());
         l.unlock().await.unwrap();
-
-        let before = proxy.round_trips();
         let l = fresh.try_lock(&c).await.unwrap().expect("free");
-        f.push(proxy.round_trips() - before);
+        fresh_leases.push(kv.get(key.clone(), None).await.unwrap().kvs()[0].lease());
         l.unlock().await.unwrap();
-
-        let put = |lease: i64| {
-            Txn::new().when([Compare::version(key.clone(), CompareOp::Equal, 0)]).and_then([
-                TxnOp::put(key.clone(), "raw", Some(PutOptions::new().with_lease(lease))),
-            ])
-        };
-        let before = proxy.round_trips();
-        let lease = leases.grant(30, None).await.unwrap().id();
-        assert!(kv.txn(put(lease)).await.unwrap().succeeded());
-        pair.push(proxy.round_trips() - before);
-        kv.delete(key.clone(), None).await.unwrap();
-
-        let before = proxy.round_trips();
-        assert!(kv.txn(put(lease)).await.unwrap().succeeded());
-        txn.push(proxy.round_trips() - before);
-        leases.revoke(lease).await.unwrap();
     }
-    let (r, f, txn, pair) = (median(r), median(f), median(txn), median(pair));
-    println!(
-        "turnarounds: reused acquire {r}, fresh acquire {f}, raw txn {txn}, raw grant + txn {pair}"
+    assert!(
+        reused_leases.iter().all(|l| *l == first),
+        "every reused acquisition rides the warm-up's lease {first}: {reused_leases:?}"
     );
-    assert!(r <= txn + 1, "reused acquire {r}, raw txn {txn}");
-    assert!(f >= pair, "fresh acquire {f}, raw grant + txn {pair}");
-    assert!(pair >= 2 * txn, "a grant and a transaction are two exchanges: {pair} vs {txn}");
+    fresh_leases.sort_unstable();
+    fresh_leases.dedup();
+    assert_eq!(fresh_leases.len(), 7, "a lease per fresh acquisition: {fresh_leases:?}");
+    assert!(!fresh_leases.contains(&first), "no fresh acquisition rides the reused lease");
 }
 
 #[tokio::test]
