@@ -19,6 +19,8 @@ use shedlock::{BoxError, LockConfig};
 #[cfg(feature = "sql")]
 use shedlock::{Error, LockProvider};
 pub use shedlock_conformance::tools::proxy::FaultProxy;
+
+pub mod fleet;
 use shedlock_conformance::{Hooks, Options, RecordHooks, RestartHook};
 pub use shedlock_launcher::Backend;
 use shedlock_launcher::{Mode, Service};

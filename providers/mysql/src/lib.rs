@@ -165,18 +165,53 @@ impl MySqlLockProviderBuilder {
         self
     }
 
+    /// ShedLock-compatible mode: read and write exactly the table of ShedLock's JDBC providers
+    /// for MySQL and MariaDB (`name`, `lock_until`, `locked_at`, `locked_by`, times as
+    /// `TIMESTAMP(3)`; the column names are the configured [`columns`](Self::columns)), so that
+    /// this provider and Java ShedLock nodes lock the same jobs on the same table. See the
+    /// README's "Joining a ShedLock fleet".
+    ///
+    /// - Database time is ShedLock's `usingDbTime()`: `UTC_TIMESTAMP(3)`, written into the
+    ///   `TIMESTAMP(3)` columns as ShedLock writes it. MySQL converts `TIMESTAMP` values through
+    ///   the **session** `time_zone`, so every node of the fleet must use the same one; the
+    ///   first call checks that this pool's session zone has the server default's offset (what
+    ///   a JDBC node uses unless configured otherwise) and fails with
+    ///   [`Error::Setup`](shedlock::Error::Setup) if not. sqlx sets `+00:00` by default, which
+    ///   matches a server whose `time_zone` is UTC (or `SYSTEM` on a UTC host).
+    /// - No fencing (ShedLock's table has no column for it): [`Lock::fencing_token`](shedlock::Lock::fencing_token)
+    ///   is `None`.
+    /// - Owner-checked through `locked_by`: each acquisition writes the configured value
+    ///   followed by ` #` and its own 16 hex digits (so `locked_by` may be at most 237 bytes),
+    ///   the acquire knows it won by reading that value back (`RETURNING`, or the MySQL
+    ///   flavor's `SELECT`), and unlock and extend change the row only while it carries it.
+    /// - [`ddl`](MySqlLockProvider::ddl) and `create_table` give ShedLock's documented table,
+    ///   with a `VARBINARY` name (byte-exact names; ShedLock's statements work on it unchanged).
+    ///   A table in the native schema is refused at the first call with
+    ///   [`Error::Setup`](shedlock::Error::Setup) (and the native mode refuses a ShedLock
+    ///   table the same way).
+    pub fn shedlock_compatible(mut self) -> Self {
+        self.core.compat = true;
+        self
+    }
+
     /// Validates the configuration and builds the provider. Invalid identifiers, `locked_by`
     /// or `max_name_len` give [`Error::Setup`](shedlock::Error::Setup). Does no I/O.
     pub fn build(self) -> Result<MySqlLockProvider> {
         let settings = self.core.validate(BACKEND, '`', MAX_NAME_LEN_LIMIT)?;
-        let database = settings.time.is_server();
+        let mode = Mode { database: settings.time.is_server(), compat: settings.compat };
         let stmts = OnceCell::new();
-        if self.flavor != Flavor::Detect {
-            let _ = stmts.set(Statements::new(&settings.names, database, self.flavor));
+        // The compatible mode checks the session time zone on first use, with the statements.
+        if self.flavor != Flavor::Detect && !mode.compat {
+            let _ = stmts.set(Statements::new(&settings.names, mode, self.flavor));
         }
-        let ddl = ddl(&settings.names, settings.max_name_len);
+        let ddl = if mode.compat {
+            compat_ddl(&settings.names, settings.max_name_len)
+        } else {
+            ddl(&settings.names, settings.max_name_len)
+        };
         let conn = LockConn::new(self.pool, self.dedicated);
-        let dialect = MySqlDialect { conn, names: settings.names.clone(), database, stmts };
+        let dialect =
+            MySqlDialect { conn, names: settings.names.clone(), mode, flavor: self.flavor, stmts };
         Ok(MySqlLockProvider { inner: SqlProvider::new(dialect, settings, ddl) })
     }
 }
@@ -219,8 +254,29 @@ fn now(b: &mut StmtBuilder, database: bool) {
     }
 }
 
+/// What a statement depends on besides the names and the flavor: whose clock it reads, and the
+/// table layout (native, or ShedLock's four columns in the compatible mode).
+#[derive(Debug, Clone, Copy)]
+struct Mode {
+    database: bool,
+    compat: bool,
+}
+
+impl Mode {
+    /// The owner check of unlock and extend: the acquisition id and token, or (compatible mode)
+    /// the acquisition's own `locked_by`.
+    fn owner_check(self, b: &mut StmtBuilder, n: &QuotedNames) {
+        if self.compat {
+            b.locked_by_check(n);
+        } else {
+            b.owner_check(n);
+        }
+    }
+}
+
 impl Statements {
-    fn new(n: &QuotedNames, database: bool, flavor: Flavor) -> Self {
+    fn new(n: &QuotedNames, mode: Mode, flavor: Flavor) -> Self {
+        let database = mode.database;
         let (t, name, lu, la, lb, aid, ft) = (
             &n.table,
             &n.name,
@@ -239,30 +295,52 @@ impl Statements {
         };
         let mut b = StmtBuilder::new(Placeholder::Question);
 
-        b.sql(&format!(
-            "{prefix}INSERT {hint}INTO {t} ({name}, {lu}, {la}, {lb}, {aid}, {ft}) VALUES ("
-        ))
-        .arg(Arg::Name)
-        .sql(", ");
+        let columns = if mode.compat {
+            format!("{name}, {lu}, {la}, {lb}")
+        } else {
+            format!("{name}, {lu}, {la}, {lb}, {aid}, {ft}")
+        };
+        b.sql(&format!("{prefix}INSERT {hint}INTO {t} ({columns}) VALUES ("))
+            .arg(Arg::Name)
+            .sql(", ");
         now(&mut b, database);
         b.sql(" + INTERVAL ").arg(Arg::AtMost).sql(" MICROSECOND, ");
         now(&mut b, database);
-        b.sql(", ").arg(Arg::LockedBy).sql(", ").arg(Arg::AcquisitionId);
-        let free = format!("{lu} <= VALUES({la})");
-        b.sql(&format!(
-            ", {SERVER_MICROS}) ON DUPLICATE KEY UPDATE \
-             {ft} = IF({free}, GREATEST({ft} + 1, VALUES({ft})), {ft}), \
-             {lb} = IF({free}, VALUES({lb}), {lb}), \
-             {aid} = IF({free}, VALUES({aid}), {aid}), \
-             {la} = IF({free}, VALUES({la}), {la}), \
-             {lu} = IF({free}, VALUES({lu}), {lu})"
-        ));
-        if mariadb {
-            b.sql(&format!(" RETURNING {aid}, {ft}"));
+        b.sql(", ").arg(Arg::LockedBy);
+        if mode.compat {
+            // ShedLock's row, taken when it is free or already this acquisition's (a repeat
+            // after a lost answer). `locked_by` is assigned first: once it is this
+            // acquisition's, the later guards stay true; while it is someone else's, they stay
+            // false. The acquire won iff the row's `locked_by` afterwards is this acquisition's.
+            let free = format!("({lu} <= VALUES({la}) OR {lb} = VALUES({lb}))");
+            b.sql(&format!(
+                ") ON DUPLICATE KEY UPDATE \
+                 {lb} = IF({free}, VALUES({lb}), {lb}), \
+                 {la} = IF({free}, VALUES({la}), {la}), \
+                 {lu} = IF({free}, VALUES({lu}), {lu})"
+            ));
+            if mariadb {
+                b.sql(&format!(" RETURNING {lb}"));
+            }
+        } else {
+            b.sql(", ").arg(Arg::AcquisitionId);
+            let free = format!("{lu} <= VALUES({la})");
+            b.sql(&format!(
+                ", {SERVER_MICROS}) ON DUPLICATE KEY UPDATE \
+                 {ft} = IF({free}, GREATEST({ft} + 1, VALUES({ft})), {ft}), \
+                 {lb} = IF({free}, VALUES({lb}), {lb}), \
+                 {aid} = IF({free}, VALUES({aid}), {aid}), \
+                 {la} = IF({free}, VALUES({la}), {la}), \
+                 {lu} = IF({free}, VALUES({lu}), {lu})"
+            ));
+            if mariadb {
+                b.sql(&format!(" RETURNING {aid}, {ft}"));
+            }
         }
         let acquire = b.build();
 
-        b.sql(&format!("SELECT {aid}, {ft} FROM {t} WHERE {name} = ")).arg(Arg::Name);
+        let who = if mode.compat { lb.to_string() } else { format!("{aid}, {ft}") };
+        b.sql(&format!("SELECT {who} FROM {t} WHERE {name} = ")).arg(Arg::Name);
         let owner = b.build();
 
         // Unlock: keep it until max(now, locked_at + at_least), never later than it was. Only old
@@ -270,21 +348,28 @@ impl Statements {
         b.sql(&format!("{prefix}UPDATE {hint}{t} SET {lu} = LEAST({lu}, GREATEST("));
         now(&mut b, database);
         b.sql(&format!(", {la} + INTERVAL ")).arg(Arg::AtLeast).sql(" MICROSECOND))");
-        b.owner_check(n);
+        mode.owner_check(&mut b, n);
         let unlock = b.build();
 
         b.sql(&format!("{prefix}UPDATE {hint}{t} SET {lu} = "));
         now(&mut b, database);
         b.sql(" + INTERVAL ").arg(Arg::AtMost).sql(&format!(" MICROSECOND, {la} = "));
         now(&mut b, database);
-        b.owner_check(n);
+        mode.owner_check(&mut b, n);
         b.sql(&format!(" AND {lu} > "));
         now(&mut b, database);
         let extend = b.build();
 
+        // The compatible mode's `TIMESTAMP` columns are read in the session time zone, as they
+        // were written (the session zone is checked on first use).
+        let owner_cols = if mode.compat {
+            "CAST(0 AS SIGNED), CAST(0 AS SIGNED)".to_owned()
+        } else {
+            format!("{aid}, {ft}")
+        };
         b.sql(&format!(
             "SELECT {name}, TIMESTAMPDIFF(MICROSECOND, {EPOCH}, {lu}), \
-             TIMESTAMPDIFF(MICROSECOND, {EPOCH}, {la}), {lb}, {aid}, {ft} FROM {t} WHERE {name} = "
+             TIMESTAMPDIFF(MICROSECOND, {EPOCH}, {la}), {lb}, {owner_cols} FROM {t} WHERE {name} = "
         ))
         .arg(Arg::Name);
         let select = b.build();
@@ -292,27 +377,47 @@ impl Statements {
         b.sql(&format!("DELETE FROM {t} WHERE {name} = ")).arg(Arg::Name);
         let delete = b.build();
 
-        b.sql(&format!(
-            "{prefix}INSERT {hint}INTO {t} ({name}, {lu}, {la}, {lb}, {aid}, {ft}) VALUES ("
-        ))
-        .arg(Arg::Name)
-        .sql(", TIMESTAMPADD(MICROSECOND, ")
-        .arg(Arg::Until)
-        .sql(&format!(", {EPOCH}), TIMESTAMPADD(MICROSECOND, "))
-        .arg(Arg::Until)
-        .sql(&format!(", {EPOCH}), "))
-        .arg(Arg::LockedBy)
-        .sql(", ")
-        .arg(Arg::AcquisitionId);
-        b.sql(&format!(
-            ", {SERVER_MICROS}) ON DUPLICATE KEY UPDATE \
-             {ft} = GREATEST({ft} + 1, VALUES({ft})), {lb} = VALUES({lb}), \
-             {aid} = VALUES({aid}), {la} = VALUES({la}), {lu} = VALUES({lu})"
-        ));
+        b.sql(&format!("{prefix}INSERT {hint}INTO {t} ({columns}) VALUES ("))
+            .arg(Arg::Name)
+            .sql(", TIMESTAMPADD(MICROSECOND, ")
+            .arg(Arg::Until)
+            .sql(&format!(", {EPOCH}), TIMESTAMPADD(MICROSECOND, "))
+            .arg(Arg::Until)
+            .sql(&format!(", {EPOCH}), "))
+            .arg(Arg::LockedBy);
+        if mode.compat {
+            b.sql(&format!(
+                ") ON DUPLICATE KEY UPDATE {lb} = VALUES({lb}), {la} = VALUES({la}), \
+                 {lu} = VALUES({lu})"
+            ));
+        } else {
+            b.sql(", ").arg(Arg::AcquisitionId);
+            b.sql(&format!(
+                ", {SERVER_MICROS}) ON DUPLICATE KEY UPDATE \
+                 {ft} = GREATEST({ft} + 1, VALUES({ft})), {lb} = VALUES({lb}), \
+                 {aid} = VALUES({aid}), {la} = VALUES({la}), {lu} = VALUES({lu})"
+            ));
+        }
         let write = b.build();
 
         Self { flavor, acquire, owner, unlock, extend, select, delete, write }
     }
+}
+
+/// ShedLock's documented MySQL / MariaDB table, with the name column `VARBINARY` sized to
+/// `max_name_len` (ShedLock's is `VARCHAR(64)`, compared by the table's collation).
+fn compat_ddl(n: &QuotedNames, max_name_len: usize) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {t} (\n    {name} VARBINARY({max_name_len}) NOT NULL,\n    \
+         {lu} TIMESTAMP(3) NOT NULL,\n    \
+         {la} TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),\n    \
+         {lb} VARCHAR(255) CHARACTER SET utf8mb4 NOT NULL,\n    PRIMARY KEY ({name})\n) ENGINE=InnoDB",
+        t = n.table,
+        name = n.name,
+        lu = n.lock_until,
+        la = n.locked_at,
+        lb = n.locked_by,
+    )
 }
 
 fn ddl(n: &QuotedNames, max_name_len: usize) -> String {
@@ -336,8 +441,13 @@ fn classify(e: &dyn DatabaseError) -> DbErrorKind {
         return DbErrorKind::Other;
     };
     match e.number() {
-        // ER_NO_SUCH_TABLE, ER_BAD_DB_ERROR, ER_BAD_FIELD_ERROR
-        1146 | 1049 | 1054 => DbErrorKind::MissingTable,
+        // ER_NO_SUCH_TABLE, ER_BAD_DB_ERROR
+        1146 | 1049 => DbErrorKind::MissingTable,
+        // ER_BAD_FIELD_ERROR
+        1054 => DbErrorKind::MissingColumn,
+        // ER_NO_DEFAULT_FOR_FIELD, ER_BAD_NULL_ERROR: a NOT NULL column the statement does not
+        // write (strict mode)
+        1364 | 1048 => DbErrorKind::MissingValue,
         // ER_DATA_TOO_LONG, ER_TRUNCATED_WRONG_VALUE_FOR_FIELD
         1406 | 1366 => DbErrorKind::NameRejected,
         // ER_LOCK_DEADLOCK
@@ -372,7 +482,9 @@ fn floor_ms_micros(micros: i64) -> i64 {
 struct MySqlDialect {
     conn: LockConn<MySql>,
     names: QuotedNames,
-    database: bool,
+    mode: Mode,
+    /// As configured.
+    flavor: Flavor,
     stmts: OnceCell<Statements>,
 }
 
@@ -380,13 +492,65 @@ impl MySqlDialect {
     async fn stmts(&self) -> Result<&Statements, sqlx::Error> {
         self.stmts
             .get_or_try_init(|| async {
-                let version: String =
-                    sqlx::query_scalar("SELECT VERSION()").fetch_one(self.conn.pool()).await?;
-                let flavor = flavor_of(&version);
-                tracing::debug!(%version, ?flavor, "mysql flavor detected");
-                Ok(Statements::new(&self.names, self.database, flavor))
+                if self.mode.compat {
+                    self.check_time_zone().await?;
+                }
+                let flavor = match self.flavor {
+                    Flavor::Detect => {
+                        let version: String = sqlx::query_scalar("SELECT VERSION()")
+                            .fetch_one(self.conn.pool())
+                            .await?;
+                        let flavor = flavor_of(&version);
+                        tracing::debug!(%version, ?flavor, "mysql flavor detected");
+                        flavor
+                    }
+                    f => f,
+                };
+                Ok(Statements::new(&self.names, self.mode, flavor))
             })
             .await
+    }
+
+    /// The compatible mode writes UTC wall-clock times into `TIMESTAMP` columns, which the
+    /// server converts through the session `time_zone` (as ShedLock does): a session zone with
+    /// another offset than the server default's (what JDBC nodes use unless configured) would
+    /// read every Java node's `lock_until` hours off. A definite mismatch is a setup error;
+    /// a server zone whose offset cannot be computed (named, without the time zone tables) is
+    /// logged.
+    async fn check_time_zone(&self) -> Result<(), sqlx::Error> {
+        let (session, global, session_offset, global_offset): (String, String, i64, Option<i64>) =
+            sqlx::query_as(
+                "SELECT CAST(@@session.time_zone AS CHAR), CAST(@@global.time_zone AS CHAR), \
+             TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), NOW()), TIMESTAMPDIFF(SECOND, \
+             UTC_TIMESTAMP(), CONVERT_TZ(UTC_TIMESTAMP(), '+00:00', @@global.time_zone))",
+            )
+            .fetch_one(self.conn.pool())
+            .await?;
+        match global_offset {
+            Some(g) if g != session_offset => Err(sqlx::Error::Configuration(
+                format!(
+                    "the ShedLock-compatible mode needs this pool's session time_zone ({session}, \
+                     UTC{session_offset:+} s) to have the offset of the server default \
+                     ({global}, UTC{g:+} s): ShedLock's TIMESTAMP(3) columns are read and \
+                     written through the session zone, and JDBC nodes use the server default \
+                     unless configured otherwise, so the two would read each other's \
+                     lock_until {} s apart. Connect with MySqlConnectOptions::timezone(None) \
+                     (or the zone the Java nodes use), or set the server's time_zone to UTC",
+                    (g - session_offset).abs()
+                )
+                .into(),
+            )),
+            Some(_) => Ok(()),
+            None => {
+                tracing::warn!(
+                    %session, %global,
+                    "shedlock-mysql: cannot compute the offset of the server's time_zone \
+                     (time zone tables not loaded?); the ShedLock-compatible mode needs every \
+                     node's session time_zone to be the same"
+                );
+                Ok(())
+            }
+        }
     }
 }
 
@@ -418,13 +582,20 @@ impl Dialect for MySqlDialect {
                 }
                 _ => self.conn.fetch_optional(classify, &stmts.acquire, values).await?,
             };
-            row.map(|r| Ok((r.try_get::<i64, _>(0)?, r.try_get::<i64, _>(1)?))).transpose()
+            row.map(|r| {
+                if self.mode.compat {
+                    // The row's `locked_by`: this acquisition's own value iff it won.
+                    let by: String = r.try_get(0)?;
+                    Ok((by == values.locked_by).then_some(0))
+                } else {
+                    let (owner, token) = (r.try_get::<i64, _>(0)?, r.try_get::<i64, _>(1)?);
+                    Ok((owner == values.acquisition_id).then_some(token))
+                }
+            })
+            .transpose()
         })
         .await?;
-        Ok(match row {
-            Some((owner, token)) if owner == values.acquisition_id => Some(token),
-            _ => None,
-        })
+        Ok(row.flatten())
     }
 
     /// sqlx sets CLIENT_FOUND_ROWS: rows-affected counts matched rows, so an extend reports 1
@@ -472,7 +643,8 @@ impl MySqlLockProvider {
     /// The flavor in use: the configured one, or the detected one once the provider has talked
     /// to the server (`None` before that).
     pub fn flavor(&self) -> Option<Flavor> {
-        self.inner.dialect().stmts.get().map(|s| s.flavor)
+        let d = self.inner.dialect();
+        d.stmts.get().map(|s| s.flavor).or((d.flavor != Flavor::Detect).then_some(d.flavor))
     }
 }
 
@@ -500,7 +672,7 @@ mod tests {
 
     #[test]
     fn lock_until_is_assigned_last_and_returned() {
-        let s = Statements::new(&names(), true, Flavor::MariaDb);
+        let s = Statements::new(&names(), Mode { database: true, compat: false }, Flavor::MariaDb);
         let sql = s.acquire.sql();
         assert!(
             sql.starts_with("SET STATEMENT sql_mode = 'STRICT_ALL_TABLES' FOR INSERT INTO"),
@@ -511,7 +683,7 @@ mod tests {
         let last = update.rfind(" = IF(").unwrap();
         assert!(update[..last].ends_with("`lock_until`"), "{update}");
         assert!(sql.ends_with("RETURNING `acquisition_id`, `fencing_token`"), "{sql}");
-        let m = Statements::new(&names(), true, Flavor::MySql);
+        let m = Statements::new(&names(), Mode { database: true, compat: false }, Flavor::MySql);
         assert!(!m.acquire.sql().contains("RETURNING"));
         assert!(
             m.acquire

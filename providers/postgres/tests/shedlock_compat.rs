@@ -15,17 +15,17 @@
 
 use std::{
     collections::HashSet,
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicUsize, Ordering},
-    },
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    sync::{Arc, Mutex, atomic::Ordering},
+    time::{Duration, Instant, SystemTime},
 };
 
 use shedlock::{Error, LockConfig, LockProvider};
-use shedlock_conformance::tools::history::History;
 use shedlock_postgres::{PostgresLockProvider, recommended_pool_options};
-use shedlock_test_support::{cfg, unique};
+use shedlock_test_support::{
+    cfg,
+    fleet::{self, Fleet, Node},
+    unique,
+};
 use sqlx::{PgPool, Row};
 
 async fn url() -> String {
@@ -48,35 +48,7 @@ async fn compat(table: &str) -> PostgresLockProvider {
 
 /// `t` as ShedLock's PgJDBC parameter text: `YYYY-MM-DD HH:MM:SS.ffffff` in UTC.
 fn utc_text(t: SystemTime) -> String {
-    let d = t.duration_since(UNIX_EPOCH).unwrap();
-    let secs = d.as_secs() as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}.{:06}",
-        rem / 3_600,
-        rem % 3_600 / 60,
-        rem % 60,
-        d.subsec_micros()
-    )
-}
-
-#[test]
-fn utc_text_formats_like_pgjdbc() {
-    assert_eq!(utc_text(UNIX_EPOCH), "1970-01-01 00:00:00.000000");
-    let t = UNIX_EPOCH + Duration::from_micros(1_764_622_800_123_456);
-    assert_eq!(utc_text(t), "2025-12-01 21:00:00.123456");
-    let leap = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
-    assert_eq!(utc_text(leap), "2000-02-29 00:00:00.000000");
+    shedlock_test_support::fleet::utc_text(t, 6)
 }
 
 /// A Java ShedLock node (one JVM host: its `locked_by`), on its own pool.
@@ -344,111 +316,16 @@ async fn stale_holders_of_either_kind_cannot_release_a_lock_the_other_kind_took_
     assert_eq!(java.unlock(&theirs).await, 1);
 }
 
-/// One contender of the mixed fleet.
-enum Node {
-    Ours(PostgresLockProvider),
-    Java(JavaNode),
-}
+#[async_trait::async_trait]
+impl fleet::JavaNode for JavaNode {
+    type Held = JavaLock;
 
-/// What the fleet tests share: the names, the history and who won how often.
-struct Fleet {
-    names: [&'static str; 2],
-    history: History,
-    /// Acquisitions by Rust nodes and by Java nodes.
-    wins: [AtomicUsize; 2],
-}
-
-impl Fleet {
-    fn new() -> Arc<Self> {
-        Arc::new(Self {
-            names: ["fleet-a", "fleet-b"],
-            history: History::new(),
-            wins: [AtomicUsize::new(0), AtomicUsize::new(0)],
-        })
+    async fn lock(&self, c: &LockConfig) -> Option<JavaLock> {
+        JavaNode::lock(self, c).await
     }
 
-    /// Runs `node` (number `i`) until `until`: it locks the names in turn, holds 0–40 ms, uses
-    /// `lock_at_least_for` 60 ms one time in three and "crashes" (leaves the lock to expire
-    /// after its 300 ms `lock_at_most_for`) one time in eight.
-    async fn contend(self: Arc<Self>, kind: &'static str, i: usize, node: Node, until: Instant) {
-        // A small LCG per node.
-        let mut seed = 0x9E37_79B9_7F4A_7C15_u64 ^ (i as u64 + 1);
-        let mut next = move |n: u64| {
-            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-            (seed >> 33) % n
-        };
-        let mut k = i;
-        while Instant::now() < until {
-            k += 1;
-            let at_least = if next(3) == 0 { 60 } else { 0 };
-            let c = cfg(self.names[k % self.names.len()], 300, at_least);
-            let hold = Duration::from_millis(next(40));
-            let abandon = next(8) == 0;
-            let holder = format!("{kind} node {i}");
-            let start = Instant::now();
-            match &node {
-                Node::Ours(p) => {
-                    let got = match p.try_lock(&c).await {
-                        Ok(got) => got,
-                        // The answer came after the lease had ended (a stalled machine): not a
-                        // lock, by the kit's rule, and not what this test is about.
-                        Err(Error::LeaseExpiredInFlight { .. }) => None,
-                        Err(e) => panic!("try_lock: {e}"),
-                    };
-                    if let Some(lock) = got {
-                        let id = self.history.acquired(holder, &c, start, Instant::now());
-                        self.wins[0].fetch_add(1, Ordering::Relaxed);
-                        tokio::time::sleep(hold).await;
-                        if abandon {
-                            drop(lock); // a dropped lock stays held until lock_at_most_for
-                        } else {
-                            self.history.released(id, Instant::now());
-                            lock.unlock().await.unwrap();
-                        }
-                    }
-                }
-                Node::Java(j) => {
-                    if let Some(lock) = j.lock(&c).await {
-                        let id = self.history.acquired(holder, &c, start, Instant::now());
-                        self.wins[1].fetch_add(1, Ordering::Relaxed);
-                        tokio::time::sleep(hold).await;
-                        if !abandon {
-                            self.history.released(id, Instant::now());
-                            j.unlock(&lock).await;
-                        }
-                    }
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(3)).await;
-        }
-    }
-
-    /// Both kinds won often and the names passed between them, then no two holders at once.
-    fn verify(&self, min_java: usize) {
-        let rust = self.wins[0].load(Ordering::Relaxed);
-        let java = self.wins[1].load(Ordering::Relaxed);
-        eprintln!(
-            "{} acquisitions: {rust} by Rust nodes, {java} by Java nodes",
-            self.history.len()
-        );
-        // Both kinds must really have contended for the names, or this proves nothing.
-        assert!(rust >= 10 && java >= min_java, "too few acquisitions: {rust} Rust, {java} Java");
-        let intervals = self.history.intervals();
-        let mut handovers = 0;
-        for name in self.names {
-            let mut on: Vec<_> = intervals.iter().filter(|iv| iv.name == name).collect();
-            on.sort_by_key(|iv| iv.start);
-            handovers += on
-                .windows(2)
-                .filter(|w| w[0].holder.starts_with("rust") != w[1].holder.starts_with("rust"))
-                .count();
-        }
-        eprintln!("{handovers} hand-overs between a Rust and a Java holder");
-        assert!(handovers >= 5, "the names rarely passed between the two kinds: {handovers}");
-        // C16's tolerance for a 1 ms provider: the granularity plus 10 ms.
-        if let Err(overlap) = self.history.check(Duration::from_millis(11)) {
-            panic!("two holders at once: {overlap}");
-        }
+    async fn unlock(&self, held: JavaLock) {
+        JavaNode::unlock(self, &held).await;
     }
 }
 
@@ -457,22 +334,12 @@ async fn a_mixed_fleet_of_java_and_rust_nodes_never_has_two_holders() {
     let table = unique("compat_fleet");
     let mut nodes = Vec::new();
     for _ in 0..3 {
-        nodes.push(("rust", Node::Ours(compat(&table).await)));
+        nodes.push(("rust", Node::Ours(Arc::new(compat(&table).await) as Arc<dyn LockProvider>)));
     }
     nodes.push(("java-db-time", Node::Java(JavaNode::new(&table, "java-host-1", true).await)));
     nodes.push(("java-db-time", Node::Java(JavaNode::new(&table, "java-host-2", true).await)));
     nodes.push(("java-utc", Node::Java(JavaNode::new(&table, "java-host-3", false).await)));
-    let fleet = Fleet::new();
-    let until = Instant::now() + Duration::from_secs(4);
-    let tasks: Vec<_> = nodes
-        .into_iter()
-        .enumerate()
-        .map(|(i, (kind, node))| tokio::spawn(fleet.clone().contend(kind, i, node, until)))
-        .collect();
-    for t in tasks {
-        t.await.unwrap();
-    }
-    fleet.verify(10);
+    Fleet::new().run(nodes, Duration::from_secs(4), 10).await;
 }
 
 #[tokio::test]
@@ -575,7 +442,10 @@ async fn java_nodes_through_pgjdbc_and_rust_nodes_never_have_two_holders() {
     let tasks: Vec<_> = rust
         .into_iter()
         .enumerate()
-        .map(|(i, p)| tokio::spawn(fleet.clone().contend("rust", i, Node::Ours(p), until)))
+        .map(|(i, p)| {
+            let node = Node::<JavaNode>::Ours(Arc::new(p));
+            tokio::spawn(fleet.clone().contend("rust", i, node, until))
+        })
         .collect();
     let outputs = tokio::task::spawn_blocking(move || {
         java.into_iter().map(|c| c.wait_with_output().unwrap()).collect::<Vec<_>>()

@@ -41,7 +41,8 @@ pub struct ErrorContext<'a> {
 }
 
 /// Maps a `sqlx` error: connection-level failures become [`Error::Unavailable`] (retryable),
-/// a missing table becomes [`Error::Setup`] quoting the DDL, a refused name becomes
+/// a missing table (or a configuration error) becomes [`Error::Setup`] quoting the DDL, a
+/// refused name becomes
 /// [`Error::InvalidName`], anything else [`Error::Backend`].
 pub fn map_sqlx_error(
     ctx: &ErrorContext<'_>,
@@ -128,6 +129,8 @@ pub fn map_sqlx_error(
         | sqlx::Error::PoolClosed
         | sqlx::Error::WorkerCrashed
         | sqlx::Error::Protocol(_)) => Error::unavailable(backend, e),
+        // A configuration the provider cannot work with (a dialect's own checks report it so).
+        sqlx::Error::Configuration(e) => Error::Setup { backend, message: e.to_string() },
         e => Error::backend(backend, e),
     }
 }
