@@ -446,3 +446,38 @@ async fn a_mixed_fleet_of_java_and_rust_nodes_never_has_two_holders() {
     nodes.push(("java-utc", Node::Java(JavaNode::new(&table, "java-host-3", false).await)));
     Fleet::new().run(nodes, Duration::from_secs(4), 10).await;
 }
+
+#[tokio::test]
+async fn after_the_readme_migration_the_native_mode_honours_rows_written_by_java() {
+    let table = table();
+    compat(&table).await;
+    let java = JavaNode::new(&table, "java-host", true).await;
+    let _held = java.lock(&cfg("held", 10_000, 0)).await.expect("free");
+    let _expiring = java.lock(&cfg("expiring", 200, 0)).await.expect("free");
+    // The README's migration, verbatim but for the table name, in a session on the fleet's zone
+    // (here the server default, as the Java nodes use it).
+    let java_like = recommended_pool_options()
+        .connect_with(options().await.timezone(None))
+        .await
+        .unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "ALTER TABLE {table}
+             MODIFY name VARBINARY(255) NOT NULL,
+             MODIFY lock_until DATETIME(3) NOT NULL,
+             MODIFY locked_at DATETIME(3) NOT NULL,
+             ADD COLUMN acquisition_id BIGINT NOT NULL DEFAULT 0,
+             ADD COLUMN fencing_token BIGINT NOT NULL DEFAULT 0;"
+    )))
+    .execute(&java_like)
+    .await
+    .unwrap();
+    let native = MySqlLockProvider::builder(pool().await).table(&table).build().unwrap();
+    assert!(native.try_lock(&cfg("held", 1_000, 0)).await.unwrap().is_none(), "Java's lock");
+    let rec = native.record("held").await.unwrap().unwrap();
+    let left = rec.lock_until.duration_since(SystemTime::now()).unwrap();
+    assert!(left > Duration::from_secs(9), "the UTC times were read as UTC: {left:?} left");
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let lock = native.try_lock(&cfg("expiring", 1_000, 0)).await.unwrap().expect("expired");
+    assert!(lock.fencing_token().is_some_and(|t| t > 0), "a token from the server clock");
+    lock.unlock().await.unwrap();
+}
