@@ -174,6 +174,13 @@ pub fn from_unix_micros(micros: i64) -> SystemTime {
     }
 }
 
+/// `t` as ShedLock writes times as text (its `Utils.toIsoString`): ISO 8601 in UTC with exactly
+/// three fractional digits (truncated) and `Z`, e.g. `2018-12-07T12:30:37.000Z`. For the
+/// ShedLock-compatible modes; the fixed width makes such strings sort as the times do.
+pub fn iso8601_millis(t: SystemTime) -> String {
+    chrono::DateTime::<chrono::Utc>::from(t).format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+}
+
 /// Milliseconds since the Unix epoch (negative before it; saturating).
 pub fn unix_millis(t: SystemTime) -> i64 {
     unix_micros(t).div_euclid(1000)
@@ -207,6 +214,15 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::panic)]
 
     use super::*;
+
+    #[test]
+    fn iso8601_millis_is_shedlocks_fixed_width_utc_form() {
+        assert_eq!(iso8601_millis(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        let t = UNIX_EPOCH + Duration::from_nanos(1_544_185_837_810_999_999);
+        assert_eq!(iso8601_millis(t), "2018-12-07T12:30:37.810Z", "truncated, not rounded");
+        let later = t + Duration::from_millis(190);
+        assert!(iso8601_millis(t) < iso8601_millis(later), "sorts as the times do");
+    }
 
     #[test]
     fn durations_round_up_and_cap() {

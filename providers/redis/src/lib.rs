@@ -56,7 +56,7 @@ use shedlock::{
     Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
     support::{
         acquisition_id, check_lock_name, default_locked_by, duration_micros, duration_millis_ceil,
-        with_timeout,
+        iso8601_millis, with_timeout,
     },
 };
 
@@ -127,6 +127,52 @@ redis.call('SET', KEYS[1], head .. at, 'PX', ARGV[2])
 return at
 ";
 
+/// ShedLock-compatible acquire. KEYS: lock. ARGV: the acquisition's value, PX in ms. ShedLock's
+/// `SET NX PX`, and 1 also when the key already holds this very acquisition's value (a retry
+/// after a lost answer); 0 when someone else holds it.
+const ACQUIRE_COMPAT: &str = r"
+local v = redis.call('GET', KEYS[1])
+if v then
+  if v == ARGV[1] then return 1 end
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+";
+
+/// ShedLock-compatible unlock. KEYS: lock. ARGV: the holder's value, lock_at_least_for in ms,
+/// the PX of the holder's last write (acquire or extend) in ms. The time since that write is
+/// what the server's own expiry says has passed (PX - PTTL), so at-least is judged by the
+/// server's clock without a timestamp in the value. Returns 1 when the caller held it, else 0.
+const UNLOCK_COMPAT: &str = r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local pttl = redis.call('PTTL', KEYS[1])
+local keep = tonumber(ARGV[2])
+if pttl >= 0 then keep = keep - (tonumber(ARGV[3]) - pttl) end
+if keep > 0 then
+  if pttl < 0 or keep < pttl then redis.call('PEXPIRE', KEYS[1], keep) end
+  return 1
+end
+redis.call('DEL', KEYS[1])
+return 1
+";
+
+/// ShedLock-compatible extend: ShedLock's own `safeUpdate` script. KEYS: lock. ARGV: the
+/// holder's value, new PX in ms. Returns 1 when extended, 0 when no longer held.
+const EXTEND_COMPAT: &str = r"
+if redis.call('get', KEYS[1]) == ARGV[1] then
+   return redis.call('pexpire', KEYS[1], ARGV[2])
+else
+   return 0
+end
+";
+
+/// ShedLock's default key prefix (`job-lock:<environment>:<name>`).
+pub const SHEDLOCK_PREFIX: &str = "job-lock";
+
+/// ShedLock's default environment.
+pub const SHEDLOCK_ENVIRONMENT: &str = "default";
+
 /// One Lua script and its SHA1.
 struct Lua {
     source: &'static str,
@@ -161,7 +207,7 @@ impl Lua {
     }
 }
 
-/// The three scripts, hashed once.
+/// The three scripts of the mode, hashed once.
 struct Scripts {
     acquire: Lua,
     unlock: Lua,
@@ -169,8 +215,16 @@ struct Scripts {
 }
 
 impl Scripts {
-    fn new() -> Self {
-        Self { acquire: Lua::new(ACQUIRE), unlock: Lua::new(UNLOCK), extend: Lua::new(EXTEND) }
+    fn new(compat: bool) -> Self {
+        if compat {
+            Self {
+                acquire: Lua::new(ACQUIRE_COMPAT),
+                unlock: Lua::new(UNLOCK_COMPAT),
+                extend: Lua::new(EXTEND_COMPAT),
+            }
+        } else {
+            Self { acquire: Lua::new(ACQUIRE), unlock: Lua::new(UNLOCK), extend: Lua::new(EXTEND) }
+        }
     }
 }
 
@@ -188,6 +242,8 @@ struct Inner<C> {
     locked_by: String,
     timeout: Option<Duration>,
     scripts: Scripts,
+    /// ShedLock's key layout and value format, no fencing.
+    compat: bool,
 }
 
 /// Locks in Redis, Valkey or Redis Cluster. Cheap to clone; clones share the connection.
@@ -208,6 +264,7 @@ impl<C> fmt::Debug for RedisLockProvider<C> {
             .field("prefix", &self.inner.prefix)
             .field("locked_by", &self.inner.locked_by)
             .field("operation_timeout", &self.inner.timeout)
+            .field("shedlock_compatible", &self.inner.compat)
             .finish_non_exhaustive()
     }
 }
@@ -216,10 +273,11 @@ impl<C> fmt::Debug for RedisLockProvider<C> {
 #[must_use]
 pub struct RedisLockProviderBuilder<C> {
     conn: C,
-    prefix: String,
+    prefix: Option<String>,
     environment: Option<String>,
     locked_by: Option<String>,
     timeout: Option<Duration>,
+    compat: bool,
 }
 
 impl<C> fmt::Debug for RedisLockProviderBuilder<C> {
@@ -229,6 +287,7 @@ impl<C> fmt::Debug for RedisLockProviderBuilder<C> {
             .field("environment", &self.environment)
             .field("locked_by", &self.locked_by)
             .field("operation_timeout", &self.timeout)
+            .field("shedlock_compatible", &self.compat)
             .finish_non_exhaustive()
     }
 }
@@ -250,14 +309,17 @@ fn check_segment(what: &str, s: &str) -> Result<()> {
 
 impl<C: RedisConnection> RedisLockProviderBuilder<C> {
     /// The key prefix (default [`DEFAULT_PREFIX`], `shedlock:`). No braces or control
-    /// characters.
+    /// characters. In the [ShedLock-compatible mode](Self::shedlock_compatible) this is
+    /// ShedLock's `keyPrefix` (default [`SHEDLOCK_PREFIX`], `job-lock`), and any text.
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
+        self.prefix = Some(prefix.into());
         self
     }
 
     /// An environment segment after the prefix (`shedlock:<environment>:{name}`), so that
     /// several environments can share one Redis. Non-empty; no braces or control characters.
+    /// In the [ShedLock-compatible mode](Self::shedlock_compatible) this is ShedLock's
+    /// environment (default [`SHEDLOCK_ENVIRONMENT`], `default`), and any text.
     pub fn environment(mut self, environment: impl Into<String>) -> Self {
         self.environment = Some(environment.into());
         self
@@ -278,20 +340,47 @@ impl<C: RedisConnection> RedisLockProviderBuilder<C> {
         self
     }
 
+    /// ShedLock-compatible mode: the keys and values of ShedLock's Redis providers
+    /// (`RedisLockProvider` for Spring, `JedisLockProvider`, `LettuceLockProvider`), so that this
+    /// provider and Java ShedLock nodes lock the same jobs on the same Redis. See the README's
+    /// "Joining a ShedLock fleet".
+    ///
+    /// - A lock named `N` is the key `<key_prefix>:<environment>:N`, by default
+    ///   `job-lock:default:N`: the name as it is, without the native mode's escaping and hash
+    ///   tag. No second key (so no fencing: [`Lock::fencing_token`] is `None`).
+    /// - The value is ShedLock's (since 6.7): `ADDED:<time>@<locked_by>:<uuid>`, the time in
+    ///   ShedLock's ISO form from this instance's clock (informational, as in ShedLock), the
+    ///   UUID random per acquisition. Unlock and extend compare the whole value, as ShedLock's
+    ///   `safeUpdate` mode does; expiry is the server's `PX`.
+    /// - `lock_at_least_for` is judged by the server too: unlock keeps the key for what is left
+    ///   of it since the holder's last write, as the key's own TTL measures it.
+    pub fn shedlock_compatible(mut self) -> Self {
+        self.compat = true;
+        self
+    }
+
     /// Checks the settings, loads the scripts into the server (every master on a cluster) and
     /// runs one of them, so that a server without Lua, or a user whom an ACL denies `EVALSHA`
     /// or the key pattern, is an [`Error::Setup`] now instead of at the first lock.
     pub async fn build(self) -> Result<RedisLockProvider<C>> {
-        check_segment("key prefix", &self.prefix)?;
-        let mut prefix = self.prefix;
-        if let Some(env) = self.environment {
-            if env.is_empty() {
-                return Err(setup("the environment is empty"));
+        let prefix = if self.compat {
+            // ShedLock's `String.format("%s:%s:%s", keyPrefix, env, lockName)`.
+            let prefix = self.prefix.unwrap_or_else(|| SHEDLOCK_PREFIX.to_owned());
+            let env = self.environment.unwrap_or_else(|| SHEDLOCK_ENVIRONMENT.to_owned());
+            format!("{prefix}:{env}:")
+        } else {
+            let mut prefix = self.prefix.unwrap_or_else(|| DEFAULT_PREFIX.to_owned());
+            check_segment("key prefix", &prefix)?;
+            if let Some(env) = self.environment {
+                if env.is_empty() {
+                    return Err(setup("the environment is empty"));
+                }
+                check_segment("environment", &env)?;
+                prefix.push_str(&env);
+                prefix.push(':');
             }
-            check_segment("environment", &env)?;
-            prefix.push_str(&env);
-            prefix.push(':');
-        }
+            prefix
+        };
         let locked_by = self.locked_by.unwrap_or_else(default_locked_by);
         if locked_by.len() > shedlock::support::MAX_LOCKED_BY_LEN {
             return Err(setup(format!(
@@ -306,7 +395,8 @@ impl<C: RedisConnection> RedisLockProviderBuilder<C> {
                 prefix,
                 locked_by,
                 timeout: self.timeout,
-                scripts: Scripts::new(),
+                scripts: Scripts::new(self.compat),
+                compat: self.compat,
             }),
         };
         provider.verify().await?;
@@ -379,10 +469,11 @@ impl RedisLockProvider<redis::aio::ConnectionManager> {
     pub fn builder<C: RedisConnection>(conn: C) -> RedisLockProviderBuilder<C> {
         RedisLockProviderBuilder {
             conn,
-            prefix: DEFAULT_PREFIX.to_owned(),
+            prefix: None,
             environment: None,
             locked_by: None,
             timeout: Some(DEFAULT_OPERATION_TIMEOUT),
+            compat: false,
         }
     }
 }
@@ -390,10 +481,20 @@ impl RedisLockProvider<redis::aio::ConnectionManager> {
 impl<C: RedisConnection> RedisLockProvider<C> {
     /// The key that holds lock `name`.
     pub fn key(&self, name: &str) -> String {
-        format!("{}{{{}}}", self.inner.prefix, escape(name))
+        if self.inner.compat {
+            format!("{}{name}", self.inner.prefix)
+        } else {
+            format!("{}{{{}}}", self.inner.prefix, escape(name))
+        }
     }
 
-    /// The key that holds the fencing counter of lock `name` (same hash slot as [`key`](Self::key)).
+    /// Whether this provider runs in the [ShedLock-compatible mode](RedisLockProviderBuilder::shedlock_compatible).
+    pub fn is_shedlock_compatible(&self) -> bool {
+        self.inner.compat
+    }
+
+    /// The key that holds the fencing counter of lock `name` (same hash slot as [`key`](Self::key);
+    /// not used in the ShedLock-compatible mode).
     pub fn fence_key(&self, name: &str) -> String {
         format!("{}:fence", self.key(name))
     }
@@ -418,7 +519,7 @@ impl<C: RedisConnection> RedisLockProvider<C> {
             // Runs the unlock script on a key no one holds: 0, and nothing written.
             let probe = self.key("shedlock-setup-probe");
             let r: i64 =
-                s.unlock.run(&mut conn, &[&probe], &["no one", "0"]).await.map_err(map_err)?;
+                s.unlock.run(&mut conn, &[&probe], &["no one", "0", "0"]).await.map_err(map_err)?;
             if r != 0 {
                 return Err(bad_reply("the setup probe", r));
             }
@@ -451,6 +552,66 @@ impl<C: RedisConnection> RedisLockProvider<C> {
             }
         }
     }
+
+    /// The ShedLock-compatible acquire: true iff `value` is now the key's.
+    async fn acquire_compat(&self, config: &LockConfig, value: &str) -> Result<bool> {
+        let key = self.key(config.name());
+        let px = duration_millis_ceil(config.lock_at_most_for()).max(1).to_string();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut conn = self.inner.conn.clone();
+            let r: redis::RedisResult<i64> =
+                self.inner.scripts.acquire.run(&mut conn, &[&key], &[value, &px]).await;
+            match r {
+                Ok(won) => return Ok(won == 1),
+                // Idempotent like the native script: a retry finds its own value.
+                Err(e) if attempt < 2 && (e.is_connection_dropped() || e.is_io_error()) => {
+                    tracing::debug!(lock = %config.name(), error = %e, "redis acquire: connection lost, retrying once");
+                }
+                Err(e) => return Err(map_err(e)),
+            }
+        }
+    }
+}
+
+/// ShedLock's value (since 6.7): `ADDED:<ISO time>@<locked_by>:<UUID>`, the UUID random (v4
+/// layout) and unique to the acquisition.
+fn shedlock_value(locked_by: &str) -> String {
+    let (a, b) = (acquisition_id(), acquisition_id());
+    let a = (a & !0xF000) | 0x4000; // version 4
+    let b = (b & !(0b11 << 62)) | (0b10 << 62); // RFC 4122 variant
+    format!(
+        "ADDED:{}@{locked_by}:{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+        iso8601_millis(std::time::SystemTime::now()),
+        a >> 32,
+        (a >> 16) & 0xFFFF,
+        a & 0xFFFF,
+        b >> 48,
+        b & 0xFFFF_FFFF_FFFF
+    )
+}
+
+impl<C: RedisConnection> RedisLockProvider<C> {
+    /// `try_lock` in the ShedLock-compatible mode.
+    async fn try_lock_compat(&self, config: &LockConfig) -> Result<Option<Lock>> {
+        let value = shedlock_value(&self.inner.locked_by);
+        let acquisition = Acquisition::begin(config);
+        let won =
+            with_timeout("redis acquire", self.inner.timeout, self.acquire_compat(config, &value))
+                .await?;
+        if !won {
+            return Ok(None);
+        }
+        let handle = RedisHandle {
+            provider: self.clone(),
+            key: self.key(config.name()),
+            value,
+            token: 0,
+            px: duration_millis_ceil(config.lock_at_most_for()).max(1),
+        };
+        acquisition.grant(handle).await.map(Some)
+    }
 }
 
 type RedisResult = redis::RedisResult<Option<(String, String)>>;
@@ -459,6 +620,9 @@ type RedisResult = redis::RedisResult<Option<(String, String)>>;
 impl<C: RedisConnection> LockProvider for RedisLockProvider<C> {
     async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
         check_lock_name(BACKEND, config.name(), Some(MAX_NAME_LEN), false)?;
+        if self.inner.compat {
+            return self.try_lock_compat(config).await;
+        }
         let owner = format!("{:016x}|{}", acquisition_id(), self.inner.locked_by);
         let acquisition = Acquisition::begin(config);
         let acquired =
@@ -471,6 +635,7 @@ impl<C: RedisConnection> LockProvider for RedisLockProvider<C> {
             key: self.key(config.name()),
             value: format!("{owner}|{token}|{at}"),
             token,
+            px: 0,
         };
         acquisition.grant(handle).await.map(Some)
     }
@@ -478,7 +643,7 @@ impl<C: RedisConnection> LockProvider for RedisLockProvider<C> {
     fn capabilities(&self) -> Capabilities {
         Capabilities::new()
             .with_extend(true)
-            .with_fencing(true)
+            .with_fencing(!self.inner.compat)
             .with_server_time(true)
             .with_owner_checked(true)
             .with_granularity(Duration::from_millis(1))
@@ -497,21 +662,29 @@ struct RedisHandle<C> {
     /// The key's value as this holder wrote it: the owner check compares it whole.
     value: String,
     token: u64,
+    /// ShedLock-compatible mode: the PX (ms) of this holder's last write.
+    px: i64,
 }
 
 #[async_trait]
 impl<C: RedisConnection> LockHandle for RedisHandle<C> {
     async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
         let inner = &self.provider.inner;
-        let at_least = duration_micros(config.lock_at_least_for()).to_string();
+        let at_least = if inner.compat {
+            duration_millis_ceil(config.lock_at_least_for()).to_string()
+        } else {
+            duration_micros(config.lock_at_least_for()).to_string()
+        };
+        let px = self.px.to_string();
         let run = async {
             let mut conn = inner.conn.clone();
-            let r: i64 = inner
-                .scripts
-                .unlock
-                .run(&mut conn, &[&self.key], &[&self.value, &at_least])
-                .await
-                .map_err(map_err)?;
+            let args: &[&str] = if inner.compat {
+                &[&self.value, &at_least, &px]
+            } else {
+                &[&self.value, &at_least]
+            };
+            let r: i64 =
+                inner.scripts.unlock.run(&mut conn, &[&self.key], args).await.map_err(map_err)?;
             if r == 0 {
                 tracing::debug!(lock = %config.name(), "redis unlock: no longer the holder; nothing changed");
             }
@@ -522,7 +695,26 @@ impl<C: RedisConnection> LockHandle for RedisHandle<C> {
 
     async fn extend(&mut self, config: &LockConfig) -> Result<()> {
         let inner = self.provider.inner.clone();
-        let px = duration_millis_ceil(config.lock_at_most_for()).max(1).to_string();
+        let px_ms = duration_millis_ceil(config.lock_at_most_for()).max(1);
+        let px = px_ms.to_string();
+        if inner.compat {
+            let run = async {
+                let mut conn = inner.conn.clone();
+                let r: i64 = inner
+                    .scripts
+                    .extend
+                    .run(&mut conn, &[&self.key], &[&self.value, &px])
+                    .await
+                    .map_err(map_err)?;
+                if r != 1 {
+                    return Err(Error::LockLost { name: config.name().to_owned() });
+                }
+                Ok(())
+            };
+            with_timeout("redis extend", inner.timeout, run).await?;
+            self.px = px_ms;
+            return Ok(());
+        }
         let run = async {
             let mut conn = inner.conn.clone();
             let r: Option<String> = inner
@@ -543,7 +735,7 @@ impl<C: RedisConnection> LockHandle for RedisHandle<C> {
     }
 
     fn fencing_token(&self) -> Option<u64> {
-        Some(self.token)
+        (!self.provider.inner.compat).then_some(self.token)
     }
 }
 

@@ -83,19 +83,37 @@ pub struct Single {
     pub name: &'static str,
     pub addr: SocketAddr,
     pub prefix: String,
+    /// The ShedLock-compatible mode (keys `<prefix>:default:<name>`).
+    pub compat: bool,
     pub admin: RedisLockProvider,
 }
 
 impl Single {
     pub async fn new(backend: Backend, label: &str, name: &'static str) -> Result<Self, BoxError> {
+        Self::new_with(backend, label, name, false).await
+    }
+
+    /// In the native mode, or in the ShedLock-compatible one (`compat`).
+    pub async fn new_with(
+        backend: Backend,
+        label: &str,
+        name: &'static str,
+        compat: bool,
+    ) -> Result<Self, BoxError> {
         let service = testing::service(backend, label).await?;
         let addr = addr_of(service)?;
-        let prefix = format!("conformance:{}:", shedlock_conformance::run_id());
-        let admin = RedisLockProvider::builder(manager(service.url()).await?)
-            .key_prefix(&prefix)
-            .build()
-            .await?;
-        Ok(Self { service, name, addr, prefix, admin })
+        let prefix = if compat {
+            format!("conformance-{}", shedlock_conformance::run_id())
+        } else {
+            format!("conformance:{}:", shedlock_conformance::run_id())
+        };
+        let mut admin =
+            RedisLockProvider::builder(manager(service.url()).await?).key_prefix(&prefix);
+        if compat {
+            admin = admin.shedlock_compatible();
+        }
+        let admin = admin.build().await?;
+        Ok(Self { service, name, addr, prefix, compat, admin })
     }
 }
 
@@ -111,12 +129,13 @@ impl ProviderFactory for Single {
             None => self.service.url().to_owned(),
         };
         // The clock is not given: the server's clock judges expiry (C18 proves it).
-        let p = RedisLockProvider::builder(manager(&url).await?)
+        let mut b = RedisLockProvider::builder(manager(&url).await?)
             .key_prefix(&self.prefix)
-            .operation_timeout(Some(Duration::from_secs(3)))
-            .build()
-            .await?;
-        Ok(Arc::new(p))
+            .operation_timeout(Some(Duration::from_secs(3)));
+        if self.compat {
+            b = b.shedlock_compatible();
+        }
+        Ok(Arc::new(b.build().await?))
     }
 
     fn hooks(&self) -> Hooks {
