@@ -92,6 +92,18 @@ pub fn default_locked_by() -> String {
         .clone()
 }
 
+/// The length of what [`acquisition_locked_by`] appends to `locked_by`: ` #` and 16 hex digits.
+pub const ACQUISITION_SUFFIX_LEN: usize = 18;
+
+/// The `locked_by` an acquisition writes in a ShedLock-compatible mode: the configured value,
+/// then ` #` and the [`acquisition_id`] in 16 hex digits. ShedLock's storage formats identify
+/// a holder by `lockedBy` alone, so a value unique to each acquisition is what keeps a stale
+/// holder from releasing or extending anyone else's lock (and a Java node's owner-checked
+/// calls, which match its own `lockedBy`, from touching ours).
+pub fn acquisition_locked_by(locked_by: &str, acquisition_id: u64) -> String {
+    format!("{locked_by} #{acquisition_id:016x}")
+}
+
 /// Checks a lock name before it reaches the backend: at most `max_len` bytes (when the backend
 /// has a limit), and no NUL character when the backend cannot store one (`reject_nul`). Names are
 /// never truncated or rewritten, since that could make two names collide: a bad name is

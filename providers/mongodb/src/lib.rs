@@ -54,8 +54,8 @@ use shedlock::{
     Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
     SharedClock,
     support::{
-        acquisition_id, check_lock_name, default_locked_by, duration_millis_ceil, unix_millis,
-        with_timeout,
+        ACQUISITION_SUFFIX_LEN, acquisition_id, acquisition_locked_by, check_lock_name,
+        default_locked_by, duration_millis_ceil, unix_millis, with_timeout,
     },
     system_clock,
 };
@@ -160,6 +160,7 @@ pub struct MongoLockProviderBuilder {
     time_source: TimeSource,
     clock: SharedClock,
     locked_by: Option<String>,
+    compat: bool,
 }
 
 impl fmt::Debug for MongoLockProviderBuilder {
@@ -172,6 +173,7 @@ impl fmt::Debug for MongoLockProviderBuilder {
             .field("write_concern", &self.write_concern)
             .field("operation_timeout", &self.operation_timeout)
             .field("time_source", &self.time_source)
+            .field("shedlock_compatible", &self.compat)
             .finish_non_exhaustive()
     }
 }
@@ -222,6 +224,22 @@ impl MongoLockProviderBuilder {
         self
     }
 
+    /// ShedLock-compatible mode: exactly the documents of ShedLock's `MongoLockProvider` (`_id`,
+    /// `lockUntil`, `lockedAt`, `lockedBy`; no `owner` or `token`), so that this provider and
+    /// Java ShedLock nodes lock the same jobs in the same collection. See the README's "Joining
+    /// a ShedLock fleet".
+    ///
+    /// - Each acquisition writes `lockedBy` = the configured value, ` #` and its own 16 hex
+    ///   digits (so `locked_by` may be at most 237 bytes); the acquire knows it won by that
+    ///   value, and unlock and extend match it.
+    /// - No fencing: [`Lock::fencing_token`](shedlock::Lock::fencing_token) is `None`.
+    /// - The time source is unchanged: server time (`$$NOW`) by default, where ShedLock judges
+    ///   by each JVM's clock, which must then agree with the server's.
+    pub fn shedlock_compatible(mut self) -> Self {
+        self.compat = true;
+        self
+    }
+
     /// Validates the configuration and builds the provider. An invalid collection name, an
     /// unacknowledged write concern or a too long `locked_by` gives
     /// [`Error::Setup`]. Does no I/O.
@@ -235,12 +253,28 @@ impl MongoLockProviderBuilder {
                  majority, the default, or w: 1)",
             ));
         }
-        let locked_by = self.locked_by.unwrap_or_else(default_locked_by);
-        if locked_by.len() > shedlock::support::MAX_LOCKED_BY_LEN {
+        let locked_by = self.locked_by.unwrap_or_else(|| {
+            let mut s = default_locked_by();
+            if self.compat {
+                // Room for the acquisition's suffix.
+                s.truncate(shedlock::support::MAX_LOCKED_BY_LEN - ACQUISITION_SUFFIX_LEN);
+            }
+            s
+        });
+        let max = if self.compat {
+            shedlock::support::MAX_LOCKED_BY_LEN - ACQUISITION_SUFFIX_LEN
+        } else {
+            shedlock::support::MAX_LOCKED_BY_LEN
+        };
+        if locked_by.len() > max {
             return Err(setup(format!(
-                "locked_by is {} bytes long; at most {} are allowed",
+                "locked_by is {} bytes long; at most {max} are allowed{}",
                 locked_by.len(),
-                shedlock::support::MAX_LOCKED_BY_LEN
+                if self.compat {
+                    " in the ShedLock-compatible mode, which appends each acquisition's id"
+                } else {
+                    ""
+                }
             )));
         }
         let collection = self.database.collection::<Document>(&self.collection);
@@ -253,6 +287,7 @@ impl MongoLockProviderBuilder {
                 time: self.time_source,
                 clock: self.clock,
                 locked_by,
+                compat: self.compat,
             }),
         })
     }
@@ -276,6 +311,7 @@ impl fmt::Debug for MongoLockProvider {
             .field("operation_timeout", &i.timeout)
             .field("time_source", &i.time)
             .field("locked_by", &i.locked_by)
+            .field("shedlock_compatible", &i.compat)
             .finish_non_exhaustive()
     }
 }
@@ -288,6 +324,8 @@ struct Inner {
     time: TimeSource,
     clock: SharedClock,
     locked_by: String,
+    /// ShedLock's document: no `owner` or `token`, the owner in `lockedBy`.
+    compat: bool,
 }
 
 fn setup(message: impl Into<String>) -> Error {
@@ -398,17 +436,32 @@ impl Inner {
     async fn acquire(&self, name: &str, owner: u64, at_most: Duration) -> Result<Option<u64>> {
         let (now, client_now) = self.now_expr();
         let (lock_until, locked_at) = self.lease_fields(client_now, at_most);
-        let new = doc! {
-            "lockUntil": lock_until,
-            "lockedAt": locked_at,
-            "lockedBy": { "$literal": &self.locked_by },
-            "owner": owner_value(owner),
-            "token": next_token(),
+        let by = self.owner_locked_by(owner);
+        let new = if self.compat {
+            doc! { "lockUntil": lock_until, "lockedAt": locked_at, "lockedBy": { "$literal": &by } }
+        } else {
+            doc! {
+                "lockUntil": lock_until,
+                "lockedAt": locked_at,
+                "lockedBy": { "$literal": &by },
+                "owner": owner_value(owner),
+                "token": next_token(),
+            }
         };
         let (filter, update) = match client_now {
+            // ShedLock's own filter and upsert.
             Some(_) => (doc! { "_id": id(name), "lockUntil": { "$lte": now } }, new),
             None => {
-                let free = doc! { "$lte": ["$lockUntil", now] };
+                // Compatible mode: also "free" for this very acquisition (a retry after a lost
+                // answer), told by its own `lockedBy`.
+                let free = if self.compat {
+                    doc! { "$or": [
+                        { "$lte": ["$lockUntil", now.clone()] },
+                        { "$eq": ["$lockedBy", { "$literal": &by }] },
+                    ] }
+                } else {
+                    doc! { "$lte": ["$lockUntil", now] }
+                };
                 let mut set = Document::new();
                 for (field, value) in new {
                     let keep = format!("${field}");
@@ -422,7 +475,7 @@ impl Inner {
             .find_one_and_update(filter, vec![doc! { "$set": update }])
             .upsert(true)
             .return_document(ReturnDocument::After)
-            .projection(doc! { "owner": 1, "token": 1 })
+            .projection(doc! { "owner": 1, "token": 1, "lockedBy": 1 })
             .write_concern(self.write_concern.clone())
             .await;
         let doc = match r {
@@ -435,6 +488,9 @@ impl Inner {
             // changed the document between its match and its update).
             Ok(None) => return Ok(None),
         };
+        if self.compat {
+            return Ok((doc.get_str("lockedBy").ok() == Some(by.as_str())).then_some(0));
+        }
         if doc.get("owner").and_then(Bson::as_i64) != Some(owner_value(owner)) {
             return Ok(None);
         }
@@ -455,6 +511,9 @@ impl Inner {
     ///   a fresh `lease` nonce only while `lockUntil` is ahead of `$$NOW`; an expired lock is
     ///   left as it is, which the server reports as not modified.
     async fn extend(&self, name: &str, owner: u64, at_most: Duration) -> Result<bool> {
+        if self.compat {
+            return self.extend_compat(name, owner, at_most).await;
+        }
         let (now, client_now) = self.now_expr();
         let (lock_until, locked_at) = self.lease_fields(client_now, at_most);
         let new = doc! {
@@ -493,6 +552,50 @@ impl Inner {
         })
     }
 
+    /// The compatible mode's extend: ShedLock's (`{_id, lockedBy, lockUntil: {$gt: now}}`),
+    /// with this acquisition's `lockedBy`; in server time the liveness test is an `$expr` on
+    /// [`server_now`], so the match alone says whether the lock was still held.
+    async fn extend_compat(&self, name: &str, owner: u64, at_most: Duration) -> Result<bool> {
+        let (now, client_now) = self.now_expr();
+        let (lock_until, locked_at) = self.lease_fields(client_now, at_most);
+        let by = self.owner_locked_by(owner);
+        let filter = match client_now {
+            Some(_) => doc! { "_id": id(name), "lockedBy": &by, "lockUntil": { "$gt": now } },
+            None => doc! {
+                "_id": id(name),
+                "lockedBy": &by,
+                "$expr": { "$gt": ["$lockUntil", now] },
+            },
+        };
+        let update = vec![doc! { "$set": { "lockUntil": lock_until, "lockedAt": locked_at } }];
+        let r = self
+            .collection
+            .update_one(filter, update)
+            .write_concern(self.write_concern.clone())
+            .await
+            .map_err(|e| map_err(self, "extend", e))?;
+        Ok(r.matched_count == 1)
+    }
+
+    /// The `lockedBy` acquisition `owner` writes: the configured value, or (compatible mode)
+    /// that value tagged with the acquisition id.
+    fn owner_locked_by(&self, owner: u64) -> String {
+        if self.compat {
+            acquisition_locked_by(&self.locked_by, owner)
+        } else {
+            self.locked_by.clone()
+        }
+    }
+
+    /// The filter matching the document while acquisition `owner` holds it.
+    fn owned(&self, name: &str, owner: u64) -> Document {
+        if self.compat {
+            doc! { "_id": id(name), "lockedBy": self.owner_locked_by(owner) }
+        } else {
+            doc! { "_id": id(name), "owner": owner_value(owner) }
+        }
+    }
+
     /// Owner-checked release. Once `lock_at_least_for` has passed (`elapsed`, measured from the
     /// answer of the acquire or last extend, which came after the server stored `lockedAt`), the
     /// document is deleted; before, `lockUntil` becomes `lockedAt + lock_at_least_for` when
@@ -505,7 +608,7 @@ impl Inner {
         at_least: Duration,
         elapsed: Duration,
     ) -> Result<bool> {
-        let filter = doc! { "_id": id(name), "owner": owner_value(owner) };
+        let filter = self.owned(name, owner);
         if elapsed >= at_least {
             let r = self
                 .collection
@@ -605,7 +708,7 @@ impl LockHandle for MongoHandle {
     }
 
     fn fencing_token(&self) -> Option<u64> {
-        Some(self.token)
+        (!self.inner.compat).then_some(self.token)
     }
 }
 
@@ -618,7 +721,7 @@ impl LockProvider for MongoLockProvider {
     fn capabilities(&self) -> Capabilities {
         Capabilities::new()
             .with_extend(true)
-            .with_fencing(true)
+            .with_fencing(!self.inner.compat)
             .with_server_time(self.inner.time.is_server())
             .with_owner_checked(true)
             // BSON dates are milliseconds.
@@ -643,6 +746,7 @@ impl MongoLockProvider {
             time_source: TimeSource::Server,
             clock: system_clock(),
             locked_by: None,
+            compat: false,
         }
     }
 

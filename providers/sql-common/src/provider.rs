@@ -243,15 +243,16 @@ impl BuilderCore {
 
 /// The length of what the ShedLock-compatible mode appends to `locked_by`: ` #` and 16 hex
 /// digits.
-pub const OWNER_SUFFIX_LEN: usize = 18;
+pub const OWNER_SUFFIX_LEN: usize = shedlock::support::ACQUISITION_SUFFIX_LEN;
 
-/// The `locked_by` an acquisition writes in the ShedLock-compatible mode: the configured value,
-/// then ` #` and the acquisition id in hex. ShedLock's statements check the owner through
-/// `locked_by` only, so a value unique to each acquisition is what keeps a stale holder of this
-/// provider from releasing or extending anyone else's lock (and a Java node's unlock, which
-/// matches its own `locked_by`, from touching ours).
+/// The `locked_by` an acquisition writes in the ShedLock-compatible mode: core's
+/// [`acquisition_locked_by`](shedlock::support::acquisition_locked_by) of the configured value
+/// and the acquisition id (the id's bits, as stored in the row).
 pub fn owner(locked_by: &str, acquisition_id: i64) -> String {
-    format!("{locked_by} #{acquisition_id:016x}")
+    shedlock::support::acquisition_locked_by(
+        locked_by,
+        u64::from_ne_bytes(acquisition_id.to_ne_bytes()),
+    )
 }
 
 struct Inner<D> {

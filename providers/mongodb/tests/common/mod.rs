@@ -1,12 +1,16 @@
 //! The conformance factory and hooks shared by `conformance.rs` (server time, the default,
-//! provider `mongodb`) and `conformance_client_time.rs` (client time, provider
-//! `mongodb-client-time`).
+//! provider `mongodb`), `conformance_client_time.rs` (client time, provider
+//! `mongodb-client-time`) and `conformance_shedlock_compat.rs` (the ShedLock-compatible mode,
+//! provider `mongodb-shedlock-compat`).
 //!
 //! Each instance has its own `mongodb::Client` (its own connection pool and server monitor, like
 //! a separate node). The hooks give the kit raw document access through the driver (C14), the
 //! server address for its fault proxy (C24) and a restart of the server (C25) — unless the
 //! server comes from `SHEDLOCK_MONGODB_URL`: a server this process does not own cannot be
 //! restarted, so C25 is then expected to be "not applicable". Every other check must pass.
+
+// Each test binary runs one of the suites.
+#![allow(dead_code)]
 
 use std::{
     net::{SocketAddr, ToSocketAddrs},
@@ -53,11 +57,12 @@ struct Mongo {
     addr: SocketAddr,
     collection: String,
     client_time: bool,
+    compat: bool,
     records: Collection<Document>,
 }
 
 impl Mongo {
-    async fn new(client_time: bool) -> Result<Self, BoxError> {
+    async fn new(client_time: bool, compat: bool) -> Result<Self, BoxError> {
         let service = testing::service(Backend::MongoDb, "MongoDB").await?;
         let url = service.url().to_owned();
         let addr =
@@ -68,18 +73,29 @@ impl Mongo {
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
             .collect();
-        let collection = format!("conformance_{}{run}", if client_time { "ct_" } else { "" });
+        let mode = match (client_time, compat) {
+            (_, true) => "sc_",
+            (true, false) => "ct_",
+            (false, false) => "",
+        };
+        let collection = format!("conformance_{mode}{run}");
         let admin = MongoLockProvider::builder(client(&url).await?.database(DATABASE))
             .collection(&collection)
             .build()?;
         admin.create_collection().await?;
         Ok(Self {
             service,
-            name: if client_time { "mongodb-client-time" } else { "mongodb" },
+            name: match (client_time, compat) {
+                (false, true) => "mongodb-shedlock-compat",
+                (true, true) => "mongodb-shedlock-compat-client-time",
+                (true, false) => "mongodb-client-time",
+                (false, false) => "mongodb",
+            },
             url,
             addr,
             collection,
             client_time,
+            compat,
             records: admin.collection().clone(),
         })
     }
@@ -106,16 +122,21 @@ impl ProviderFactory for Mongo {
         if self.client_time {
             b = b.time_source(TimeSource::Client);
         }
+        if self.compat {
+            b = b.shedlock_compatible();
+        }
         Ok(Arc::new(b.build()?))
     }
 
     fn hooks(&self) -> Hooks {
-        testing::server_hooks(Records(self.records.clone()), self.addr, self.service)
+        let records = Records(self.records.clone(), self.compat);
+        testing::server_hooks(records, self.addr, self.service)
     }
 }
 
-/// Raw document access, as an operator with mongosh would have it.
-struct Records(Collection<Document>);
+/// Raw document access, as an operator with mongosh would have it; planted documents in
+/// ShedLock's layout when the flag is set.
+struct Records(Collection<Document>, bool);
 
 #[async_trait::async_trait]
 impl RecordHooks for Records {
@@ -133,13 +154,15 @@ impl RecordHooks for Records {
     async fn plant_expired_record(&self, name: &str) -> Result<(), BoxError> {
         let hour = Duration::from_secs(3600);
         let now = SystemTime::now();
-        let record = doc! {
+        let mut record = doc! {
             "lockUntil": DateTime::from_system_time(now - hour),
             "lockedAt": DateTime::from_system_time(now - 2 * hour),
             "lockedBy": "crashed/1",
-            "owner": 0x5eed_i64,
-            "token": 1_i64,
         };
+        if !self.1 {
+            record.insert("owner", 0x5eed_i64);
+            record.insert("token", 1_i64);
+        }
         self.0.replace_one(doc! { "_id": name }, record).upsert(true).await?;
         Ok(())
     }
@@ -148,5 +171,21 @@ impl RecordHooks for Records {
 /// Runs the suite: server time (`mongodb`) or client time (`mongodb-client-time`).
 pub fn run(client_time: bool) -> std::process::ExitCode {
     let options = testing::server_options(Backend::MongoDb);
-    shedlock_conformance::harness(options, move || async move { Mongo::new(client_time).await })
+    shedlock_conformance::harness(
+        options,
+        move || async move { Mongo::new(client_time, false).await },
+    )
+}
+
+/// Runs the suite in the ShedLock-compatible mode (server time), whose documents have no field
+/// for a fencing token: C20 and C21 are then expected "unsupported".
+pub fn run_compat() -> std::process::ExitCode {
+    let options = testing::server_options(Backend::MongoDb)
+        .expect_unsupported(
+            "C20",
+            "no fencing in the ShedLock-compatible mode: ShedLock's document (_id, lockUntil, \
+             lockedAt, lockedBy) has no field for a token",
+        )
+        .expect_unsupported("C21", "no fencing in the ShedLock-compatible mode (see C20)");
+    shedlock_conformance::harness(options, || async { Mongo::new(false, true).await })
 }

@@ -1,0 +1,257 @@
+//! The ShedLock-compatible mode against the MongoDB-protocol server: ShedLock's documents, a
+//! Java ShedLock node played by its exact operations, and a mixed fleet of both kinds of nodes
+//! contending on the same names with the conformance kit's history checker watching.
+//!
+//! The Java node issues the operations of ShedLock's `MongoLockProvider`, times from the JVM's
+//! clock truncated to milliseconds (`ClockProvider.now()`):
+//! - lock: `findOneAndUpdate({_id: name, lockUntil: {$lte: now}}, {$set: {lockUntil: createdAt +
+//!   lockAtMostFor, lockedAt: now, lockedBy: hostname}}, upsert)`; a duplicate-key error (11000)
+//!   means "held";
+//! - unlock: `findOneAndUpdate({_id: name}, {$set: {lockUntil: max(now, createdAt +
+//!   lockAtLeastFor)}})`, by name only (ShedLock's Mongo unlock is not owner-checked).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::{
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
+
+use mongodb::{
+    Collection,
+    bson::{Bson, DateTime, Document, doc},
+    error::{ErrorKind, WriteFailure},
+};
+use shedlock::{Error, LockConfig, LockProvider};
+use shedlock_mongodb::MongoLockProvider;
+use shedlock_test_support::{
+    Backend, cfg,
+    fleet::{self, Fleet, Node},
+    unique,
+};
+
+async fn collection_on_new_client(name: &str) -> Collection<Document> {
+    let url = shedlock_test_support::url(Backend::MongoDb, "MongoDB").await;
+    common::client(&url).await.unwrap().database("shedlock_compat").collection(name)
+}
+
+async fn compat(collection: &str) -> MongoLockProvider {
+    let url = shedlock_test_support::url(Backend::MongoDb, "MongoDB").await;
+    let db = common::client(&url).await.unwrap().database("shedlock_compat");
+    MongoLockProvider::builder(db).collection(collection).shedlock_compatible().build().unwrap()
+}
+
+/// `ClockProvider.now()`: the JVM's clock, truncated to milliseconds.
+fn jvm_now() -> SystemTime {
+    DateTime::from_system_time(SystemTime::now()).to_system_time()
+}
+
+/// A Java ShedLock node (one JVM host: its `lockedBy`), on its own client.
+struct JavaNode {
+    collection: Collection<Document>,
+    host: String,
+}
+
+/// What a Java acquisition remembers for its unlock.
+struct JavaLock {
+    name: String,
+    created_at: SystemTime,
+    at_most: Duration,
+    at_least: Duration,
+}
+
+impl JavaNode {
+    async fn new(collection: &str, host: &str) -> Self {
+        Self { collection: collection_on_new_client(collection).await, host: host.to_owned() }
+    }
+
+    async fn lock(&self, c: &LockConfig) -> Option<JavaLock> {
+        let created_at = jvm_now();
+        let now = DateTime::from_system_time(jvm_now());
+        let r = self
+            .collection
+            .find_one_and_update(
+                doc! { "_id": c.name(), "lockUntil": { "$lte": now } },
+                doc! { "$set": {
+                    "lockUntil": DateTime::from_system_time(created_at + c.lock_at_most_for()),
+                    "lockedAt": now,
+                    "lockedBy": &self.host,
+                } },
+            )
+            .upsert(true)
+            .await;
+        match r {
+            Ok(_) => Some(JavaLock {
+                name: c.name().to_owned(),
+                created_at,
+                at_most: c.lock_at_most_for(),
+                at_least: c.lock_at_least_for(),
+            }),
+            // DuplicateKey: the upsert met a live document.
+            Err(e)
+                if matches!(e.kind.as_ref(), ErrorKind::Command(c) if c.code == 11000)
+                    || matches!(e.kind.as_ref(),
+                    ErrorKind::Write(WriteFailure::WriteError(w)) if w.code == 11000) =>
+            {
+                None
+            }
+            Err(e) => panic!("Java lock: {e}"),
+        }
+    }
+
+    /// Unlock by name; returns whether a document matched.
+    async fn unlock(&self, l: &JavaLock) -> bool {
+        let unlock_time = (l.created_at + l.at_least).max(jvm_now());
+        self.collection
+            .find_one_and_update(
+                doc! { "_id": &l.name },
+                doc! { "$set": { "lockUntil": DateTime::from_system_time(unlock_time) } },
+            )
+            .await
+            .unwrap()
+            .is_some()
+    }
+}
+
+#[async_trait::async_trait]
+impl fleet::JavaNode for JavaNode {
+    type Held = JavaLock;
+
+    async fn lock(&self, c: &LockConfig) -> Option<JavaLock> {
+        JavaNode::lock(self, c).await
+    }
+
+    /// ShedLock's Mongo unlock is by name only: run after the node's own lease ended (a holder
+    /// stalled on a loaded machine), it would release whoever holds the name then. The
+    /// stale-holder test pins that hazard; the fleet measures exclusion between holders that
+    /// unlock in time, so a late unlock is left out (the lock just expires).
+    async fn unlock(&self, held: JavaLock) {
+        if SystemTime::now() < held.created_at + held.at_most {
+            JavaNode::unlock(self, &held).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn documents_are_shedlocks_with_the_owner_in_locked_by_and_no_token() {
+    let coll = unique("c");
+    let p = compat(&coll).await;
+    assert!(!p.capabilities().fencing, "no field for a token, so no fencing");
+    assert!(p.capabilities().owner_checked && p.capabilities().server_time);
+    let lock = p.try_lock(&cfg("job", 10_000, 0)).await.unwrap().expect("free");
+    assert_eq!(lock.fencing_token(), None);
+    let d = p.collection().find_one(doc! { "_id": "job" }).await.unwrap().unwrap();
+    let mut keys: Vec<&str> = d.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["_id", "lockUntil", "lockedAt", "lockedBy"], "{d}");
+    let (until, at) = (d.get_datetime("lockUntil").unwrap(), d.get_datetime("lockedAt").unwrap());
+    assert_eq!(until.timestamp_millis() - at.timestamp_millis(), 10_000);
+    let by = d.get_str("lockedBy").unwrap();
+    let (base, suffix) = by.rsplit_once(" #").expect("the acquisition's suffix");
+    assert_eq!(base, shedlock::support::default_locked_by());
+    assert!(suffix.len() == 16 && u64::from_str_radix(suffix, 16).is_ok(), "{by}");
+    let other = compat(&coll).await;
+    assert!(other.try_lock(&cfg("job", 10_000, 0)).await.unwrap().is_none(), "held");
+    lock.unlock().await.unwrap();
+    let again = other.try_lock(&cfg("job", 10_000, 0)).await.unwrap().expect("free after unlock");
+    let d2 = p.collection().find_one(doc! { "_id": "job" }).await.unwrap().unwrap();
+    assert_ne!(d2.get_str("lockedBy").unwrap(), by, "every acquisition has its own lockedBy");
+    again.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn each_kind_honours_the_others_lock_and_lock_at_least_for() {
+    let coll = unique("c");
+    let ours = compat(&coll).await;
+    let java = JavaNode::new(&coll, "java-host").await;
+    let l = java.lock(&cfg("java", 10_000, 0)).await.expect("free");
+    assert!(ours.try_lock(&cfg("java", 10_000, 0)).await.unwrap().is_none(), "held by Java");
+    let d = ours.collection().find_one(doc! { "_id": "java" }).await.unwrap().unwrap();
+    assert_eq!(d.get("lockedBy"), Some(&Bson::String("java-host".into())));
+    assert!(java.unlock(&l).await);
+    let mine = ours.try_lock(&cfg("java", 10_000, 0)).await.unwrap().expect("Java released");
+    assert!(java.lock(&cfg("java", 10_000, 0)).await.is_none(), "held by us");
+    mine.unlock().await.unwrap();
+    let l = java.lock(&cfg("java", 10_000, 0)).await.expect("we released");
+    java.unlock(&l).await;
+    // At-least, both ways: released at once, held 400 ms from the acquisition.
+    let mine = ours.try_lock(&cfg("least-ours", 10_000, 400)).await.unwrap().expect("free");
+    mine.unlock().await.unwrap();
+    assert!(java.lock(&cfg("least-ours", 10_000, 0)).await.is_none(), "inside at-least");
+    let theirs = java.lock(&cfg("least-java", 10_000, 400)).await.expect("free");
+    assert!(java.unlock(&theirs).await);
+    assert!(ours.try_lock(&cfg("least-java", 10_000, 0)).await.unwrap().is_none());
+    // Both remainders end 400 ms after their acquisitions (BSON dates are milliseconds).
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let j = java.lock(&cfg("least-ours", 10_000, 0)).await.expect("at-least over");
+    java.unlock(&j).await;
+    let l = ours.try_lock(&cfg("least-java", 10_000, 0)).await.unwrap().expect("at-least over");
+    l.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn our_stale_holder_changes_nothing_but_a_stale_java_unlock_releases_any_holder() {
+    let coll = unique("c");
+    let ours = compat(&coll).await;
+    let java = JavaNode::new(&coll, "java-host").await;
+    // Our lock expires; Java takes over; our stale extend and unlock change nothing.
+    let mut mine = ours.try_lock(&cfg("a", 100, 0)).await.unwrap().expect("free");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let theirs = java.lock(&cfg("a", 10_000, 0)).await.expect("our lock expired");
+    let before = ours.collection().find_one(doc! { "_id": "a" }).await.unwrap().unwrap();
+    assert!(matches!(
+        mine.extend(Duration::from_secs(10), Duration::ZERO).await,
+        Err(Error::LockLost { .. })
+    ));
+    mine.unlock().await.unwrap();
+    let after = ours.collection().find_one(doc! { "_id": "a" }).await.unwrap().unwrap();
+    assert_eq!(after, before, "the stale holder changed Java's document");
+    assert!(java.unlock(&theirs).await);
+    // A Java lock expires; we take over; ShedLock's stale unlock (by name) releases our lock:
+    // the hazard the README states, pinned here.
+    let stale = java.lock(&cfg("b", 100, 0)).await.expect("free");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let mine = ours.try_lock(&cfg("b", 10_000, 0)).await.unwrap().expect("Java's lock expired");
+    assert!(java.unlock(&stale).await);
+    let taken = java.lock(&cfg("b", 10_000, 0)).await;
+    assert!(taken.is_some(), "a stale Java unlock released our lock, as ShedLock's does");
+    mine.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mixed_fleet_of_java_and_rust_nodes_never_has_two_holders() {
+    let coll = unique("c");
+    let mut nodes = Vec::new();
+    for _ in 0..3 {
+        let p: Arc<dyn LockProvider> = Arc::new(compat(&coll).await);
+        nodes.push(("rust", Node::Ours(p)));
+    }
+    for host in ["java-host-1", "java-host-2", "java-host-3"] {
+        nodes.push(("java", Node::Java(JavaNode::new(&coll, host).await)));
+    }
+    // SecantusDB answers in milliseconds, so fewer acquisitions fit than on SQL.
+    Fleet::new().run(nodes, Duration::from_secs(4), 10).await;
+}
+
+#[tokio::test]
+async fn the_native_mode_honours_a_compatible_document_and_takes_it_once_expired() {
+    let coll = unique("c");
+    let ours = compat(&coll).await;
+    let url = shedlock_test_support::url(Backend::MongoDb, "MongoDB").await;
+    let db = common::client(&url).await.unwrap().database("shedlock_compat");
+    let native = MongoLockProvider::builder(db).collection(&coll).build().unwrap();
+    let held = ours.try_lock(&cfg("m", 300, 0)).await.unwrap().expect("free");
+    assert!(native.try_lock(&cfg("m", 10_000, 0)).await.unwrap().is_none(), "held by compat");
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let lock = native.try_lock(&cfg("m", 10_000, 0)).await.unwrap().expect("expired");
+    assert!(lock.fencing_token().is_some_and(|t| t > 0), "a token once native");
+    held.unlock().await.unwrap(); // the stale compatible holder changes nothing
+    let other =
+        MongoLockProvider::builder(common::client(&url).await.unwrap().database("shedlock_compat"))
+            .collection(&coll)
+            .build()
+            .unwrap();
+    assert!(other.try_lock(&cfg("m", 10_000, 0)).await.unwrap().is_none(), "still held");
+    lock.unlock().await.unwrap();
+}
