@@ -51,8 +51,9 @@ use shedlock::{
     Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
     SharedClock,
     support::{
-        MAX_LOCKED_BY_LEN, acquisition_id, check_lock_name, default_locked_by,
-        duration_millis_ceil, unix_micros, unix_millis, with_timeout,
+        ACQUISITION_SUFFIX_LEN, MAX_LOCKED_BY_LEN, acquisition_id, acquisition_locked_by,
+        check_lock_name, default_locked_by, duration_millis_ceil, from_unix_micros, iso8601_millis,
+        unix_micros, unix_millis, with_timeout,
     },
     system_clock,
 };
@@ -119,6 +120,28 @@ const KEEP: Expr =
 const RELEASE: Expr =
     Expr { update: "REMOVE #u, #q", condition: "#q = :acq", names: &[N_UNTIL, N_ACQ] };
 
+// The ShedLock-compatible mode: ShedLock's three attributes, times as its ISO strings (compared
+// as strings, which sort as the times do thanks to the fixed width), the owner in `lockedBy`
+// (`:acq` is this acquisition's `lockedBy` there).
+/// ShedLock's acquire (`lockUntil <= :lockedAt or attribute_not_exists(lockUntil)`), also taken
+/// when the item already carries this acquisition's `lockedBy` (a retry after a lost answer).
+const ACQUIRE_COMPAT: Expr = Expr {
+    update: "SET #u = :until, #a = :now, #b = :acq",
+    condition: "attribute_not_exists(#u) OR #u <= :now OR #b = :acq",
+    names: &[N_UNTIL, N_AT, N_BY],
+};
+const EXTEND_COMPAT: Expr = Expr {
+    update: "SET #u = :until, #a = :now",
+    condition: "#b = :acq AND #u > :now",
+    names: &[N_UNTIL, N_AT, N_BY],
+};
+const KEEP_COMPAT: Expr =
+    Expr { update: "SET #u = :until", condition: "#b = :acq", names: &[N_UNTIL, N_BY] };
+/// No `lockUntil`: free for every node whatever its clock (ShedLock's condition accepts a
+/// missing `lockUntil`).
+const RELEASE_COMPAT: Expr =
+    Expr { update: "REMOVE #u", condition: "#b = :acq", names: &[N_UNTIL, N_BY] };
+
 /// Why a DynamoDB request failed: the [`source`](std::error::Error::source) of the
 /// [`shedlock::Error`] a call returns. Downcast to it to tell throttling from other failures:
 ///
@@ -176,6 +199,7 @@ pub struct DynamoDbLockProviderBuilder {
     operation_timeout: Option<Duration>,
     clock: SharedClock,
     locked_by: Option<String>,
+    compat: bool,
 }
 
 impl fmt::Debug for DynamoDbLockProviderBuilder {
@@ -185,6 +209,7 @@ impl fmt::Debug for DynamoDbLockProviderBuilder {
             .field("table", &self.table)
             .field("operation_timeout", &self.operation_timeout)
             .field("locked_by", &self.locked_by)
+            .field("shedlock_compatible", &self.compat)
             .finish_non_exhaustive()
     }
 }
@@ -218,6 +243,22 @@ impl DynamoDbLockProviderBuilder {
         self
     }
 
+    /// ShedLock-compatible mode: exactly the items of ShedLock's `DynamoDBLockProvider` (SDK v2):
+    /// partition key `_id`, and `lockUntil`, `lockedAt`, `lockedBy` as strings, the times in
+    /// ShedLock's ISO form (`2018-12-07T12:30:37.810Z`, compared as strings as ShedLock compares
+    /// them), so that this provider and Java ShedLock nodes lock the same jobs in the same
+    /// table. See the README's "Joining a ShedLock fleet".
+    ///
+    /// - Each acquisition writes `lockedBy` = the configured value, ` #` and its own 16 hex
+    ///   digits (so `locked_by` may be at most 237 bytes); unlock and extend are conditioned on
+    ///   it. No `acquisitionId` or `fencingToken`: no fencing.
+    /// - Client time, as in the native mode and in ShedLock.
+    /// - A released lock has no `lockUntil` (ShedLock's acquire condition accepts that).
+    pub fn shedlock_compatible(mut self) -> Self {
+        self.compat = true;
+        self
+    }
+
     /// Validates the configuration and builds the provider. An invalid table name or
     /// `locked_by` gives [`Error::Setup`]. Does no I/O: a missing table is
     /// reported by the first lock call (or checked up front with
@@ -232,11 +273,27 @@ impl DynamoDbLockProviderBuilder {
                  digits, '_', '-' or '.'"
             )));
         }
-        let locked_by = self.locked_by.unwrap_or_else(default_locked_by);
-        if locked_by.len() > MAX_LOCKED_BY_LEN {
+        let max = if self.compat {
+            MAX_LOCKED_BY_LEN - ACQUISITION_SUFFIX_LEN
+        } else {
+            MAX_LOCKED_BY_LEN
+        };
+        let locked_by = self.locked_by.unwrap_or_else(|| {
+            let mut s = default_locked_by();
+            while s.len() > max {
+                s.pop();
+            }
+            s
+        });
+        if locked_by.len() > max {
             return Err(setup(format!(
-                "locked_by is {} bytes long; at most {MAX_LOCKED_BY_LEN} are allowed",
-                locked_by.len()
+                "locked_by is {} bytes long; at most {max} are allowed{}",
+                locked_by.len(),
+                if self.compat {
+                    " in the ShedLock-compatible mode, which appends each acquisition's id"
+                } else {
+                    ""
+                }
             )));
         }
         Ok(DynamoDbLockProvider {
@@ -246,6 +303,7 @@ impl DynamoDbLockProviderBuilder {
                 timeout: self.operation_timeout,
                 clock: self.clock,
                 locked_by: AttributeValue::S(locked_by),
+                compat: self.compat,
             }),
         })
     }
@@ -264,6 +322,7 @@ impl fmt::Debug for DynamoDbLockProvider {
             .field("table", &self.inner.table)
             .field("operation_timeout", &self.inner.timeout)
             .field("locked_by", &self.inner.locked_by)
+            .field("shedlock_compatible", &self.inner.compat)
             .finish_non_exhaustive()
     }
 }
@@ -274,6 +333,8 @@ struct Inner {
     timeout: Option<Duration>,
     clock: SharedClock,
     locked_by: AttributeValue,
+    /// ShedLock's item layout.
+    compat: bool,
 }
 
 fn setup(message: impl Into<String>) -> Error {
@@ -293,6 +354,54 @@ fn condition_failed<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) -> bool {
 impl Inner {
     fn now_ms(&self) -> i64 {
         unix_millis(self.clock.now())
+    }
+
+    /// A time (ms since the epoch) as stored: a number, or ShedLock's ISO string.
+    fn time(&self, ms: i64) -> AttributeValue {
+        if self.compat {
+            AttributeValue::S(iso8601_millis(from_unix_micros(ms.saturating_mul(1000))))
+        } else {
+            num(ms)
+        }
+    }
+
+    /// `try_lock` in the ShedLock-compatible mode.
+    async fn try_lock_compat(self: &Arc<Self>, config: &LockConfig) -> Result<Option<Lock>> {
+        let name = config.name();
+        let acquisition = Acquisition::begin(config);
+        let now = self.now_ms();
+        let until = now.saturating_add(duration_millis_ceil(config.lock_at_most_for()));
+        let AttributeValue::S(base) = &self.locked_by else {
+            return Err(setup("locked_by is not a string"));
+        };
+        let by = AttributeValue::S(acquisition_locked_by(base, acquisition_id()));
+        let values = HashMap::from([
+            (":until".to_owned(), self.time(until)),
+            (":now".to_owned(), self.time(now)),
+            (":acq".to_owned(), by.clone()),
+        ]);
+        let span =
+            tracing::debug_span!("shedlock.dynamodb.try_lock", lock = %name, table = %self.table);
+        let won = with_timeout(
+            "try_lock",
+            self.timeout,
+            self.update("try_lock", name, &ACQUIRE_COMPAT, values, ReturnValue::None),
+        )
+        .instrument(span)
+        .await?;
+        if won.is_none() {
+            tracing::trace!(lock = %name, "held elsewhere");
+            return Ok(None);
+        }
+        let handle = DynamoHandle {
+            inner: self.clone(),
+            name: name.to_owned(),
+            acq: by,
+            fence: None,
+            locked_at: now,
+            until,
+        };
+        acquisition.grant(handle).await.map(Some)
     }
 
     fn missing_table(&self) -> Error {
@@ -408,6 +517,9 @@ impl Inner {
 
     async fn try_lock(self: &Arc<Self>, config: &LockConfig) -> Result<Option<Lock>> {
         check_lock_name(BACKEND, config.name(), Some(MAX_NAME_LEN), false)?;
+        if self.compat {
+            return self.try_lock_compat(config).await;
+        }
         let name = config.name();
         let acquisition = Acquisition::begin(config);
         let wall = self.clock.now();
@@ -489,10 +601,12 @@ impl LockHandle for DynamoHandle {
         // frees the name for every instance whatever its clock. Owner-checked either way: a
         // stale holder's condition fails and nothing changes.
         let keep = self.locked_at.saturating_add(duration_millis_ceil(config.lock_at_least_for()));
+        let (keep_expr, release_expr) =
+            if inner.compat { (&KEEP_COMPAT, &RELEASE_COMPAT) } else { (&KEEP, &RELEASE) };
         let (expr, mut values) = if keep > inner.now_ms() {
-            (&KEEP, HashMap::from([(":until".to_owned(), num(keep.min(self.until)))]))
+            (keep_expr, HashMap::from([(":until".to_owned(), inner.time(keep.min(self.until)))]))
         } else {
-            (&RELEASE, HashMap::new())
+            (release_expr, HashMap::new())
         };
         values.insert(":acq".to_owned(), self.acq.clone());
         let span = tracing::debug_span!("shedlock.dynamodb.unlock", lock = %self.name);
@@ -518,15 +632,16 @@ impl LockHandle for DynamoHandle {
         }
         let until = now.saturating_add(duration_millis_ceil(config.lock_at_most_for()));
         let values = HashMap::from([
-            (":until".to_owned(), num(until)),
-            (":now".to_owned(), num(now)),
+            (":until".to_owned(), inner.time(until)),
+            (":now".to_owned(), inner.time(now)),
             (":acq".to_owned(), self.acq.clone()),
         ]);
+        let expr = if inner.compat { &EXTEND_COMPAT } else { &EXTEND };
         let span = tracing::debug_span!("shedlock.dynamodb.extend", lock = %self.name);
         let r = with_timeout(
             "extend",
             inner.timeout,
-            inner.update("extend", &self.name, &EXTEND, values, ReturnValue::None),
+            inner.update("extend", &self.name, expr, values, ReturnValue::None),
         )
         .instrument(span)
         .await?;
@@ -554,7 +669,7 @@ impl LockProvider for DynamoDbLockProvider {
     fn capabilities(&self) -> Capabilities {
         Capabilities::new()
             .with_extend(true)
-            .with_fencing(true)
+            .with_fencing(!self.inner.compat)
             // DynamoDB conditions cannot read a server clock: lockUntil is client time.
             .with_server_time(false)
             .with_owner_checked(true)
@@ -578,6 +693,7 @@ impl DynamoDbLockProvider {
             operation_timeout: Some(DEFAULT_TIMEOUT),
             clock: system_clock(),
             locked_by: None,
+            compat: false,
         }
     }
 

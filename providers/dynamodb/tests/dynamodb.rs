@@ -28,7 +28,7 @@ async fn fresh() -> (DynamoDbLockProvider, Records) {
     let table = unique("t");
     let p = provider(&url, &table);
     p.create_table().await.unwrap();
-    (p, Records { client: client(&url), table })
+    (p, Records { client: client(&url), table, compat: false })
 }
 
 fn s(item: &std::collections::HashMap<String, AttributeValue>, k: &str) -> Option<String> {

@@ -100,6 +100,8 @@ pub fn provider(endpoint: &str, table: &str) -> DynamoDbLockProvider {
 pub struct Records {
     pub client: Client,
     pub table: String,
+    /// Planted items in ShedLock's layout (the ShedLock-compatible mode).
+    pub compat: bool,
 }
 
 impl Records {
@@ -156,6 +158,22 @@ impl RecordHooks for Records {
         let ms = now.as_millis() as i64;
         let hour = 3_600_000i64;
         let n = |v: i64| AttributeValue::N(v.to_string());
+        if self.compat {
+            let iso = |v: i64| {
+                let t = UNIX_EPOCH + Duration::from_millis(u64::try_from(v).unwrap_or(0));
+                AttributeValue::S(shedlock::support::iso8601_millis(t))
+            };
+            self.client
+                .put_item()
+                .table_name(&self.table)
+                .item(ATTR_ID, Self::key(name))
+                .item(ATTR_LOCK_UNTIL, iso(ms - hour))
+                .item(ATTR_LOCKED_AT, iso(ms - 2 * hour))
+                .item(ATTR_LOCKED_BY, AttributeValue::S("crashed-host".to_owned()))
+                .send()
+                .await?;
+            return Ok(());
+        }
         self.client
             .put_item()
             .table_name(&self.table)
@@ -177,10 +195,11 @@ struct Dynamo {
     addr: SocketAddr,
     table: String,
     admin: Client,
+    compat: bool,
 }
 
 impl Dynamo {
-    async fn new() -> Result<Self, BoxError> {
+    async fn new(compat: bool) -> Result<Self, BoxError> {
         let service = service().await?;
         let url = service.url().trim_end_matches('/').to_owned();
         let addr = addr_of(&url);
@@ -190,17 +209,17 @@ impl Dynamo {
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
             .collect();
-        let table = format!("conformance_{run}");
+        let table = format!("conformance_{}{run}", if compat { "sc_" } else { "" });
         let p = provider(&url, &table);
         p.create_table().await?;
-        Ok(Self { service, admin: client(&url), url, addr, table })
+        Ok(Self { service, admin: client(&url), url, addr, table, compat })
     }
 }
 
 #[async_trait::async_trait]
 impl ProviderFactory for Dynamo {
     fn name(&self) -> &str {
-        "dynamodb"
+        if self.compat { "dynamodb-shedlock-compat" } else { "dynamodb" }
     }
 
     async fn create(&self, options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError> {
@@ -208,17 +227,20 @@ impl ProviderFactory for Dynamo {
             Some(a) => format!("http://{a}"),
             None => self.url.clone(),
         };
-        let p = DynamoDbLockProvider::builder(client(&endpoint))
+        let mut b = DynamoDbLockProvider::builder(client(&endpoint))
             .table(&self.table)
             // Client time: every instance's (possibly skewed) clock computes its leases (C18).
             .clock(options.clock_or_system())
-            .operation_timeout(Some(Duration::from_secs(3)))
-            .build()?;
-        Ok(Arc::new(p))
+            .operation_timeout(Some(Duration::from_secs(3)));
+        if self.compat {
+            b = b.shedlock_compatible();
+        }
+        Ok(Arc::new(b.build()?))
     }
 
     fn hooks(&self) -> Hooks {
-        let records = Records { client: self.admin.clone(), table: self.table.clone() };
+        let records =
+            Records { client: self.admin.clone(), table: self.table.clone(), compat: self.compat };
         testing::server_hooks(records, self.addr, self.service)
     }
 }
@@ -226,5 +248,18 @@ impl ProviderFactory for Dynamo {
 /// Runs the conformance suite.
 pub fn run() -> std::process::ExitCode {
     let options = testing::server_options(Backend::DynamoDb);
-    shedlock_conformance::harness(options, || async { Dynamo::new().await })
+    shedlock_conformance::harness(options, || async { Dynamo::new(false).await })
+}
+
+/// Runs the conformance suite in the ShedLock-compatible mode, whose items have no attribute
+/// for a fencing token: C20 and C21 are then expected "unsupported".
+pub fn run_compat() -> std::process::ExitCode {
+    let options = testing::server_options(Backend::DynamoDb)
+        .expect_unsupported(
+            "C20",
+            "no fencing in the ShedLock-compatible mode: ShedLock's item (_id, lockUntil, \
+             lockedAt, lockedBy) has no attribute for a token",
+        )
+        .expect_unsupported("C21", "no fencing in the ShedLock-compatible mode (see C20)");
+    shedlock_conformance::harness(options, || async { Dynamo::new(true).await })
 }
