@@ -439,8 +439,25 @@ impl Dialect for PgDialect {
         row.map(|r| record_from_row(&r, r.try_get(0)?)).transpose()
     }
 
+    /// `CREATE TABLE IF NOT EXISTS` is not atomic in PostgreSQL: nodes creating the table at
+    /// once can fail on the catalog's unique indexes (42710 duplicate_object for the row type,
+    /// 23505, 42P07) although the table then exists. Such a failure is repeated, and the
+    /// repeat finds the table.
     async fn run_ddl(&self, ddl: &str) -> Result<(), sqlx::Error> {
-        sqlx::raw_sql(AssertSqlSafe(ddl.to_owned())).execute(self.conn.pool()).await.map(|_| ())
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let r = sqlx::raw_sql(AssertSqlSafe(ddl.to_owned())).execute(self.conn.pool()).await;
+            match r {
+                Err(sqlx::Error::Database(e))
+                    if attempt < 3
+                        && matches!(e.code().as_deref(), Some("42710" | "23505" | "42P07")) =>
+                {
+                    tracing::debug!(error = %e, "create_table raced another node; repeating");
+                }
+                other => return other.map(|_| ()),
+            }
+        }
     }
 }
 

@@ -295,6 +295,7 @@ impl<D: Dialect> Inner<D> {
             name,
             locked_by: &self.locked_by,
             now: D::time(self.time.client_now(&self.clock).map_or(0, unix_micros)),
+            clock_micros: unix_micros(std::time::SystemTime::now()),
             ..Default::default()
         }
     }

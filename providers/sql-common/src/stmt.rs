@@ -33,6 +33,9 @@ pub enum Arg {
     AtLeast,
     /// An absolute `lock_until` (integer, dialect units), for planting records.
     Until,
+    /// This process's wall clock in microseconds since the epoch (integer): the database's own
+    /// clock for an embedded database, which reads the same host clock at a coarser grain.
+    ClockMicros,
 }
 
 /// The values for one execution. Integers are in the dialect's units (chosen by the provider).
@@ -54,6 +57,8 @@ pub struct ArgValues<'a> {
     pub at_least: i64,
     /// An absolute `lock_until`.
     pub until: i64,
+    /// This process's wall clock in microseconds.
+    pub clock_micros: i64,
 }
 
 /// A bound value, as the provider should bind it.
@@ -77,6 +82,7 @@ impl<'a> ArgValues<'a> {
             Arg::AtMost => Value::Int(self.at_most),
             Arg::AtLeast => Value::Int(self.at_least),
             Arg::Until => Value::Int(self.until),
+            Arg::ClockMicros => Value::Int(self.clock_micros),
         }
     }
 }

@@ -182,8 +182,12 @@ impl Statements {
         b.sql(" + ").arg(Arg::AtMost).sql(", ");
         now(&mut b, database);
         b.sql(", ").arg(Arg::LockedBy).sql(", ").arg(Arg::AcquisitionId);
+        // The token seed: the clock in µs. SQLite's own clock has milliseconds only, so a row
+        // deleted and taken again within its millisecond would repeat a token; the process
+        // clock (the same host clock, finer) breaks the tie.
+        b.sql(&format!(", max({SERVER_MILLIS} * 1000, ")).arg(Arg::ClockMicros);
         b.sql(&format!(
-            ", {SERVER_MILLIS} * 1000) ON CONFLICT ({name}) DO UPDATE SET {lu} = excluded.{lu}, \
+            ")) ON CONFLICT ({name}) DO UPDATE SET {lu} = excluded.{lu}, \
              {la} = excluded.{la}, {lb} = excluded.{lb}, {aid} = excluded.{aid}, \
              {ft} = max(cur.{ft} + 1, excluded.{ft}) \
              WHERE cur.{lu} <= excluded.{la} RETURNING {ft}"
@@ -224,8 +228,9 @@ impl Statements {
             .arg(Arg::LockedBy)
             .sql(", ")
             .arg(Arg::AcquisitionId);
+        b.sql(&format!(", max({SERVER_MILLIS} * 1000, ")).arg(Arg::ClockMicros);
         b.sql(&format!(
-            ", {SERVER_MILLIS} * 1000) ON CONFLICT ({name}) DO UPDATE SET {lu} = excluded.{lu}, \
+            ")) ON CONFLICT ({name}) DO UPDATE SET {lu} = excluded.{lu}, \
              {la} = excluded.{la}, {lb} = excluded.{lb}, {aid} = excluded.{aid}, \
              {ft} = max(cur.{ft} + 1, excluded.{ft})"
         ));
@@ -349,7 +354,10 @@ mod tests {
         let sql = s.acquire.sql();
         assert!(sql.contains("ON CONFLICT (\"name\") DO UPDATE"), "{sql}");
         assert!(sql.ends_with("RETURNING \"fencing_token\""), "{sql}");
-        assert_eq!(s.acquire.args(), &[Arg::Name, Arg::AtMost, Arg::LockedBy, Arg::AcquisitionId]);
+        assert_eq!(
+            s.acquire.args(),
+            &[Arg::Name, Arg::AtMost, Arg::LockedBy, Arg::AcquisitionId, Arg::ClockMicros]
+        );
     }
 }
 
