@@ -27,6 +27,14 @@ use shedlock_launcher::{Mode, Service};
 #[cfg(feature = "sql")]
 use shedlock_sql_common::RecordAdmin;
 
+/// `options` with C20 and C21 expected "unsupported": a ShedLock-compatible mode, whose storage
+/// format has no place for a fencing token (`why` says which format, for C20's report line).
+pub fn expect_no_fencing(options: Options, why: &str) -> Options {
+    options
+        .expect_unsupported("C20", why)
+        .expect_unsupported("C21", "no fencing in the ShedLock-compatible mode (see C20)")
+}
+
 /// The server of `backend` (`label` names it in messages): the URL in its environment variable
 /// (e.g. `$SHEDLOCK_POSTGRES_URL`) if set, else one the launcher starts once per test process
 /// (native, on a free port). A missing server is an error with the launcher's message, never a

@@ -456,10 +456,8 @@ async fn after_the_readme_migration_the_native_mode_honours_rows_written_by_java
     let _expiring = java.lock(&cfg("expiring", 200, 0)).await.expect("free");
     // The README's migration, verbatim but for the table name, in a session on the fleet's zone
     // (here the server default, as the Java nodes use it).
-    let java_like = recommended_pool_options()
-        .connect_with(options().await.timezone(None))
-        .await
-        .unwrap();
+    let java_like =
+        recommended_pool_options().connect_with(options().await.timezone(None)).await.unwrap();
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "ALTER TABLE {table}
              MODIFY name VARBINARY(255) NOT NULL,

@@ -11,12 +11,10 @@ mod common;
 use shedlock_launcher::Backend;
 
 fn main() -> std::process::ExitCode {
-    let options = shedlock_test_support::server_options(Backend::Redis)
-        .expect_unsupported(
-            "C20",
-            "no fencing in the ShedLock-compatible mode: ShedLock's key layout has no counter",
-        )
-        .expect_unsupported("C21", "no fencing in the ShedLock-compatible mode (see C20)");
+    let options = shedlock_test_support::expect_no_fencing(
+        shedlock_test_support::server_options(Backend::Redis),
+        "no fencing in the ShedLock-compatible mode: ShedLock's key layout has no counter",
+    );
     shedlock_conformance::harness(options, || async {
         common::Single::new_with(Backend::Redis, "Redis", "redis-shedlock-compat", true).await
     })

@@ -254,12 +254,10 @@ pub fn run() -> std::process::ExitCode {
 /// Runs the conformance suite in the ShedLock-compatible mode, whose items have no attribute
 /// for a fencing token: C20 and C21 are then expected "unsupported".
 pub fn run_compat() -> std::process::ExitCode {
-    let options = testing::server_options(Backend::DynamoDb)
-        .expect_unsupported(
-            "C20",
-            "no fencing in the ShedLock-compatible mode: ShedLock's item (_id, lockUntil, \
+    let options = shedlock_test_support::expect_no_fencing(
+        testing::server_options(Backend::DynamoDb),
+        "no fencing in the ShedLock-compatible mode: ShedLock's item (_id, lockUntil, \
              lockedAt, lockedBy) has no attribute for a token",
-        )
-        .expect_unsupported("C21", "no fencing in the ShedLock-compatible mode (see C20)");
+    );
     shedlock_conformance::harness(options, || async { Dynamo::new(true).await })
 }

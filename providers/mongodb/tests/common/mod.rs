@@ -180,12 +180,10 @@ pub fn run(client_time: bool) -> std::process::ExitCode {
 /// Runs the suite in the ShedLock-compatible mode (server time), whose documents have no field
 /// for a fencing token: C20 and C21 are then expected "unsupported".
 pub fn run_compat() -> std::process::ExitCode {
-    let options = testing::server_options(Backend::MongoDb)
-        .expect_unsupported(
-            "C20",
-            "no fencing in the ShedLock-compatible mode: ShedLock's document (_id, lockUntil, \
+    let options = shedlock_test_support::expect_no_fencing(
+        testing::server_options(Backend::MongoDb),
+        "no fencing in the ShedLock-compatible mode: ShedLock's document (_id, lockUntil, \
              lockedAt, lockedBy) has no field for a token",
-        )
-        .expect_unsupported("C21", "no fencing in the ShedLock-compatible mode (see C20)");
+    );
     shedlock_conformance::harness(options, || async { Mongo::new(false, true).await })
 }

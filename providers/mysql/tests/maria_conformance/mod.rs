@@ -118,13 +118,11 @@ impl ProviderFactory for Maria {
 pub fn main(compat: bool) -> std::process::ExitCode {
     let mut options = testing::server_options(Backend::MariaDb);
     if compat {
-        options = options
-            .expect_unsupported(
-                "C20",
-                "no fencing in the ShedLock-compatible mode: ShedLock's table (name, \
+        options = shedlock_test_support::expect_no_fencing(
+            options,
+            "no fencing in the ShedLock-compatible mode: ShedLock's table (name, \
                  lock_until, locked_at, locked_by) has no column for a token",
-            )
-            .expect_unsupported("C21", "no fencing in the ShedLock-compatible mode (see C20)");
+        );
     }
     shedlock_conformance::harness(options, move || async move { Maria::new(compat).await })
 }
