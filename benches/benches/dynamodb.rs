@@ -1,7 +1,7 @@
 //! DynamoDB: the provider's `try_lock` + `unlock` beside the raw requests a DynamoDB lock builds
-//! on, on the same client (plain HTTP to the local server), and N nodes (each with its own
-//! client) contending for one name. The server comes from `shedlock-launcher` (dynalite
-//! natively; `SHEDLOCK_DYNAMODB_URL` wins).
+//! on, on the same client (plain HTTP to the local server): criterion's runs, then the zoo (B1
+//! interleaved, B2, B3, round trips; see `shedlock_benches::zoo`). The server comes from
+//! `shedlock-launcher` (dynalite natively; `SHEDLOCK_DYNAMODB_URL` wins).
 //!
 //! - `raw_update_pair`: the provider's own two requests by hand, a conditional `UpdateItem` that
 //!   creates or takes over the item and a conditional `UpdateItem` that releases it: the floor.
@@ -16,7 +16,7 @@
 use std::{
     collections::HashMap,
     sync::Arc,
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::{SystemTime, UNIX_EPOCH},
 };
 
 use aws_sdk_dynamodb::{
@@ -24,17 +24,17 @@ use aws_sdk_dynamodb::{
     config::{BehaviorVersion, Credentials, Region},
     types::AttributeValue,
 };
-use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use shedlock::{LockConfig, LockProvider};
-use shedlock_benches::{contended_round, cycle};
+use criterion::Criterion;
+use shedlock::LockProvider;
+use shedlock_benches::{
+    cycle, runtime, server,
+    zoo::{Zoo, cfg, op, unique},
+};
 use shedlock_dynamodb::DynamoDbLockProvider;
 use shedlock_launcher::Backend;
+use shedlock_test_support::url_via;
 
 const TABLE: &str = "bench";
-
-fn cfg(name: &str) -> LockConfig {
-    LockConfig::new(name, Duration::from_secs(60), Duration::ZERO).unwrap()
-}
 
 fn client(endpoint: &str) -> Client {
     let conf = aws_sdk_dynamodb::Config::builder()
@@ -80,7 +80,7 @@ async fn raw_update_pair(c: &Client, key: &str) {
             ("#q", "acquisitionId"),
             ("#f", "fencingToken"),
         ])))
-        .expression_attribute_values(":until", n(now + 60_000))
+        .expression_attribute_values(":until", n(now + 120_000))
         .expression_attribute_values(":now", n(now))
         .expression_attribute_values(":by", s("bench"))
         .expression_attribute_values(":acq", s("0123456789abcdef"))
@@ -112,7 +112,7 @@ async fn raw_put_delete_pair(c: &Client, key: &str) {
     c.put_item()
         .table_name(TABLE)
         .item("_id", s(key))
-        .item("lease_expiry", n(now + 60))
+        .item("lease_expiry", n(now + 120))
         .item("lease_version", s("9f1c2a4e-5b6d-4e7f-8a9b-0c1d2e3f4a5b"))
         .condition_expression("attribute_not_exists(lease_version) OR lease_expiry < :now")
         .expression_attribute_values(":now", n(now))
@@ -129,41 +129,54 @@ async fn raw_put_delete_pair(c: &Client, key: &str) {
         .expect("released");
 }
 
-fn dynamodb_bench(c: &mut Criterion) {
-    let service = shedlock_launcher::shared(Backend::DynamoDb).expect("DynamoDB for the benchmark");
+fn node(endpoint: &str) -> Arc<dyn LockProvider> {
+    Arc::new(DynamoDbLockProvider::builder(client(endpoint)).table(TABLE).build().unwrap())
+}
+
+fn main() {
+    let mut c = Criterion::default().configure_from_args();
+    let service = server(Backend::DynamoDb);
     let url = service.url().trim_end_matches('/').to_owned();
-    let rt =
-        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = runtime();
     let raw = client(&url);
     let provider = DynamoDbLockProvider::builder(raw.clone()).table(TABLE).build().unwrap();
     rt.block_on(provider.create_table()).unwrap();
-    let mut g = c.benchmark_group("dynamodb");
+    let provider: Arc<dyn LockProvider> = Arc::new(provider);
+    let (one, update_key, put_key) =
+        (cfg(&unique("cycle")), unique("raw-update"), unique("raw-put"));
+    let (p, one, raw, update_key, put_key) =
+        (provider.as_ref(), &one, &raw, update_key.as_str(), put_key.as_str());
 
+    let mut g = c.benchmark_group("dynamodb");
     g.bench_function("raw_update_pair", |b| {
-        b.to_async(&rt).iter(|| raw_update_pair(&raw, "raw-update"))
+        b.to_async(&rt).iter(|| raw_update_pair(raw, update_key))
     });
     g.bench_function("raw_put_delete_pair", |b| {
-        b.to_async(&rt).iter(|| raw_put_delete_pair(&raw, "raw-put"))
+        b.to_async(&rt).iter(|| raw_put_delete_pair(raw, put_key))
     });
-
-    let p: Arc<dyn LockProvider> = Arc::new(provider.clone());
-    let one = cfg("cycle");
-    g.bench_function("try_lock_unlock", |b| b.to_async(&rt).iter(|| cycle(p.as_ref(), &one)));
-
-    for k in [2usize, 4] {
-        let nodes: Vec<Arc<dyn LockProvider>> = (0..k)
-            .map(|_| {
-                let p = DynamoDbLockProvider::builder(client(&url)).table(TABLE).build().unwrap();
-                Arc::new(p) as Arc<dyn LockProvider>
-            })
-            .collect();
-        let contended = cfg("contended");
-        g.bench_with_input(BenchmarkId::new("contended_round", k), &nodes, |b, nodes| {
-            b.to_async(&rt).iter(|| contended_round(nodes, &contended))
-        });
-    }
+    g.bench_function("try_lock_unlock", |b| b.to_async(&rt).iter(|| cycle(p, one)));
     g.finish();
-}
 
-criterion_group!(benches, dynamodb_bench);
-criterion_main!(benches);
+    let mut zoo = Zoo::new("dynamodb", &rt);
+    zoo.b1(
+        op(move || cycle(p, one)),
+        ("conditional UpdateItem pair", op(move || raw_update_pair(raw, update_key))),
+        None,
+        vec![(
+            "dynamodb-lease's requests by hand (PutItem + DeleteItem)",
+            op(move || raw_put_delete_pair(raw, put_key)),
+        )],
+    );
+    zoo.b2(|| {
+        let url = url.clone();
+        async move { node(&url) }
+    });
+    zoo.b3(provider.clone());
+    zoo.round_trips(service.addr().unwrap(), |a| {
+        let url = url_via(&url, a);
+        async move { node(&url) }
+    });
+    zoo.note("no peer measured: dynamodb-lease cannot run on dynalite (its constructor requires TTL on the table, and dynalite has no UpdateTimeToLive); its two requests by hand are the extra row, without its per-lease background task");
+    zoo.finish();
+    c.final_summary();
+}

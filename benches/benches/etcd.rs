@@ -1,15 +1,13 @@
-//! etcd: the provider's `try_lock` + `unlock` (B1) beside the raw transaction pair a lease lock
-//! builds on (`version(key) = 0 → put with lease`, then an owner-checked delete), and beside
+//! etcd: the provider's `try_lock` + `unlock` beside the raw transaction pair a lease lock builds
+//! on (`version(key) = 0 → put with lease`, then an owner-checked delete), and beside
 //! etcd-client's own Lock API (`lock` + `unlock` with a session lease, as etcd's
-//! `concurrency.Mutex` does), on the same server and client. The server comes from
-//! `shedlock-launcher` (`SHEDLOCK_ETCD_URL` wins).
+//! `concurrency.Mutex` does), the peer, on the same server and client: criterion's runs, then
+//! the zoo (B1 interleaved, B2, B3, round trips; see `shedlock_benches::zoo`). The server comes
+//! from `shedlock-launcher` (`SHEDLOCK_ETCD_URL` wins).
 //!
-//! Besides criterion's runs (one variant after the other), an interleaved pass measures the
-//! variants in turn, cycle by cycle, so that a server whose latency drifts (fsync, revision
-//! growth) weighs on all of them alike; it prints medians and p99s. `SHEDLOCK_ETCD_CHURN=<n>`
-//! instead runs `n` provider cycles on one name and prints the latency per 1 000 cycles and the
-//! database size, without and then with a compaction every 1 000 cycles (the README's
-//! compaction figures).
+//! `SHEDLOCK_ETCD_CHURN=<n>` instead runs `n` provider cycles on one name and prints the latency
+//! per 1 000 cycles and the database size, without and then with a compaction every 1 000
+//! cycles (the README's compaction figures).
 
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -18,16 +16,16 @@ use std::{
     time::{Duration, Instant},
 };
 
-use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use criterion::Criterion;
 use etcd_client::{Client, Compare, CompareOp, LockOptions, PutOptions, Txn, TxnOp};
-use shedlock::{LockConfig, LockProvider};
-use shedlock_benches::{contended_round, cycle};
+use shedlock::LockProvider;
+use shedlock_benches::{
+    cycle, runtime, server,
+    zoo::{Zoo, cfg, op, unique},
+};
 use shedlock_etcd::EtcdLockProvider;
 use shedlock_launcher::Backend;
-
-fn cfg(name: &str) -> LockConfig {
-    LockConfig::new(name, Duration::from_secs(60), Duration::ZERO).unwrap()
-}
+use shedlock_test_support::url_via;
 
 /// The floor: the acquire transaction on a long-lived lease, then the owner-checked delete.
 async fn raw_pair(client: &Client, key: &[u8], lease: i64) {
@@ -51,6 +49,11 @@ async fn lock_api(client: &Client, name: &[u8], session: i64) {
     let mut lock = client.lock_client();
     let r = lock.lock(name, Some(LockOptions::new().with_lease(session))).await.unwrap();
     lock.unlock(r.key()).await.unwrap();
+}
+
+async fn node(url: &str) -> Arc<dyn LockProvider> {
+    let client = Client::connect([url], None).await.unwrap();
+    Arc::new(EtcdLockProvider::builder(client).key_prefix("bench/").build().unwrap())
 }
 
 fn percentile(v: &mut [Duration], p: f64) -> Duration {
@@ -94,16 +97,12 @@ fn churn(rt: &tokio::runtime::Runtime, client: &Client, n: usize) {
     }
 }
 
-fn etcd_bench(c: &mut Criterion) {
-    let service = shedlock_launcher::shared(Backend::Etcd).expect("etcd for the benchmark");
+fn main() {
+    let mut c = Criterion::default().configure_from_args();
+    let service = server(Backend::Etcd);
     let url = service.url().to_owned();
-    let rt =
-        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let connect = || {
-        let url = url.clone();
-        async move { Client::connect([url], None).await.unwrap() }
-    };
-    let client = rt.block_on(connect());
+    let rt = runtime();
+    let client = rt.block_on(Client::connect([url.as_str()], None)).unwrap();
     if let Some(n) = std::env::var("SHEDLOCK_ETCD_CHURN").ok().and_then(|v| v.parse().ok()) {
         churn(&rt, &client, n);
         return;
@@ -111,90 +110,61 @@ fn etcd_bench(c: &mut Criterion) {
     let mut admin = client.clone();
     let lease = rt.block_on(admin.lease_grant(3600, None)).unwrap().id();
     let session = rt.block_on(admin.lease_grant(3600, None)).unwrap().id();
-    let provider = EtcdLockProvider::builder(client.clone()).key_prefix("bench/").build().unwrap();
-    let fresh = EtcdLockProvider::builder(client.clone())
-        .key_prefix("bench-fresh/")
-        .reuse_leases(false)
-        .build()
-        .unwrap();
-    let p: Arc<dyn LockProvider> = Arc::new(provider);
-    let f: Arc<dyn LockProvider> = Arc::new(fresh);
-    let one = cfg("cycle");
-
-    // Interleaved: 1 000 rounds, each running every variant once, in turn.
-    {
-        let mut times: [Vec<Duration>; 4] = Default::default();
-        for _ in 0..50 {
-            rt.block_on(async {
-                raw_pair(&client, b"bench-raw/warm", lease).await;
-                lock_api(&client, b"bench-lockapi/warm", session).await;
-                cycle(p.as_ref(), &one).await;
-                cycle(f.as_ref(), &one).await;
-            });
-        }
-        for _ in 0..1000 {
-            rt.block_on(async {
-                let s = Instant::now();
-                raw_pair(&client, b"bench-raw/pair", lease).await;
-                times[0].push(s.elapsed());
-                let s = Instant::now();
-                lock_api(&client, b"bench-lockapi/one", session).await;
-                times[1].push(s.elapsed());
-                let s = Instant::now();
-                cycle(p.as_ref(), &one).await;
-                times[2].push(s.elapsed());
-                let s = Instant::now();
-                cycle(f.as_ref(), &one).await;
-                times[3].push(s.elapsed());
-            });
-        }
-        let names = [
-            "raw txn pair",
-            "etcd Lock API (lock + unlock)",
-            "provider B1 (reused lease)",
-            "provider B1 (lease per acquire)",
-        ];
-        for (name, t) in names.iter().zip(times.iter_mut()) {
-            let p50 = percentile(t, 0.5);
-            let p99 = percentile(t, 0.99);
-            println!("interleaved {name:<32}: p50 {p50:>9.2?} p99 {p99:>9.2?}");
-        }
-    }
+    let provider: Arc<dyn LockProvider> =
+        Arc::new(EtcdLockProvider::builder(client.clone()).key_prefix("bench/").build().unwrap());
+    let fresh: Arc<dyn LockProvider> = Arc::new(
+        EtcdLockProvider::builder(client.clone())
+            .key_prefix("bench-fresh/")
+            .reuse_leases(false)
+            .build()
+            .unwrap(),
+    );
+    let (one, raw_key, lock_name) =
+        (cfg(&unique("cycle")), unique("bench-raw/pair"), unique("bench-lockapi/one"));
+    let (p, f, one, client, raw_key, lock_name) = (
+        provider.as_ref(),
+        fresh.as_ref(),
+        &one,
+        &client,
+        raw_key.as_bytes(),
+        lock_name.as_bytes(),
+    );
 
     let mut g = c.benchmark_group("etcd");
-    g.bench_function("raw_txn_pair", |b| {
-        b.to_async(&rt).iter(|| raw_pair(&client, b"bench-raw/pair", lease))
-    });
+    g.bench_function("raw_txn_pair", |b| b.to_async(&rt).iter(|| raw_pair(client, raw_key, lease)));
     g.bench_function("lock_api_lock_unlock", |b| {
-        b.to_async(&rt).iter(|| lock_api(&client, b"bench-lockapi/one", session))
+        b.to_async(&rt).iter(|| lock_api(client, lock_name, session))
     });
-    g.bench_function("try_lock_unlock", |b| b.to_async(&rt).iter(|| cycle(p.as_ref(), &one)));
+    g.bench_function("try_lock_unlock", |b| b.to_async(&rt).iter(|| cycle(p, one)));
     g.bench_function("try_lock_unlock_lease_per_acquire", |b| {
-        b.to_async(&rt).iter(|| cycle(f.as_ref(), &one))
+        b.to_async(&rt).iter(|| cycle(f, one))
     });
-    for n in [2usize, 4] {
-        let nodes: Vec<Arc<dyn LockProvider>> = rt.block_on(async {
-            let mut v: Vec<Arc<dyn LockProvider>> = Vec::new();
-            for _ in 0..n {
-                let p = EtcdLockProvider::builder(connect().await)
-                    .key_prefix("bench/")
-                    .build()
-                    .unwrap();
-                v.push(Arc::new(p));
-            }
-            v
-        });
-        let contended = cfg("contended");
-        g.bench_with_input(BenchmarkId::new("contended_round", n), &nodes, |b, nodes| {
-            b.to_async(&rt).iter(|| contended_round(nodes, &contended))
-        });
-    }
     g.finish();
+
+    let mut zoo = Zoo::new("etcd", &rt);
+    zoo.b1(
+        op(move || cycle(p, one)),
+        (
+            "txn(version = 0 → put with lease) + owner-checked delete txn",
+            op(move || raw_pair(client, raw_key, lease)),
+        ),
+        Some((
+            "etcd-client Lock API (lock + unlock, session lease)",
+            op(move || lock_api(client, lock_name, session)),
+        )),
+        vec![("provider, a lease per acquire (reuse_leases(false))", op(move || cycle(f, one)))],
+    );
+    zoo.b2(|| node(&url));
+    zoo.b3(provider.clone());
+    zoo.round_trips(service.addr().unwrap(), |a| {
+        let url = url_via(&url, a);
+        async move { node(&url).await }
+    });
+    zoo.note("the Lock API's lock has no expiry of its own: it lives as long as the session lease the caller keeps alive, and it queues instead of answering 'held' (a try-lock needs a timeout around it)");
+    zoo.finish();
     rt.block_on(async {
         let _ = admin.lease_revoke(lease).await;
         let _ = admin.lease_revoke(session).await;
     });
+    c.final_summary();
 }
-
-criterion_group!(benches, etcd_bench);
-criterion_main!(benches);

@@ -1,65 +1,76 @@
-//! memcached: the raw meta commands an acquire and a release build on (an add-mode `ms` that
-//! returns the CAS, then a CAS-checked `md`, issued by hand on one `RawConnection`, the same
-//! connection code the provider uses) beside the provider's `try_lock` + `unlock`, and N nodes
-//! contending for one name. The server comes from `shedlock-launcher` (`SHEDLOCK_MEMCACHED_URL`
-//! wins).
+//! memcached: the provider's `try_lock` + `unlock` beside the raw meta commands an acquire and a
+//! release build on (an add-mode `ms` that returns the CAS, then a CAS-checked `md`, issued by
+//! hand on one `RawConnection`, the connection code the provider uses): criterion's runs, then
+//! the zoo (B1 interleaved, B2, B3, round trips; see `shedlock_benches::zoo`). The server comes
+//! from `shedlock-launcher` (`SHEDLOCK_MEMCACHED_URL` wins).
 
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
-use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use shedlock::{LockConfig, LockProvider};
-use shedlock_benches::{contended_round, cycle};
+use criterion::Criterion;
+use shedlock::LockProvider;
+use shedlock_benches::{
+    cycle, runtime, server,
+    zoo::{Zoo, cfg, op, unique},
+};
 use shedlock_launcher::Backend;
 use shedlock_memcached::{MemcachedLockProvider, RawConnection};
+use tokio::sync::Mutex;
 
-fn cfg(name: &str) -> LockConfig {
-    LockConfig::new(name, Duration::from_secs(60), Duration::ZERO).unwrap()
+fn node(addr: &str) -> Arc<dyn LockProvider> {
+    Arc::new(MemcachedLockProvider::builder(addr).key_prefix("bench:").build().unwrap())
 }
 
-fn memcached(c: &mut Criterion) {
-    let service =
-        shedlock_launcher::shared(Backend::Memcached).expect("memcached for the benchmark");
+/// The floor: what the provider sends for one acquire and one release, same key and value
+/// sizes, on one connection.
+async fn raw_pair(raw: &Mutex<RawConnection>, add: &[u8], key: &str) {
+    let mut raw = raw.lock().await;
+    let r = raw.request(add).await.unwrap();
+    assert_eq!(r.code, "HD", "the raw key is free");
+    let cas = r.flag('c').unwrap().to_owned();
+    let r = raw.request(format!("md {key} b C{cas}\r\n").as_bytes()).await.unwrap();
+    assert_eq!(r.code, "HD");
+}
+
+fn main() {
+    let mut c = Criterion::default().configure_from_args();
+    let service = server(Backend::Memcached);
     let addr = service.url().trim_start_matches("memcache://").trim_end_matches('/').to_owned();
-    let rt =
-        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let node = || MemcachedLockProvider::builder(&addr).key_prefix("bench:").build().unwrap();
-    let mut g = c.benchmark_group("memcached");
-
-    // The raw floor: what the provider sends for one acquire and one release, same key and
-    // value sizes, on one connection.
-    let key = node().key("raw").unwrap();
+    let rt = runtime();
+    let key = MemcachedLockProvider::builder(&addr)
+        .key_prefix("bench:")
+        .build()
+        .unwrap()
+        .key(&unique("raw"))
+        .unwrap();
     let value = format!("{:016x} {}", 0u64, shedlock::support::default_locked_by());
-    let add = format!("ms {key} {} b T62 ME c\r\n{value}\r\n", value.len()).into_bytes();
-    // Behind an (uncontended) async mutex so that criterion's async loop can borrow it.
-    let raw = tokio::sync::Mutex::new(rt.block_on(RawConnection::connect(&addr)).unwrap());
+    let add = format!("ms {key} {} b T122 ME c\r\n{value}\r\n", value.len()).into_bytes();
+    let raw = Mutex::new(rt.block_on(RawConnection::connect(&addr)).unwrap());
+    let provider = node(&addr);
+    let one = cfg(&unique("cycle"));
+    let (p, one, raw, add, key) = (provider.as_ref(), &one, &raw, add.as_slice(), key.as_str());
+
+    let mut g = c.benchmark_group("memcached");
     g.bench_function("raw_add_then_cas_delete", |b| {
-        b.to_async(&rt).iter(|| async {
-            let mut raw = raw.lock().await;
-            let r = raw.request(&add).await.unwrap();
-            assert_eq!(r.code, "HD", "the raw key is free");
-            let cas = r.flag('c').unwrap().to_owned();
-            let r = raw.request(format!("md {key} b C{cas}\r\n").as_bytes()).await.unwrap();
-            assert_eq!(r.code, "HD");
-        })
+        b.to_async(&rt).iter(|| raw_pair(raw, add, key))
     });
-
-    let provider: Arc<dyn LockProvider> = Arc::new(node());
-    let one = cfg("bench");
-    g.bench_function("try_lock_unlock", |b| {
-        b.to_async(&rt).iter(|| cycle(provider.as_ref(), &one))
-    });
-    for n in [2usize, 4] {
-        let nodes: Vec<Arc<dyn LockProvider>> =
-            (0..n).map(|_| Arc::new(node()) as Arc<dyn LockProvider>).collect();
-        let contended = cfg("contended");
-        g.bench_with_input(BenchmarkId::new("contended_round", n), &nodes, |b, nodes| {
-            b.to_async(&rt).iter(|| contended_round(nodes, &contended))
-        });
-    }
+    g.bench_function("try_lock_unlock", |b| b.to_async(&rt).iter(|| cycle(p, one)));
     g.finish();
-}
 
-criterion_group!(benches, memcached);
-criterion_main!(benches);
+    let mut zoo = Zoo::new("memcached", &rt);
+    zoo.b1(
+        op(move || cycle(p, one)),
+        ("meta ms (add) + CAS-checked md", op(move || raw_pair(raw, add, key))),
+        None,
+        Vec::new(),
+    );
+    zoo.b2(|| {
+        let addr = addr.clone();
+        async move { node(&addr) }
+    });
+    zoo.b3(provider.clone());
+    zoo.round_trips(service.addr().unwrap(), |a| async move { node(&a.to_string()) });
+    zoo.finish();
+    c.final_summary();
+}

@@ -1,5 +1,6 @@
-//! Memory provider: the raw operation (a mutex-guarded map insert/remove) beside try_lock+unlock,
-//! the executor, and N nodes contending for one name.
+//! Memory provider (the reference model): the raw operation (a mutex-guarded map insert and
+//! remove) beside `try_lock` + `unlock` and the executor: criterion's runs, then the zoo (B1
+//! interleaved, B2, B3; see `shedlock_benches::zoo`). In-process: no round trips.
 
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
@@ -7,56 +8,63 @@ use std::{
     collections::HashMap,
     hint::black_box,
     sync::{Arc, Mutex},
-    time::{Duration, SystemTime},
+    time::SystemTime,
 };
 
-use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use shedlock::{LockConfig, LockProvider, LockingExecutor};
-use shedlock_benches::{contended_round, cycle};
+use criterion::Criterion;
+use shedlock::{LockProvider, LockingExecutor};
+use shedlock_benches::{
+    cycle, runtime,
+    zoo::{Zoo, cfg, op},
+};
 use shedlock_memory::{MemoryLockProvider, MemoryServer};
 
-fn cfg(name: &str) -> LockConfig {
-    LockConfig::new(name, Duration::from_secs(60), Duration::ZERO).unwrap()
+/// The raw backend operation: insert and remove a record in a mutex-guarded map.
+fn raw_insert_remove(map: &Mutex<HashMap<String, SystemTime>>) {
+    let mut m = map.lock().unwrap();
+    m.insert(black_box("job").to_owned(), SystemTime::now());
+    m.remove("job");
 }
 
-fn bench(c: &mut Criterion) {
-    let rt =
-        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let mut g = c.benchmark_group("memory");
-
-    // The raw backend operation: insert and remove a record in a mutex-guarded map.
+fn main() {
+    let mut c = Criterion::default().configure_from_args();
+    let rt = runtime();
     let map: Mutex<HashMap<String, SystemTime>> = Mutex::default();
-    g.bench_function("raw_insert_remove", |b| {
-        b.iter(|| {
-            let mut m = map.lock().unwrap();
-            m.insert(black_box("job").to_owned(), SystemTime::now());
-            m.remove("job");
-        })
-    });
-
     let server = MemoryServer::new();
-    let node = MemoryLockProvider::new(&server);
-    let c1 = cfg("job");
-    g.bench_function("try_lock_unlock", |b| b.to_async(&rt).iter(|| cycle(&node, &c1)));
+    let node: Arc<dyn LockProvider> = Arc::new(MemoryLockProvider::new(&server));
+    let executor = LockingExecutor::new(node.clone());
+    let one = cfg("job");
+    let (p, one, map, executor) = (node.as_ref(), &one, &map, &executor);
 
-    let executor = LockingExecutor::new(Arc::new(node.clone()));
+    let mut g = c.benchmark_group("memory");
+    g.bench_function("raw_insert_remove", |b| b.iter(|| raw_insert_remove(map)));
+    g.bench_function("try_lock_unlock", |b| b.to_async(&rt).iter(|| cycle(p, one)));
     g.bench_function("executor_execute", |b| {
         b.to_async(&rt)
-            .iter(|| async { executor.execute(&c1, || async { black_box(1) }).await.unwrap() })
+            .iter(|| async { executor.execute(one, || async { black_box(1) }).await.unwrap() })
     });
-
-    // N nodes race for one name each round; exactly one wins and releases.
-    let contended = cfg("contended");
-    for n in [2usize, 8] {
-        let nodes: Vec<Arc<dyn LockProvider>> = (0..n)
-            .map(|_| Arc::new(MemoryLockProvider::new(&server)) as Arc<dyn LockProvider>)
-            .collect();
-        g.bench_with_input(BenchmarkId::new("contended_round", n), &nodes, |b, nodes| {
-            b.to_async(&rt).iter(|| contended_round(nodes, &contended))
-        });
-    }
     g.finish();
-}
 
-criterion_group!(benches, bench);
-criterion_main!(benches);
+    let mut zoo = Zoo::new("memory", &rt);
+    zoo.b1(
+        op(move || cycle(p, one)),
+        ("mutex-guarded map insert + remove", op(move || async move { raw_insert_remove(map) })),
+        None,
+        vec![(
+            "LockingExecutor::execute (a no-op task)",
+            op(move || async move {
+                let r = executor.execute(one, || async { black_box(1) }).await.unwrap();
+                assert!(r.was_executed(), "the name is free");
+            }),
+        )],
+    );
+    zoo.b2(|| {
+        let server = server.clone();
+        async move { Arc::new(MemoryLockProvider::new(&server)) as Arc<dyn LockProvider> }
+    });
+    zoo.b3(node.clone());
+    zoo.no_round_trips("in-process: no backend round trips");
+    zoo.note("the reference model: its raw floor is a bare map operation, so B1's ratio measures the provider's bookkeeping (owner ids, clock reads, the lock handle), not a backend");
+    zoo.finish();
+    c.final_summary();
+}

@@ -1,121 +1,124 @@
 //! Redis: the provider's `try_lock` + `unlock` beside the raw commands a Redis lock builds on
-//! (`SET NX PX`, then a compare-and-`DEL` script), on the same kind of connection
-//! (`ConnectionManager`), and N nodes contending for one name. With `--features peers`, the
-//! `rslock` crate's lock/unlock on the same server too. The server comes from
-//! `shedlock-launcher` (`SHEDLOCK_REDIS_URL` wins).
+//! (`SET NX PX`, then a compare-and-`DEL` script) on the same kind of connection
+//! (`ConnectionManager`), and beside the `rslock` crate (feature `peers`) on the same server:
+//! criterion's runs, then the zoo (B1 interleaved, B2, B3, round trips; see
+//! `shedlock_benches::zoo`). The server comes from `shedlock-launcher` (`SHEDLOCK_REDIS_URL`
+//! wins).
 
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
-use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use redis::aio::ConnectionManager;
-use shedlock::{LockConfig, LockProvider};
-use shedlock_benches::{contended_round, cycle};
+use criterion::Criterion;
+use redis::aio::{ConnectionManager, MultiplexedConnection};
+use shedlock::LockProvider;
+use shedlock_benches::{
+    cycle, runtime, server,
+    zoo::{Zoo, cfg, op, unique},
+};
 use shedlock_launcher::Backend;
 use shedlock_redis::RedisLockProvider;
-
-fn cfg(name: &str) -> LockConfig {
-    LockConfig::new(name, Duration::from_secs(60), Duration::ZERO).unwrap()
-}
+use shedlock_test_support::url_via;
 
 const COMPARE_DEL: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 
-fn redis_bench(c: &mut Criterion) {
-    let service = shedlock_launcher::shared(Backend::Redis).expect("Redis for the benchmark");
+/// The floor: `SET key value NX PX 120000`, then the compare-and-`DEL` script.
+async fn raw_pair(mut conn: ConnectionManager, script: &redis::Script, key: &str) {
+    let value = "0123456789abcdef|bench";
+    let ok: Option<String> = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .arg("NX")
+        .arg("PX")
+        .arg(120_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(ok.is_some(), "the raw key is free");
+    let n: i64 = script.key(key).arg(value).invoke_async(&mut conn).await.unwrap();
+    assert_eq!(n, 1);
+}
+
+async fn manager(url: &str) -> ConnectionManager {
+    ConnectionManager::new(redis::Client::open(url).unwrap()).await.unwrap()
+}
+
+async fn multiplexed(url: &str) -> MultiplexedConnection {
+    redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap()
+}
+
+async fn node(url: &str) -> Arc<dyn LockProvider> {
+    let p = RedisLockProvider::builder(manager(url).await).key_prefix("bench:").build().await;
+    Arc::new(p.unwrap())
+}
+
+fn main() {
+    let mut c = Criterion::default().configure_from_args();
+    let service = server(Backend::Redis);
     let url = service.url().to_owned();
-    let rt =
-        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let connect = || {
-        let url = url.clone();
-        async move { ConnectionManager::new(redis::Client::open(url).unwrap()).await.unwrap() }
-    };
-    let mut g = c.benchmark_group("redis");
+    let rt = runtime();
 
-    let raw = rt.block_on(connect());
-    let compare_del = redis::Script::new(COMPARE_DEL);
-    g.bench_function("raw_set_nx_px_then_compare_del", |b| {
-        b.to_async(&rt).iter(|| {
-            let mut conn = raw.clone();
-            let compare_del = &compare_del;
-            async move {
-                let ok: Option<String> = redis::cmd("SET")
-                    .arg("bench:raw")
-                    .arg("0123456789abcdef|bench")
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(60_000)
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
-                assert!(ok.is_some());
-                let n: i64 = compare_del
-                    .key("bench:raw")
-                    .arg("0123456789abcdef|bench")
-                    .invoke_async(&mut conn)
-                    .await
-                    .unwrap();
-                assert_eq!(n, 1);
-            }
-        })
-    });
-
-    let provider: Arc<dyn LockProvider> = rt.block_on(async {
-        let p = RedisLockProvider::builder(connect().await).key_prefix("bench:").build().await;
-        Arc::new(p.unwrap()) as Arc<dyn LockProvider>
-    });
-    let one = cfg("cycle");
-    g.bench_function("try_lock_unlock", |b| {
-        b.to_async(&rt).iter(|| cycle(provider.as_ref(), &one))
-    });
-
+    let raw = rt.block_on(manager(&url));
+    let script = redis::Script::new(COMPARE_DEL);
+    let provider = rt.block_on(node(&url));
     // The same provider on a plain multiplexed connection (what rslock uses), without the
     // ConnectionManager's reconnecting layer.
     let mux: Arc<dyn LockProvider> = rt.block_on(async {
-        let conn = redis::Client::open(url.clone())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap();
-        let p = RedisLockProvider::builder(conn).key_prefix("bench:").build().await;
-        Arc::new(p.unwrap()) as Arc<dyn LockProvider>
+        let p = RedisLockProvider::builder(multiplexed(&url).await).key_prefix("bench:").build();
+        Arc::new(p.await.unwrap())
     });
-    g.bench_function("try_lock_unlock_multiplexed", |b| {
-        b.to_async(&rt).iter(|| cycle(mux.as_ref(), &one))
-    });
-
     #[cfg(feature = "peers")]
-    {
-        let rl = rslock::LockManager::new(vec![url.clone()]);
-        g.bench_function("peer_rslock_lock_unlock", |b| {
-            b.to_async(&rt).iter(|| async {
-                let lock = rl.lock("bench:rslock", Duration::from_secs(60)).await.unwrap();
-                rl.unlock(&lock).await;
-            })
-        });
-    }
+    let rl = rslock::LockManager::new(vec![url.clone()]);
+    let (one, raw_key, peer_key) = (cfg(&unique("cycle")), unique("bench:raw"), unique("bench:rl"));
+    let (p, m, one, script, raw_key) = (provider.as_ref(), mux.as_ref(), &one, &script, &raw_key);
+    let raw = &raw;
 
-    for n in [2usize, 4] {
-        let nodes: Vec<Arc<dyn LockProvider>> = rt.block_on(async {
-            let mut v: Vec<Arc<dyn LockProvider>> = Vec::new();
-            for _ in 0..n {
-                let p = RedisLockProvider::builder(connect().await)
-                    .key_prefix("bench:")
-                    .build()
-                    .await
-                    .unwrap();
-                v.push(Arc::new(p));
-            }
-            v
-        });
-        let contended = cfg("contended");
-        g.bench_with_input(BenchmarkId::new("contended_round", n), &nodes, |b, nodes| {
-            b.to_async(&rt).iter(|| contended_round(nodes, &contended))
-        });
-    }
+    let mut g = c.benchmark_group("redis");
+    g.bench_function("raw_set_nx_px_then_compare_del", |b| {
+        b.to_async(&rt).iter(|| raw_pair(raw.clone(), script, raw_key))
+    });
+    g.bench_function("try_lock_unlock", |b| b.to_async(&rt).iter(|| cycle(p, one)));
+    g.bench_function("try_lock_unlock_multiplexed", |b| b.to_async(&rt).iter(|| cycle(m, one)));
+    #[cfg(feature = "peers")]
+    g.bench_function("peer_rslock_lock_unlock", |b| {
+        b.to_async(&rt).iter(|| async {
+            let lock =
+                rl.lock(peer_key.as_str(), std::time::Duration::from_secs(120)).await.unwrap();
+            rl.unlock(&lock).await;
+        })
+    });
     g.finish();
-}
 
-criterion_group!(benches, redis_bench);
-criterion_main!(benches);
+    let mut zoo = Zoo::new("redis", &rt);
+    #[cfg(feature = "peers")]
+    let peer = {
+        let (rl, key) = (&rl, peer_key.as_str());
+        Some((
+            "rslock (lock + unlock)",
+            op(move || async move {
+                let lock = rl.lock(key, std::time::Duration::from_secs(120)).await.unwrap();
+                rl.unlock(&lock).await;
+            }),
+        ))
+    };
+    #[cfg(not(feature = "peers"))]
+    let peer = {
+        let _ = &peer_key;
+        None
+    };
+    zoo.b1(
+        op(move || cycle(p, one)),
+        ("SET NX PX + compare-DEL script", op(move || raw_pair(raw.clone(), script, raw_key))),
+        peer,
+        vec![("provider on a MultiplexedConnection", op(move || cycle(m, one)))],
+    );
+    zoo.b2(|| node(&url));
+    zoo.b3(provider.clone());
+    zoo.round_trips(service.addr().unwrap(), |a| {
+        let url = url_via(&url, a);
+        async move { node(&url).await }
+    });
+    zoo.finish();
+    c.final_summary();
+}

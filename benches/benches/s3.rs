@@ -1,7 +1,8 @@
 //! S3 (conditional writes): the provider's `try_lock` + `unlock` beside the raw requests an S3
-//! lock builds on, on the same client (plain HTTP, path-style, to the local server), and N nodes
-//! (each with its own client) contending for one name. The server comes from
-//! `shedlock-launcher` (moto natively; `SHEDLOCK_S3_URL` wins).
+//! lock builds on, on the same client (plain HTTP, path-style, to the local server):
+//! criterion's runs, then the zoo (B1 interleaved, B2, B3, round trips; see
+//! `shedlock_benches::zoo`). The server comes from `shedlock-launcher` (moto natively;
+//! `SHEDLOCK_S3_URL` wins).
 //!
 //! - `raw_takeover_release`: `PutObject If-Match` over the released object (take over), then
 //!   `PutObject If-Match` to release: what the provider sends per cycle once it has seen the
@@ -9,24 +10,25 @@
 
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
 use aws_sdk_s3::{
     Client,
     config::{BehaviorVersion, Credentials, Region},
     primitives::ByteStream,
 };
-use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use shedlock::{LockConfig, LockProvider};
-use shedlock_benches::{contended_round, cycle};
+use criterion::Criterion;
+use shedlock::LockProvider;
+use shedlock_benches::{
+    cycle, runtime, server,
+    zoo::{Zoo, cfg, op, unique},
+};
 use shedlock_launcher::Backend;
 use shedlock_s3::S3LockProvider;
+use shedlock_test_support::url_via;
+use tokio::sync::Mutex;
 
 const BUCKET: &str = "bench";
-
-fn cfg(name: &str) -> LockConfig {
-    LockConfig::new(name, Duration::from_secs(60), Duration::ZERO).unwrap()
-}
 
 fn client(endpoint: &str) -> Client {
     let conf = aws_sdk_s3::Config::builder()
@@ -51,7 +53,9 @@ fn body(n: u64, held: bool) -> ByteStream {
 }
 
 /// Take over a released object and release it again, with `If-Match` both times.
-async fn raw_takeover_release(c: &Client, key: &str, etag: &mut String, n: &mut u64) {
+async fn raw_takeover_release(c: &Client, key: &str, state: &Mutex<(String, u64)>) {
+    let mut state = state.lock().await;
+    let (etag, n) = &mut *state;
     *n += 1;
     let held = c
         .put_object()
@@ -75,20 +79,21 @@ async fn raw_takeover_release(c: &Client, key: &str, etag: &mut String, n: &mut 
     *etag = released.e_tag().unwrap().to_owned();
 }
 
-fn s3_bench(c: &mut Criterion) {
-    let service = shedlock_launcher::shared(Backend::S3).expect("S3 for the benchmark");
+fn node(endpoint: &str) -> Arc<dyn LockProvider> {
+    Arc::new(S3LockProvider::builder(client(endpoint), BUCKET).build().unwrap())
+}
+
+fn main() {
+    let mut c = Criterion::default().configure_from_args();
+    let service = server(Backend::S3);
     let url = service.url().trim_end_matches('/').to_owned();
-    let rt =
-        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = runtime();
     let raw = client(&url);
     let provider = S3LockProvider::builder(raw.clone(), BUCKET).build().unwrap();
     rt.block_on(provider.create_bucket()).unwrap();
-    let mut g = c.benchmark_group("s3");
-
     // The floor: the provider's steady-state requests by hand.
-    let key = provider.key_for("raw");
-    let (mut etag, mut n) = rt.block_on(async {
-        let _ = raw.delete_object().bucket(BUCKET).key(&key).send().await;
+    let key = provider.key_for(&unique("raw"));
+    let state = rt.block_on(async {
         let out = raw
             .put_object()
             .bucket(BUCKET)
@@ -98,30 +103,38 @@ fn s3_bench(c: &mut Criterion) {
             .send()
             .await
             .unwrap();
-        (out.e_tag().unwrap().to_owned(), 1u64)
+        Mutex::new((out.e_tag().unwrap().to_owned(), 1u64))
     });
+    let provider: Arc<dyn LockProvider> = Arc::new(provider);
+    let one = cfg(&unique("cycle"));
+    let (p, one, raw, key, state) = (provider.as_ref(), &one, &raw, key.as_str(), &state);
+
+    let mut g = c.benchmark_group("s3");
     g.bench_function("raw_takeover_release", |b| {
-        b.iter(|| rt.block_on(raw_takeover_release(&raw, &key, &mut etag, &mut n)))
+        b.to_async(&rt).iter(|| raw_takeover_release(raw, key, state))
     });
-
-    let p: Arc<dyn LockProvider> = Arc::new(provider.clone());
-    let one = cfg("cycle");
-    g.bench_function("try_lock_unlock", |b| b.to_async(&rt).iter(|| cycle(p.as_ref(), &one)));
-
-    for k in [2usize, 4] {
-        let nodes: Vec<Arc<dyn LockProvider>> = (0..k)
-            .map(|_| {
-                let p = S3LockProvider::builder(client(&url), BUCKET).build().unwrap();
-                Arc::new(p) as Arc<dyn LockProvider>
-            })
-            .collect();
-        let contended = cfg("contended");
-        g.bench_with_input(BenchmarkId::new("contended_round", k), &nodes, |b, nodes| {
-            b.to_async(&rt).iter(|| contended_round(nodes, &contended))
-        });
-    }
+    g.bench_function("try_lock_unlock", |b| b.to_async(&rt).iter(|| cycle(p, one)));
     g.finish();
-}
 
-criterion_group!(benches, s3_bench);
-criterion_main!(benches);
+    let mut zoo = Zoo::new("s3", &rt);
+    zoo.b1(
+        op(move || cycle(p, one)),
+        (
+            "PutObject If-Match (take over) + PutObject If-Match (release)",
+            op(move || raw_takeover_release(raw, key, state)),
+        ),
+        None,
+        Vec::new(),
+    );
+    zoo.b2(|| {
+        let url = url.clone();
+        async move { node(&url) }
+    });
+    zoo.b3(provider.clone());
+    zoo.round_trips(service.addr().unwrap(), |a| {
+        let url = url_via(&url, a);
+        async move { node(&url) }
+    });
+    zoo.finish();
+    c.final_summary();
+}

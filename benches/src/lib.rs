@@ -2,11 +2,37 @@
 //! `cargo xtask bench` or `cargo bench -p shedlock-benches`. Each provider's benchmark sits beside
 //! the raw backend operation its acquire builds on, so the provider's overhead is visible.
 //!
-//! This library holds the measured operations the benchmarks share.
-
-use std::sync::Arc;
+//! This library holds what the benchmarks share: the measured cycle and the [`zoo`] (B1–B3 and
+//! the round trips, one summary row per provider).
 
 use shedlock::{LockConfig, LockProvider};
+use shedlock_launcher::{Backend, Service};
+
+pub mod zoo;
+
+/// The runtime every benchmark measures on: multi-threaded, two workers (this machine's cores).
+///
+/// # Panics
+/// If tokio cannot start it.
+#[allow(clippy::expect_used)]
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
+/// The server of `backend`, from the launcher (its `SHEDLOCK_<BACKEND>_URL` wins).
+///
+/// # Panics
+/// With the launcher's message (its install hint) when the server cannot be started: a
+/// benchmark never reports a number for a run that did not happen.
+#[allow(clippy::panic)]
+pub fn server(backend: Backend) -> &'static Service {
+    shedlock_launcher::shared(backend)
+        .unwrap_or_else(|e| panic!("no {} server for the benchmark: {e}", backend.name()))
+}
 
 /// One uncontended cycle: `try_lock` on a free name, then `unlock`.
 ///
@@ -16,26 +42,4 @@ use shedlock::{LockConfig, LockProvider};
 pub async fn cycle(p: &dyn LockProvider, c: &LockConfig) {
     let lock = p.try_lock(c).await.expect("try_lock").expect("the name is free");
     lock.unlock().await.expect("unlock");
-}
-
-/// One contended round: every node races for `c` at once (each on its own tokio task); the
-/// single winner then releases.
-///
-/// # Panics
-/// If a provider fails or the round does not have exactly one winner.
-#[allow(clippy::expect_used, clippy::panic)]
-pub async fn contended_round(nodes: &[Arc<dyn LockProvider>], c: &LockConfig) {
-    let mut tasks = Vec::with_capacity(nodes.len());
-    for p in nodes {
-        let (p, c) = (p.clone(), c.clone());
-        tasks.push(tokio::spawn(async move { p.try_lock(&c).await.expect("try_lock") }));
-    }
-    let mut won = Vec::new();
-    for t in tasks {
-        won.extend(t.await.expect("racing task"));
-    }
-    assert_eq!(won.len(), 1, "exactly one winner");
-    for lock in won {
-        lock.unlock().await.expect("unlock");
-    }
 }

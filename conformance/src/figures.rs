@@ -8,8 +8,11 @@ use std::{
 use shedlock::{LockConfig, LockProvider};
 
 use crate::{
-    checks::percentile, factory::InstanceOptions, report::Figures, suite::Suite,
-    tools::proxy::FaultProxy,
+    checks::percentile,
+    factory::InstanceOptions,
+    report::Figures,
+    suite::Suite,
+    tools::proxy::{FaultProxy, round_trips_per_cycle},
 };
 
 const LONG: Duration = Duration::from_secs(120);
@@ -72,9 +75,7 @@ async fn acquire_release(p: &Arc<dyn LockProvider>, c: &LockConfig) -> Result<()
 }
 
 /// Average client→server turnarounds per successful acquire and per release, through the
-/// fault proxy, on the call path: the traffic is allowed to settle before each call, and what
-/// arrives after a call has returned (e.g. a connection pool pinging a connection it got back)
-/// is counted apart, as background round trips per acquire+release cycle.
+/// fault proxy ([`crate::tools::proxy::round_trips_per_cycle`]).
 async fn round_trips(
     suite: &Suite,
     upstream: std::net::SocketAddr,
@@ -84,43 +85,13 @@ async fn round_trips(
         .instance_with(InstanceOptions::new(0).with_address(proxy.addr()))
         .await
         .map_err(|e| e.to_string())?;
-    for _ in 0..3 {
-        acquire_release(&p, &cfg(suite).await?).await?;
-    }
-    if proxy.connections() == 0 {
-        return Err("the instance did not connect through the proxy".into());
-    }
     let n = suite.options().round_trip_samples.max(1);
-    let (mut acq, mut rel, mut background) = (0u64, 0u64, 0u64);
-    for _ in 0..n {
-        let c = cfg(suite).await?;
-        settle(&proxy).await;
-        let r0 = proxy.round_trips();
-        let l =
-            bounded(p.try_lock(&c)).await?.map_err(|e| e.to_string())?.ok_or("fresh name held")?;
-        let r1 = proxy.round_trips();
-        settle(&proxy).await;
-        let r2 = proxy.round_trips();
-        bounded(l.unlock()).await?.map_err(|e| e.to_string())?;
-        let r3 = proxy.round_trips();
-        settle(&proxy).await;
-        let r4 = proxy.round_trips();
-        acq += r1 - r0;
-        rel += r3 - r2;
-        background += (r2 - r1) + (r4 - r3);
+    let mut configs = Vec::with_capacity(n + 3);
+    for _ in 0..n + 3 {
+        configs.push(cfg(suite).await?);
     }
-    let n = n as f64;
-    Ok((acq as f64 / n, rel as f64 / n, background as f64 / n))
-}
-
-/// Waits until no new round trip has started for 20 ms (at most about 1 s), so that traffic a
-/// client sends after a call returned is not counted against the next call.
-async fn settle(proxy: &FaultProxy) {
-    for _ in 0..50 {
-        let before = proxy.round_trips();
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        if proxy.round_trips() == before {
-            return;
-        }
-    }
+    let mut configs = configs.into_iter();
+    let r = round_trips_per_cycle(&proxy, p.as_ref(), n, || configs.next().ok_or("no name left"))
+        .await?;
+    Ok((r.acquire, r.release, r.background))
 }

@@ -35,6 +35,21 @@ pub fn expect_no_fencing(options: Options, why: &str) -> Options {
         .expect_unsupported("C21", "no fencing in the ShedLock-compatible mode (see C20)")
 }
 
+/// `host:port` of a one-host URL such as `mongodb://user:pass@host:port/db?opts`,
+/// `http://host:port/` or a bare `host:port`: credentials, path and query are left out.
+pub fn host_port(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    &rest[..end]
+}
+
+/// `url` with its `host:port` replaced by `addr` (e.g. a [`FaultProxy`]'s), credentials, path
+/// and query kept.
+pub fn url_via(url: &str, addr: SocketAddr) -> String {
+    url.replacen(host_port(url), &addr.to_string(), 1)
+}
+
 /// The server of `backend` (`label` names it in messages): the URL in its environment variable
 /// (e.g. `$SHEDLOCK_POSTGRES_URL`) if set, else one the launcher starts once per test process
 /// (native, on a free port). A missing server is an error with the launcher's message, never a

@@ -16,7 +16,9 @@
 //!   repeats C15, C16 (under injected delays and cuts) and C28 for that long and reports the
 //!   acquisitions checked and the overlaps (`<provider>-soak`, recorded in
 //!   `conformance/reports/soak/`).
-//! * `bench [-- <args>]` — `cargo bench` over the bench crate.
+//! * `bench [--provider <a,b> | --all] [--quick] [--record] [-- <criterion args>]` — the zoo's
+//!   benchmarks (each starts its backend), then `summary.md`, `summary.json` and `summary.svg`
+//!   under `<target dir>/bench/`; `--record` copies them to `benches/` (whole zoo only).
 //! * `mutants [memory|toy] [--shard K/N]` — cargo-mutants on the reference provider or the
 //!   third-party example, with the conformance suite as the test (on request, not in CI).
 //! * `msrv` — every crate meant for crates.io builds (`cargo check --lib`) with the toolchain of
@@ -25,6 +27,7 @@
 //!   (from `cargo metadata`), after checking their manifests (no surviving dependency on a
 //!   `publish = false` crate, no cycle) and before checking the `.crate` files (licenses, readme).
 
+mod bench;
 mod conformance;
 mod msrv;
 mod mutants;
@@ -50,7 +53,10 @@ const USAGE: &str = "usage: cargo xtask <command>
                                        expected; --record also copies the reports to conformance/reports
                                        and regenerates the README provider table (changes the checkout);
                                        --soak repeats C15, C16 (with faults) and C28 for that long
-  bench [-- <cargo bench args>]        run the benchmarks
+  bench [--provider <a,b> | --all] [--quick] [--record] [-- <criterion args>]
+                                       run the benchmarks (default: the whole zoo; --quick: short
+                                       runs) and write the summary to <target dir>/bench; --record
+                                       copies it to benches/ (whole zoo only)
   mutants [memory|toy] [--shard K/N]   cargo-mutants on a provider, judged by the conformance suite
                                        (how strong the kit is; on request, not in CI)
   package [--no-verify]                cargo package (and build) every crate meant for crates.io, with manifest checks
@@ -68,7 +74,7 @@ fn main() -> ExitCode {
         "provision" => provision::run_cli(rest),
         "services" => services::run(rest),
         "conformance" => conformance::run(rest),
-        "bench" => util::bench(rest),
+        "bench" => bench::run(rest),
         "mutants" => mutants::run(rest),
         "package" => package::run(rest),
         "msrv" => msrv::run(rest),

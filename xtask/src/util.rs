@@ -109,32 +109,6 @@ pub fn loud(msg: &str) {
     eprintln!("\n{bar}\n{msg}\n{bar}\n");
 }
 
-/// `cargo xtask bench`: `cargo bench -p <the crate in benches/>`.
-pub fn bench(args: &[String]) -> Result<u8, String> {
-    let manifest = root().join("benches/Cargo.toml");
-    let Ok(text) = std::fs::read_to_string(&manifest) else {
-        println!("no bench crate (benches/Cargo.toml) in this workspace: nothing to run");
-        return Ok(0);
-    };
-    let name = text
-        .lines()
-        .skip_while(|l| l.trim() != "[package]")
-        .find_map(|l| {
-            let (k, v) = l.split_once('=')?;
-            (k.trim() == "name").then(|| v.trim().trim_matches('"').to_owned())
-        })
-        .ok_or_else(|| format!("no package name in {}", manifest.display()))?;
-    let extra: Vec<&String> = args.iter().skip_while(|a| *a != "--").skip(1).collect();
-    let mut cmd = cargo();
-    cmd.args(["bench", "-p", &name]);
-    if !extra.is_empty() {
-        cmd.arg("--").args(extra);
-    }
-    eprintln!("xtask: cargo bench -p {name}");
-    let status = cmd.status().map_err(|e| format!("cannot run cargo: {e}"))?;
-    Ok(code_of(status))
-}
-
 /// `cargo metadata --no-deps` of the workspace, parsed.
 pub fn metadata() -> Result<Value, String> {
     let out = cargo()

@@ -310,6 +310,87 @@ async fn wait_while_held(state: &State, dir: u8, epoch: u64) -> bool {
     }
 }
 
+/// Round trips per lock operation, as [`round_trips_per_cycle`] measured them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RoundTrips {
+    /// Average client→server turnarounds per successful `try_lock`.
+    pub acquire: f64,
+    /// Average turnarounds per `unlock`.
+    pub release: f64,
+    /// Average turnarounds per acquire+release cycle that arrived after a call had returned
+    /// (e.g. a pool pinging a connection it got back): off the call path, counted apart.
+    pub background: f64,
+}
+
+/// Measures [`RoundTrips`] of `provider`, which must reach its backend through `proxy`: three
+/// warm-up cycles, then `samples` cycles, each on the next config from `next_config` (a free
+/// name each time). The traffic is allowed to settle before each call, so that what a client
+/// sends after a call returned is not counted against the next call. This is the conformance
+/// report's figure; benchmarks call it too.
+///
+/// # Errors
+/// A failed or hung (10 s) call, a name that was not free, or an instance that never connected
+/// through the proxy.
+pub async fn round_trips_per_cycle(
+    proxy: &FaultProxy,
+    provider: &dyn shedlock::LockProvider,
+    samples: usize,
+    mut next_config: impl FnMut() -> Result<shedlock::LockConfig, &'static str>,
+) -> Result<RoundTrips, String> {
+    async fn bounded<T>(fut: impl std::future::Future<Output = T>) -> Result<T, String> {
+        tokio::time::timeout(Duration::from_secs(10), fut).await.map_err(|_| "call hung".to_owned())
+    }
+    for _ in 0..3 {
+        let c = next_config()?;
+        let l = bounded(provider.try_lock(&c))
+            .await?
+            .map_err(|e| e.to_string())?
+            .ok_or("fresh name held")?;
+        bounded(l.unlock()).await?.map_err(|e| e.to_string())?;
+    }
+    if proxy.connections() == 0 {
+        return Err("the instance did not connect through the proxy".into());
+    }
+    let n = samples.max(1);
+    let (mut acq, mut rel, mut background) = (0u64, 0u64, 0u64);
+    for _ in 0..n {
+        let c = next_config()?;
+        settle(proxy).await;
+        let r0 = proxy.round_trips();
+        let l = bounded(provider.try_lock(&c))
+            .await?
+            .map_err(|e| e.to_string())?
+            .ok_or("fresh name held")?;
+        let r1 = proxy.round_trips();
+        settle(proxy).await;
+        let r2 = proxy.round_trips();
+        bounded(l.unlock()).await?.map_err(|e| e.to_string())?;
+        let r3 = proxy.round_trips();
+        settle(proxy).await;
+        let r4 = proxy.round_trips();
+        acq += r1 - r0;
+        rel += r3 - r2;
+        background += (r2 - r1) + (r4 - r3);
+    }
+    let n = n as f64;
+    Ok(RoundTrips {
+        acquire: acq as f64 / n,
+        release: rel as f64 / n,
+        background: background as f64 / n,
+    })
+}
+
+/// Waits until no new round trip has started for 20 ms (at most about 1 s).
+async fn settle(proxy: &FaultProxy) {
+    for _ in 0..50 {
+        let before = proxy.round_trips();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if proxy.round_trips() == before {
+            return;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Instant;

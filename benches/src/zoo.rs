@@ -1,0 +1,508 @@
+//! The zoo's measurements, shared by every provider's benchmark: B1 (an uncontended cycle beside
+//! the raw backend operations and a peer crate, interleaved), B2 (contention on one name from 1,
+//! 4, 16 and 64 instances), B3 (1 000 distinct names) and the round trips per operation, counted
+//! through the conformance kit's fault proxy. Each run writes one row,
+//! `<out>/<provider>.json`, which `cargo xtask bench` merges into the summary.
+//!
+//! Three sizes:
+//! - **test** (the binary runs without `--bench`, as `cargo test --all-targets` does): a few
+//!   operations of each kind, every check made, nothing written;
+//! - **quick** (`SHEDLOCK_BENCH_QUICK=1`, `cargo xtask bench --quick`): short runs, the whole
+//!   zoo in a few minutes;
+//! - **full** (the default under `cargo bench`).
+//!
+//! The output directory is `$SHEDLOCK_BENCH_OUT`, else `target/bench/` of the workspace.
+//!
+//! Every measured acquire is checked: a cycle whose `try_lock` finds its name held panics, and in
+//! B2 a shared flag proves that no two contenders ever held the name at once. A benchmark that
+//! fails writes no row, so no number is reported for a run that did not happen.
+
+use std::{
+    future::Future,
+    net::SocketAddr,
+    path::PathBuf,
+    pin::Pin,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant, SystemTime},
+};
+
+use serde_json::{Value, json};
+use shedlock::{LockConfig, LockProvider};
+use shedlock_conformance::tools::proxy::{FaultProxy, round_trips_per_cycle};
+use tokio::runtime::Runtime;
+
+/// One measured operation (a whole acquire + release cycle), borrowing what it needs.
+pub type Op<'a> = Box<dyn FnMut() -> Pin<Box<dyn Future<Output = ()> + 'a>> + 'a>;
+
+/// Wraps an async closure as an [`Op`].
+pub fn op<'a, F, Fut>(mut f: F) -> Op<'a>
+where
+    F: FnMut() -> Fut + 'a,
+    Fut: Future<Output = ()> + 'a,
+{
+    Box::new(move || Box::pin(f()))
+}
+
+/// How much to measure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Size {
+    /// A smoke run under `cargo test`: every path once or twice, nothing written.
+    Test,
+    /// `SHEDLOCK_BENCH_QUICK=1`.
+    Quick,
+    /// The default under `cargo bench`.
+    Full,
+}
+
+impl Size {
+    /// From the process: `--bench` on the command line (cargo bench) and `SHEDLOCK_BENCH_QUICK`.
+    pub fn from_env() -> Self {
+        if !std::env::args().any(|a| a == "--bench") {
+            Size::Test
+        } else if std::env::var("SHEDLOCK_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0") {
+            Size::Quick
+        } else {
+            Size::Full
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Size::Test => "test",
+            Size::Quick => "quick",
+            Size::Full => "full",
+        }
+    }
+
+    /// B1: interleaved rounds, and the time one batch of a subject should take.
+    fn b1(self) -> (usize, Duration) {
+        match self {
+            Size::Test => (2, Duration::from_millis(1)),
+            Size::Quick => (10, Duration::from_millis(25)),
+            Size::Full => (40, Duration::from_millis(50)),
+        }
+    }
+
+    /// B2: contender counts and the time each count runs.
+    fn b2(self) -> (&'static [usize], Duration) {
+        match self {
+            Size::Test => (&[1, 4], Duration::from_millis(100)),
+            Size::Quick => (CONTENDERS, Duration::from_millis(700)),
+            Size::Full => (CONTENDERS, Duration::from_secs(3)),
+        }
+    }
+
+    /// B3: names and rounds.
+    fn b3(self) -> (usize, usize) {
+        match self {
+            Size::Test => (20, 1),
+            Size::Quick => (B3_NAMES, 1),
+            Size::Full => (B3_NAMES, 3),
+        }
+    }
+
+    fn round_trip_samples(self) -> usize {
+        match self {
+            Size::Test => 2,
+            Size::Quick => 5,
+            Size::Full => 20,
+        }
+    }
+}
+
+/// B2's contender counts.
+pub const CONTENDERS: &[usize] = &[1, 4, 16, 64];
+/// B3's names.
+pub const B3_NAMES: usize = 1000;
+/// B3's acquires in flight at once (one instance).
+pub const B3_IN_FLIGHT: usize = 16;
+/// `lock_at_most_for` of every measured lock: far longer than any run, so that nothing expires
+/// while measured.
+pub const AT_MOST: Duration = Duration::from_secs(120);
+
+/// A lock config on `name`, held at most [`AT_MOST`], at least nothing.
+///
+/// # Panics
+/// On an invalid name (benchmark code).
+#[allow(clippy::expect_used)]
+pub fn cfg(name: &str) -> LockConfig {
+    LockConfig::new(name, AT_MOST, Duration::ZERO).expect("a valid lock config")
+}
+
+/// `base` made unique to this run (process id and start time), so that a lock left behind by an
+/// aborted run cannot make this one's names look held.
+pub fn unique(base: &str) -> String {
+    let t = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    format!("{base}-{}-{}", std::process::id(), t.as_millis() % 1_000_000_000)
+}
+
+/// Latency percentiles of one subject, in microseconds.
+#[derive(Clone, Copy, Debug)]
+struct Latency {
+    p50: f64,
+    p99: f64,
+    n: usize,
+}
+
+fn percentile_us(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    // Nearest rank.
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1].as_secs_f64() * 1e6
+}
+
+fn latency(mut v: Vec<Duration>) -> Latency {
+    v.sort_unstable();
+    Latency { p50: percentile_us(&v, 50.0), p99: percentile_us(&v, 99.0), n: v.len() }
+}
+
+fn round(x: f64, digits: i32) -> Value {
+    if x.is_finite() {
+        let m = 10f64.powi(digits);
+        json!((x * m).round() / m)
+    } else {
+        Value::Null
+    }
+}
+
+/// One provider's run.
+pub struct Zoo<'rt> {
+    provider: String,
+    rt: &'rt Runtime,
+    size: Size,
+    row: serde_json::Map<String, Value>,
+    notes: Vec<String>,
+}
+
+impl<'rt> Zoo<'rt> {
+    /// Starts the row of `provider` (its name in the summary: `postgres`, `redis`, ...).
+    pub fn new(provider: &str, rt: &'rt Runtime) -> Self {
+        let size = Size::from_env();
+        let mut row = serde_json::Map::new();
+        row.insert("provider".into(), json!(provider));
+        row.insert("size".into(), json!(size.name()));
+        row.insert(
+            "measured_at".into(),
+            json!(shedlock::support::iso8601_millis(SystemTime::now())),
+        );
+        println!("zoo: {provider} ({} size)", size.name());
+        Self { provider: provider.to_owned(), rt, size, row, notes: Vec::new() }
+    }
+
+    /// How much this run measures.
+    pub fn size(&self) -> Size {
+        self.size
+    }
+
+    /// Adds a note to the row (a caveat the summary prints under the table).
+    pub fn note(&mut self, note: impl Into<String>) {
+        self.notes.push(note.into());
+    }
+
+    /// **B1**, interleaved: the provider's cycle (`try_lock` + `unlock` on a free name), the raw
+    /// backend operations it sends (`raw`: what they are, and the operation), a peer crate's
+    /// cycle where one exists, and any further variants (`extras`), measured in turn, batch by
+    /// batch (the order rotates every round), so that a drifting machine or server weighs on
+    /// all of them alike. Reports p50 and p99 of single cycles.
+    pub fn b1<'a>(
+        &mut self,
+        provider: Op<'a>,
+        raw: (&str, Op<'a>),
+        peer: Option<(&str, Op<'a>)>,
+        extras: Vec<(&str, Op<'a>)>,
+    ) {
+        let mut subjects: Vec<(String, Op<'a>)> = vec![("provider".into(), provider)];
+        subjects.push((raw.0.to_owned(), raw.1));
+        let has_peer = peer.is_some();
+        if let Some((name, op)) = peer {
+            subjects.push((name.to_owned(), op));
+        }
+        for (name, op) in extras {
+            subjects.push((name.to_owned(), op));
+        }
+        let (rounds, batch_time) = self.size.b1();
+        // Warm-up, which also sizes each subject's batch.
+        let mut batch = Vec::with_capacity(subjects.len());
+        for (_, op) in &mut subjects {
+            let started = Instant::now();
+            self.rt.block_on(async {
+                for _ in 0..5 {
+                    op().await;
+                }
+            });
+            let per_op = started.elapsed() / 5;
+            let k = (batch_time.as_secs_f64() / per_op.as_secs_f64().max(1e-9)) as usize;
+            batch.push(k.clamp(2, 2000));
+        }
+        let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); subjects.len()];
+        for r in 0..rounds {
+            for j in 0..subjects.len() {
+                let i = (j + r) % subjects.len();
+                let (k, out) = (batch[i], &mut samples[i]);
+                let op = &mut subjects[i].1;
+                self.rt.block_on(async {
+                    for _ in 0..k {
+                        let started = Instant::now();
+                        op().await;
+                        out.push(started.elapsed());
+                    }
+                });
+            }
+        }
+        let lat: Vec<Latency> = samples.into_iter().map(latency).collect();
+        for ((name, _), l) in subjects.iter().zip(&lat) {
+            println!("  B1 {name:<44} p50 {:>10.1} µs  p99 {:>10.1} µs  (n={})", l.p50, l.p99, l.n);
+        }
+        let row = &mut self.row;
+        row.insert("b1_p50_us".into(), round(lat[0].p50, 1));
+        row.insert("b1_p99_us".into(), round(lat[0].p99, 1));
+        row.insert("b1_samples".into(), json!(lat[0].n));
+        row.insert("raw".into(), json!(subjects[1].0));
+        row.insert("raw_p50_us".into(), round(lat[1].p50, 1));
+        row.insert("raw_p99_us".into(), round(lat[1].p99, 1));
+        row.insert("b1_ratio".into(), round(lat[0].p50 / lat[1].p50, 3));
+        let mut next = 2;
+        if has_peer {
+            row.insert("peer".into(), json!(subjects[2].0));
+            row.insert("peer_p50_us".into(), round(lat[2].p50, 1));
+            row.insert("peer_p99_us".into(), round(lat[2].p99, 1));
+            next = 3;
+        }
+        let extras: Vec<Value> = subjects[next..]
+            .iter()
+            .zip(&lat[next..])
+            .map(|((name, _), l)| {
+                json!({"label": name, "p50_us": round(l.p50, 1), "p99_us": round(l.p99, 1)})
+            })
+            .collect();
+        row.insert("b1_extras".into(), Value::Array(extras));
+    }
+
+    /// **B2**: 1, 4, 16 and 64 contenders, each its own instance from `make` (its own client or
+    /// pool), race for one name for a fixed time; a winner releases at once and tries again.
+    /// Reports successful acquisitions per second, attempts per second and the p99 attempt
+    /// latency per contender count.
+    ///
+    /// # Panics
+    /// If a call fails, or two contenders hold the name at once.
+    #[allow(clippy::expect_used, clippy::panic)]
+    pub fn b2<F, Fut>(&mut self, mut make: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Arc<dyn LockProvider>>,
+    {
+        let (counts, run_for) = self.size.b2();
+        let max = counts.iter().copied().max().unwrap_or(1);
+        let nodes: Vec<Arc<dyn LockProvider>> = self.rt.block_on(async {
+            let mut v = Vec::with_capacity(max);
+            for _ in 0..max {
+                v.push(make().await);
+            }
+            v
+        });
+        let mut rows = Vec::new();
+        for &n in counts {
+            let config = cfg(&unique(&format!("b2-{n}")));
+            let held = Arc::new(AtomicBool::new(false));
+            let (started, results) = self.rt.block_on(async {
+                // Warm every instance's connection on this name first (uncounted).
+                for p in &nodes[..n] {
+                    if let Some(l) = p.try_lock(&config).await.expect("try_lock") {
+                        l.unlock().await.expect("unlock");
+                    }
+                }
+                let started = Instant::now();
+                let deadline = started + run_for;
+                let mut tasks = Vec::with_capacity(n);
+                for p in &nodes[..n] {
+                    let (p, config, held) = (p.clone(), config.clone(), held.clone());
+                    tasks.push(tokio::spawn(async move {
+                        let (mut attempts, mut wins, mut lat) = (0u64, 0u64, Vec::new());
+                        while Instant::now() < deadline {
+                            let s = Instant::now();
+                            let got = p.try_lock(&config).await.expect("try_lock");
+                            lat.push(s.elapsed());
+                            attempts += 1;
+                            if let Some(lock) = got {
+                                assert!(
+                                    !held.swap(true, Ordering::SeqCst),
+                                    "two contenders held the name at once"
+                                );
+                                wins += 1;
+                                held.store(false, Ordering::SeqCst);
+                                lock.unlock().await.expect("unlock");
+                            }
+                            // Instances whose calls never wait (memory) still take turns.
+                            tokio::task::yield_now().await;
+                        }
+                        (attempts, wins, lat)
+                    }));
+                }
+                let mut results = Vec::with_capacity(n);
+                for t in tasks {
+                    results.push(t.await.expect("a contender task"));
+                }
+                (started, results)
+            });
+            let secs = started.elapsed().as_secs_f64();
+            let attempts: u64 = results.iter().map(|r| r.0).sum();
+            let wins: u64 = results.iter().map(|r| r.1).sum();
+            assert!(wins > 0, "no contender ever acquired the name in {run_for:?}");
+            let lat = latency(results.into_iter().flat_map(|r| r.2).collect());
+            let (acq, att) = (wins as f64 / secs, attempts as f64 / secs);
+            println!(
+                "  B2 {n:>2} contenders: {acq:>9.0} acquisitions/s  {att:>9.0} attempts/s  \
+                 attempt p99 {:>9.1} µs",
+                lat.p99
+            );
+            self.row.insert(format!("b2_acq_per_s_{n}"), round(acq, 0));
+            rows.push(json!({
+                "contenders": n,
+                "acq_per_s": round(acq, 0),
+                "attempts_per_s": round(att, 0),
+                "attempt_p99_us": round(lat.p99, 1),
+            }));
+        }
+        self.row.insert("b2".into(), Value::Array(rows));
+    }
+
+    /// **B3**: a fleet of 1 000 jobs on one instance: every name acquired (16 in flight at
+    /// once), then every lock released; cycles per second over the whole round (the median
+    /// round).
+    ///
+    /// # Panics
+    /// If a call fails or a name is held.
+    #[allow(clippy::expect_used)]
+    pub fn b3(&mut self, provider: Arc<dyn LockProvider>) {
+        let (names, rounds) = self.size.b3();
+        let base = unique("b3");
+        let configs: Arc<Vec<LockConfig>> =
+            Arc::new((0..names).map(|i| cfg(&format!("{base}-{i}"))).collect());
+        let mut rates = Vec::with_capacity(rounds);
+        for _ in 0..rounds {
+            let elapsed = self.rt.block_on(async {
+                let started = Instant::now();
+                let mut tasks = Vec::with_capacity(B3_IN_FLIGHT);
+                for t in 0..B3_IN_FLIGHT {
+                    let (p, configs) = (provider.clone(), configs.clone());
+                    tasks.push(tokio::spawn(async move {
+                        let mut held = Vec::new();
+                        for c in configs.iter().skip(t).step_by(B3_IN_FLIGHT) {
+                            held.push(p.try_lock(c).await.expect("try_lock").expect("a free name"));
+                        }
+                        held
+                    }));
+                }
+                let mut all = Vec::with_capacity(names);
+                for t in tasks {
+                    all.push(t.await.expect("an acquiring task"));
+                }
+                let mut tasks = Vec::with_capacity(all.len());
+                for held in all {
+                    tasks.push(tokio::spawn(async move {
+                        for l in held {
+                            l.unlock().await.expect("unlock");
+                        }
+                    }));
+                }
+                for t in tasks {
+                    t.await.expect("a releasing task");
+                }
+                started.elapsed()
+            });
+            rates.push(names as f64 / elapsed.as_secs_f64());
+        }
+        rates.sort_by(f64::total_cmp);
+        let median = rates[rates.len() / 2];
+        println!("  B3 {names} names: {median:.0} cycles/s (median of {rounds})");
+        self.row.insert("b3_cycles_per_s".into(), round(median, 0));
+        self.row.insert("b3_names".into(), json!(names));
+    }
+
+    /// Round trips per acquire and per release, counted by the conformance kit's fault proxy
+    /// in front of `upstream` (the conformance report's figure): `make` builds an instance that
+    /// connects to the given address instead.
+    ///
+    /// # Panics
+    /// If the proxy cannot start or the measurement fails.
+    #[allow(clippy::expect_used, clippy::panic)]
+    pub fn round_trips<F, Fut>(&mut self, upstream: SocketAddr, make: F)
+    where
+        F: FnOnce(SocketAddr) -> Fut,
+        Fut: Future<Output = Arc<dyn LockProvider>>,
+    {
+        let samples = self.size.round_trip_samples();
+        let base = unique("rt");
+        let r = self.rt.block_on(async {
+            let proxy = FaultProxy::start(upstream).await.expect("the fault proxy");
+            let p = make(proxy.addr()).await;
+            let mut i = 0;
+            round_trips_per_cycle(&proxy, p.as_ref(), samples, || {
+                i += 1;
+                LockConfig::new(format!("{base}-{i}"), AT_MOST, Duration::ZERO)
+                    .map_err(|_| "an invalid lock name")
+            })
+            .await
+            .unwrap_or_else(|e| panic!("round trips: {e}"))
+        });
+        println!(
+            "  round trips: {:.2} per acquire, {:.2} per release ({:.2} in the background)",
+            r.acquire, r.release, r.background
+        );
+        self.row.insert("round_trips_acquire".into(), round(r.acquire, 2));
+        self.row.insert("round_trips_release".into(), round(r.release, 2));
+        self.row.insert("round_trips_background".into(), round(r.background, 2));
+    }
+
+    /// No round trips to count: an embedded backend (`why` says so in the summary).
+    pub fn no_round_trips(&mut self, why: &str) {
+        self.row.insert("round_trips_note".into(), json!(why));
+    }
+
+    /// Ends the run: prints the row and, unless in the test size, writes it to
+    /// `<out>/<provider>.json`.
+    ///
+    /// # Panics
+    /// If the row cannot be written.
+    #[allow(clippy::expect_used)]
+    pub fn finish(mut self) {
+        self.row.insert("notes".into(), json!(self.notes));
+        let row = Value::Object(self.row);
+        if self.size == Size::Test {
+            return;
+        }
+        let dir = out_dir();
+        std::fs::create_dir_all(&dir).expect("the bench output directory");
+        let path = dir.join(format!("{}.json", self.provider));
+        let text = serde_json::to_string_pretty(&row).expect("a JSON row");
+        std::fs::write(&path, text + "\n").expect("the bench row");
+        println!("zoo: wrote {}", path.display());
+    }
+}
+
+/// `$SHEDLOCK_BENCH_OUT`, else `target/bench` of the workspace.
+pub fn out_dir() -> PathBuf {
+    match std::env::var_os("SHEDLOCK_BENCH_OUT") {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/bench"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles_of_a_hundred_samples_are_the_50th_and_99th() {
+        let v: Vec<Duration> = (1..=100).map(Duration::from_micros).collect();
+        assert_eq!(percentile_us(&v, 50.0), 50.0);
+        assert_eq!(percentile_us(&v, 99.0), 99.0);
+        assert_eq!(percentile_us(&v[..1], 99.0), 1.0);
+        assert!(percentile_us(&[], 50.0).is_nan());
+    }
+}

@@ -1,0 +1,565 @@
+//! `cargo xtask bench`: runs the zoo's benchmarks (`benches/`, one bench target per provider,
+//! with the peer crates), then merges the rows they wrote into a summary under
+//! `<target dir>/bench/`: `summary.md`, `summary.json` and `summary.svg` (B1 p50/p99 per
+//! provider; B2 acquisitions per second against contenders). `--record` copies the three into
+//! `benches/`.
+//!
+//! Each bench target starts its backend itself (`shedlock-launcher`) and fails with the
+//! launcher's install hint when it cannot. A provider's old row is deleted before its run, so a
+//! run that failed leaves no number behind: the summary lists it as not measured, and the command
+//! fails.
+
+use std::{
+    collections::BTreeMap,
+    fmt::Write as _,
+    path::{Path, PathBuf},
+};
+
+use serde_json::{Value, json};
+
+use crate::util::{cargo, code_of, root, take_flag, take_value, target_dir};
+
+/// B2's contender counts, as the bench crate measures them.
+const CONTENDERS: [u64; 4] = [1, 4, 16, 64];
+/// The target for B1's provider / raw ratio.
+const B1_RATIO_TARGET: f64 = 1.10;
+
+/// The bench targets of `benches/Cargo.toml`, in file order (one per provider).
+fn bench_targets(manifest: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut in_bench = false;
+    for line in manifest.lines() {
+        let t = line.trim();
+        if t.starts_with('[') {
+            in_bench = t == "[[bench]]";
+        } else if in_bench
+            && let Some((k, v)) = t.split_once('=')
+            && k.trim() == "name"
+        {
+            out.push(v.trim().trim_matches('"').to_owned());
+        }
+    }
+    out
+}
+
+/// `cargo xtask bench [--provider <a,b,..> | --all] [--quick] [--record] [-- <criterion args>]`.
+pub fn run(args: &[String]) -> Result<u8, String> {
+    let (mut args, extra): (Vec<String>, Vec<String>) = match args.iter().position(|a| a == "--") {
+        Some(i) => (args[..i].to_vec(), args[i + 1..].to_vec()),
+        None => (args.to_vec(), Vec::new()),
+    };
+    let quick = take_flag(&mut args, "--quick");
+    let record = take_flag(&mut args, "--record");
+    let all = take_flag(&mut args, "--all");
+    let wanted = take_value(&mut args, "--provider")?;
+    if let Some(a) = args.first() {
+        return Err(format!("bench: unexpected argument {a:?}"));
+    }
+    let manifest_path = root().join("benches/Cargo.toml");
+    let manifest = std::fs::read_to_string(&manifest_path)
+        .map_err(|e| format!("{}: {e}", manifest_path.display()))?;
+    let known = bench_targets(&manifest);
+    let selected: Vec<String> = match (&wanted, all) {
+        (Some(_), true) => return Err("bench: --provider and --all exclude each other".into()),
+        (Some(list), false) => {
+            let mut v = Vec::new();
+            for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                let name = if name == "mysql" { "mariadb" } else { name };
+                if !known.iter().any(|k| k == name) {
+                    return Err(format!(
+                        "bench: no benchmark for provider {name:?}; known: {}",
+                        known.join(" ")
+                    ));
+                }
+                v.push(name.to_owned());
+            }
+            v
+        }
+        (None, _) => known.clone(),
+    };
+    if record && selected.len() != known.len() {
+        return Err("bench: --record needs the whole zoo (--all): the committed summary has one \
+                    row per provider, all from one run"
+            .into());
+    }
+    let out = target_dir().join("bench");
+    std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    for p in &selected {
+        let row = out.join(format!("{p}.json"));
+        if row.exists() {
+            std::fs::remove_file(&row).map_err(|e| format!("{}: {e}", row.display()))?;
+        }
+    }
+
+    let mut cmd = cargo();
+    cmd.args(["bench", "-p", "shedlock-benches", "--features", "peers", "--no-fail-fast"]);
+    for p in &selected {
+        cmd.args(["--bench", p]);
+    }
+    cmd.arg("--");
+    if quick {
+        cmd.args(["--warm-up-time", "0.5", "--measurement-time", "1", "--sample-size", "10"]);
+        cmd.env("SHEDLOCK_BENCH_QUICK", "1");
+    }
+    cmd.args(&extra);
+    cmd.env("SHEDLOCK_BENCH_OUT", &out);
+    eprintln!(
+        "xtask: cargo bench -p shedlock-benches --features peers ({}; {})",
+        selected.join(" "),
+        if quick { "quick" } else { "full" }
+    );
+    let started = std::time::Instant::now();
+    let status = cmd.status().map_err(|e| format!("cannot run cargo: {e}"))?;
+    eprintln!("xtask: benchmarks finished in {:.0} s", started.elapsed().as_secs_f64());
+
+    let rows = read_rows(&out, &known)?;
+    let missing: Vec<&String> = selected.iter().filter(|p| !rows.contains_key(*p)).collect();
+    let summary = Summary::new(&rows, &known);
+    for (name, text) in [
+        ("summary.md", summary.markdown()),
+        ("summary.json", summary.json()),
+        ("summary.svg", summary.svg()),
+    ] {
+        let path = out.join(name);
+        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    println!("{}", summary.markdown());
+    eprintln!("xtask: summary in {}", out.join("summary.md").display());
+    if !missing.is_empty() || code_of(status) != 0 {
+        eprintln!(
+            "xtask: bench failed; not measured: {}",
+            missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" ")
+        );
+        return Ok(1);
+    }
+    if record {
+        for name in ["summary.md", "summary.json", "summary.svg"] {
+            let to = root().join("benches").join(name);
+            std::fs::copy(out.join(name), &to).map_err(|e| format!("{}: {e}", to.display()))?;
+            eprintln!("xtask: recorded {}", to.display());
+        }
+    }
+    Ok(0)
+}
+
+/// The rows `<out>/<provider>.json` of the known providers.
+fn read_rows(out: &Path, known: &[String]) -> Result<BTreeMap<String, Value>, String> {
+    let mut rows = BTreeMap::new();
+    for p in known {
+        let path: PathBuf = out.join(format!("{p}.json"));
+        let Ok(text) = std::fs::read_to_string(&path) else { continue };
+        let v: Value =
+            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        rows.insert(p.clone(), v);
+    }
+    Ok(rows)
+}
+
+/// The merged rows, in the bench crate's provider order.
+struct Summary<'a> {
+    rows: Vec<(&'a str, &'a Value)>,
+    missing: Vec<&'a str>,
+}
+
+fn num(v: &Value, key: &str) -> Option<f64> {
+    v.get(key).and_then(Value::as_f64)
+}
+
+fn text<'v>(v: &'v Value, key: &str) -> Option<&'v str> {
+    v.get(key).and_then(Value::as_str)
+}
+
+/// A number for a table cell: three significant digits at most, `–` when absent.
+fn cell(x: Option<f64>) -> String {
+    match x {
+        None => "–".into(),
+        Some(x) if x >= 100.0 => format!("{x:.0}"),
+        Some(x) if x >= 10.0 => format!("{x:.1}"),
+        Some(x) => format!("{x:.2}"),
+    }
+}
+
+fn machine() -> String {
+    let cpus = std::thread::available_parallelism().map_or(0, usize::from);
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, m)| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    format!("{cpus} cores ({model})")
+}
+
+impl<'a> Summary<'a> {
+    fn new(rows: &'a BTreeMap<String, Value>, known: &'a [String]) -> Self {
+        let mut present = Vec::new();
+        let mut missing = Vec::new();
+        for p in known {
+            match rows.get(p) {
+                Some(v) => present.push((p.as_str(), v)),
+                None => missing.push(p.as_str()),
+            }
+        }
+        Self { rows: present, missing }
+    }
+
+    fn markdown(&self) -> String {
+        let mut s = String::new();
+        s.push_str("# Benchmark summary\n\n");
+        s.push_str(
+            "Generated by `cargo xtask bench` from the rows the benchmarks wrote (never by hand). \
+             Every backend runs natively on 127.0.0.1; latencies are single cycles measured \
+             interleaved with the raw floor and the peer (see `benches/src/zoo.rs`).\n\n",
+        );
+        let sizes: Vec<&str> = self.rows.iter().filter_map(|(_, v)| text(v, "size")).collect();
+        let _ = writeln!(s, "- machine: {}", machine());
+        let _ = writeln!(
+            s,
+            "- size: {}",
+            if sizes.iter().all(|z| *z == "full") { "full" } else { "quick (short runs)" }
+        );
+        if let (Some(first), Some(last)) = (
+            self.rows.iter().filter_map(|(_, v)| text(v, "measured_at")).min(),
+            self.rows.iter().filter_map(|(_, v)| text(v, "measured_at")).max(),
+        ) {
+            let _ = writeln!(s, "- measured: {first} to {last}");
+        }
+        if !self.missing.is_empty() {
+            let _ =
+                writeln!(s, "- **not measured** (failed or not run): {}", self.missing.join(", "));
+        }
+        s.push_str("\n## B1: one uncontended try_lock + unlock cycle\n\n");
+        s.push_str(
+            "| provider | B1 p50 µs | B1 p99 µs | raw p50 µs | B1 / raw | round trips acquire / \
+             release | peer | peer p50 µs | B1 / peer |\n|---|---|---|---|---|---|---|---|---|\n",
+        );
+        for (p, v) in &self.rows {
+            let rt = match (num(v, "round_trips_acquire"), num(v, "round_trips_release")) {
+                (Some(a), Some(r)) => format!("{a:.2} / {r:.2}"),
+                _ => text(v, "round_trips_note").unwrap_or("–").to_owned(),
+            };
+            let peer_ratio = match (num(v, "b1_p50_us"), num(v, "peer_p50_us")) {
+                (Some(b), Some(q)) => cell(Some(b / q)),
+                _ => "–".into(),
+            };
+            let _ = writeln!(
+                s,
+                "| {p} | {} | {} | {} | {} | {rt} | {} | {} | {peer_ratio} |",
+                cell(num(v, "b1_p50_us")),
+                cell(num(v, "b1_p99_us")),
+                cell(num(v, "raw_p50_us")),
+                cell(num(v, "b1_ratio")),
+                text(v, "peer").unwrap_or("–"),
+                cell(num(v, "peer_p50_us")),
+            );
+        }
+        s.push_str(
+            "\nRaw floors (what the provider sends, issued by hand on the same client):\n\n",
+        );
+        for (p, v) in &self.rows {
+            let _ = writeln!(s, "- {p}: {}", text(v, "raw").unwrap_or("–"));
+        }
+        let extras: Vec<(&str, &Value)> = self
+            .rows
+            .iter()
+            .flat_map(|(p, v)| {
+                v.get("b1_extras")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .map(move |e| (*p, e))
+            })
+            .collect();
+        if !extras.is_empty() {
+            s.push_str("\nFurther variants, measured in the same interleaved pass:\n\n");
+            s.push_str("| provider | variant | p50 µs | p99 µs |\n|---|---|---|---|\n");
+            for (p, e) in extras {
+                let _ = writeln!(
+                    s,
+                    "| {p} | {} | {} | {} |",
+                    text(e, "label").unwrap_or("?"),
+                    cell(num(e, "p50_us")),
+                    cell(num(e, "p99_us"))
+                );
+            }
+        }
+        s.push_str(
+            "\n## B2: contention on one name, B3: 1 000 names\n\nB2: successful acquisitions \
+             per second from N contenders, each its own instance (client or pool), racing for \
+             one name; the winner releases at once. B3: one instance acquires 1 000 names (16 \
+             in flight), then releases them all; cycles per second.\n\n",
+        );
+        s.push_str("| provider |");
+        for n in CONTENDERS {
+            let _ = write!(s, " B2 acq/s ×{n} |");
+        }
+        s.push_str(" B2 attempts/s ×64 | B2 attempt p99 µs ×64 | B3 cycles/s |\n|---|");
+        for _ in CONTENDERS {
+            s.push_str("---|");
+        }
+        s.push_str("---|---|---|\n");
+        for (p, v) in &self.rows {
+            let _ = write!(s, "| {p} |");
+            for n in CONTENDERS {
+                let _ = write!(s, " {} |", cell(num(v, &format!("b2_acq_per_s_{n}"))));
+            }
+            let at64 = b2_at(v, 64);
+            let _ = writeln!(
+                s,
+                " {} | {} | {} |",
+                cell(at64.and_then(|r| num(r, "attempts_per_s"))),
+                cell(at64.and_then(|r| num(r, "attempt_p99_us"))),
+                cell(num(v, "b3_cycles_per_s")),
+            );
+        }
+        s.push_str("\n## Targets\n\n");
+        for line in self.targets() {
+            let _ = writeln!(s, "- {line}");
+        }
+        s.push_str("\n## Notes\n\n");
+        for (p, v) in &self.rows {
+            for n in v.get("notes").and_then(Value::as_array).into_iter().flatten() {
+                if let Some(n) = n.as_str() {
+                    let _ = writeln!(s, "- {p}: {n}");
+                }
+            }
+        }
+        s
+    }
+
+    /// The issue's targets, checked against the rows: one line per miss, or one saying all met.
+    fn targets(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (p, v) in &self.rows {
+            if *p != "memory"
+                && let Some(r) = num(v, "b1_ratio")
+                && r > B1_RATIO_TARGET
+            {
+                out.push(format!("{p}: B1 / raw = {r:.2}, above the {B1_RATIO_TARGET:.2} target"));
+            }
+            if let (Some(b), Some(q)) = (num(v, "b1_p50_us"), num(v, "peer_p50_us"))
+                && q < b
+            {
+                out.push(format!(
+                    "{p}: the peer ({}) is faster, {:.2} × the provider's p50 (see its note)",
+                    text(v, "peer").unwrap_or("?"),
+                    q / b
+                ));
+            }
+            if let (Some(one), Some(many)) = (num(v, "b2_acq_per_s_1"), num(v, "b2_acq_per_s_64"))
+                && many < one
+            {
+                out.push(format!(
+                    "{p}: B2 with 64 contenders ({many:.0}/s) is below one contender ({one:.0}/s)"
+                ));
+            }
+        }
+        if out.is_empty() {
+            out.push(format!(
+                "all met: B1 / raw ≤ {B1_RATIO_TARGET:.2} (memory, the reference model, \
+                 excepted), no peer faster, no B2 collapse at 64 contenders"
+            ));
+        }
+        out
+    }
+
+    fn json(&self) -> String {
+        let rows: Vec<Value> = self.rows.iter().map(|(_, v)| (*v).clone()).collect();
+        let v = json!({
+            "generated_by": "cargo xtask bench",
+            "machine": machine(),
+            "not_measured": self.missing,
+            "targets": self.targets(),
+            "rows": rows,
+        });
+        serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"
+    }
+
+    /// Two panels: B1 p50 and p99 per provider (bars, log scale), and B2 acquisitions per second
+    /// against contenders (one line per provider, log scale).
+    fn svg(&self) -> String {
+        const W: f64 = 1100.0;
+        const H: f64 = 480.0;
+        const COLORS: [&str; 12] = [
+            "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+            "#bcbd22", "#17becf", "#393b79", "#637939",
+        ];
+        let mut s = format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" \
+             viewBox=\"0 0 {W} {H}\" font-family=\"sans-serif\" font-size=\"11\">\n\
+             <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+        );
+        // Panel 1: B1, log10 µs on x, one row per provider.
+        let (x0, x1, y0) = (110.0, 520.0, 50.0);
+        let row_h = ((H - 90.0) / self.rows.len().max(1) as f64).min(34.0);
+        let b1: Vec<(f64, f64)> = self
+            .rows
+            .iter()
+            .map(|(_, v)| (num(v, "b1_p50_us").unwrap_or(0.0), num(v, "b1_p99_us").unwrap_or(0.0)))
+            .collect();
+        let hi = b1.iter().map(|b| b.1).fold(10.0, f64::max).log10().ceil();
+        let lo = b1.iter().map(|b| b.0).filter(|x| *x > 0.0).fold(1e9, f64::min).log10().floor();
+        let lo = lo.min(hi - 1.0);
+        let xs = |us: f64| x0 + (us.max(1e-3).log10() - lo) / (hi - lo) * (x1 - x0);
+        let _ = writeln!(
+            s,
+            "<text x=\"{x0}\" y=\"24\" font-size=\"14\" font-weight=\"bold\">B1: try_lock + \
+             unlock, µs (log scale): p50 bar, p99 whisker</text>"
+        );
+        let bottom = y0 + row_h * self.rows.len() as f64;
+        let mut d = lo;
+        while d <= hi {
+            let x = xs(10f64.powf(d));
+            let _ = writeln!(
+                s,
+                "<line x1=\"{x:.1}\" y1=\"{y0}\" x2=\"{x:.1}\" y2=\"{bottom:.1}\" stroke=\"#ddd\"/>\
+                 <text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
+                bottom + 14.0,
+                cell(Some(10f64.powf(d)))
+            );
+            d += 1.0;
+        }
+        for (i, ((p, _), (p50, p99))) in self.rows.iter().zip(&b1).enumerate() {
+            let y = y0 + row_h * i as f64;
+            let c = COLORS[i % COLORS.len()];
+            let _ = writeln!(
+                s,
+                "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{p}</text>\
+                 <rect x=\"{x0}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{c}\"/>\
+                 <line x1=\"{:.1}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"black\"/>\
+                 <text x=\"{:.1}\" y=\"{:.1}\">{} / {}</text>",
+                x0 - 6.0,
+                y + row_h * 0.6,
+                y + row_h * 0.2,
+                (xs(*p50) - x0).max(0.0),
+                row_h * 0.6,
+                xs(*p50),
+                y + row_h * 0.5,
+                xs(*p99),
+                y + row_h * 0.5,
+                xs(*p99) + 4.0,
+                y + row_h * 0.6,
+                cell(Some(*p50)),
+                cell(Some(*p99)),
+            );
+        }
+        // Panel 2: B2, contenders (log2) on x, acquisitions/s (log10) on y.
+        let (px0, px1, py0, py1) = (640.0, 1000.0, 50.0, H - 60.0);
+        let series: Vec<(&str, Vec<(u64, f64)>)> = self
+            .rows
+            .iter()
+            .map(|(p, v)| {
+                let pts = CONTENDERS
+                    .iter()
+                    .filter_map(|n| num(v, &format!("b2_acq_per_s_{n}")).map(|a| (*n, a)))
+                    .filter(|(_, a)| *a > 0.0)
+                    .collect();
+                (*p, pts)
+            })
+            .collect();
+        let all: Vec<f64> = series.iter().flat_map(|(_, v)| v.iter().map(|p| p.1)).collect();
+        let yhi = all.iter().copied().fold(10.0, f64::max).log10().ceil();
+        let ylo = all.iter().copied().fold(1e12, f64::min).log10().floor().min(yhi - 1.0);
+        let x_of = |n: u64| px0 + (n as f64).log2() / 6.0 * (px1 - px0);
+        let y_of = |a: f64| py1 - (a.log10() - ylo) / (yhi - ylo) * (py1 - py0);
+        let _ = writeln!(
+            s,
+            "<text x=\"{px0}\" y=\"24\" font-size=\"14\" font-weight=\"bold\">B2: acquisitions/s \
+             (log) against contenders on one name</text>"
+        );
+        let mut d = ylo;
+        while d <= yhi {
+            let y = y_of(10f64.powf(d));
+            let _ = writeln!(
+                s,
+                "<line x1=\"{px0}\" y1=\"{y:.1}\" x2=\"{px1}\" y2=\"{y:.1}\" stroke=\"#ddd\"/>\
+                 <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+                px0 - 4.0,
+                y + 4.0,
+                cell(Some(10f64.powf(d)))
+            );
+            d += 1.0;
+        }
+        for n in CONTENDERS {
+            let x = x_of(n);
+            let _ = writeln!(
+                s,
+                "<line x1=\"{x:.1}\" y1=\"{py0}\" x2=\"{x:.1}\" y2=\"{py1}\" stroke=\"#eee\"/>\
+                 <text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{n}</text>",
+                py1 + 14.0
+            );
+        }
+        for (i, (p, pts)) in series.iter().enumerate() {
+            let c = COLORS[i % COLORS.len()];
+            let path: Vec<String> =
+                pts.iter().map(|(n, a)| format!("{:.1},{:.1}", x_of(*n), y_of(*a))).collect();
+            let _ = writeln!(
+                s,
+                "<polyline points=\"{}\" fill=\"none\" stroke=\"{c}\" stroke-width=\"2\"/>",
+                path.join(" ")
+            );
+            if let Some((n, a)) = pts.last() {
+                let _ = writeln!(
+                    s,
+                    "<text x=\"{:.1}\" y=\"{:.1}\" fill=\"{c}\">{p}</text>",
+                    x_of(*n) + 6.0,
+                    y_of(*a) + 4.0
+                );
+            }
+        }
+        s.push_str("</svg>\n");
+        s
+    }
+}
+
+fn b2_at(v: &Value, n: u64) -> Option<&Value> {
+    v.get("b2")?.as_array()?.iter().find(|r| r.get("contenders").and_then(Value::as_u64) == Some(n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bench_targets_are_read_from_the_bench_sections_only() {
+        let m = "[package]\nname = \"shedlock-benches\"\n\n[[bench]]\nname = \"memory\"\n\
+                 harness = false\n\n[dependencies]\nname = \"x\"\n\n[[bench]]\nname = \"redis\"\n";
+        assert_eq!(bench_targets(m), ["memory", "redis"]);
+    }
+
+    fn row(p: &str, ratio: f64, peer: Option<f64>, b2: (f64, f64)) -> Value {
+        let mut v = json!({
+            "provider": p, "size": "full", "b1_p50_us": 100.0, "b1_p99_us": 150.0,
+            "raw_p50_us": 100.0 / ratio, "b1_ratio": ratio,
+            "b2_acq_per_s_1": b2.0, "b2_acq_per_s_64": b2.1,
+        });
+        if let Some(q) = peer {
+            v["peer"] = json!("peer-crate");
+            v["peer_p50_us"] = json!(q);
+        }
+        v
+    }
+
+    #[test]
+    fn targets_flag_a_slow_ratio_a_faster_peer_and_a_b2_collapse_and_nothing_else() {
+        let known: Vec<String> = ["memory", "redis", "postgres", "nats"].map(String::from).into();
+        let mut rows = BTreeMap::new();
+        rows.insert("memory".into(), row("memory", 3.0, None, (10.0, 20.0)));
+        rows.insert("redis".into(), row("redis", 1.05, Some(120.0), (10.0, 20.0)));
+        rows.insert("postgres".into(), row("postgres", 1.2, Some(60.0), (10.0, 5.0)));
+        let s = Summary::new(&rows, &known);
+        let t = s.targets();
+        assert_eq!(t.len(), 3, "{t:?}");
+        assert!(t[0].starts_with("postgres: B1 / raw = 1.20"), "{t:?}");
+        assert!(t[1].starts_with("postgres: the peer (peer-crate) is faster, 0.60"), "{t:?}");
+        assert!(t[2].starts_with("postgres: B2 with 64 contenders (5/s)"), "{t:?}");
+        assert_eq!(s.missing, ["nats"]);
+        let md = s.markdown();
+        assert!(md.contains("**not measured** (failed or not run): nats"), "{md}");
+        assert!(md.contains("| redis | 100 | 150 | 95.2 | 1.05 |"), "{md}");
+        assert!(s.svg().starts_with("<svg") && s.svg().contains(">postgres<"));
+    }
+}
