@@ -10,7 +10,7 @@
 //! `harness = false`: this binary is also the node process C28 re-executes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 // `File::lock` (Rust 1.89) in this test only: the workspace's tests build with the toolchain
-// the SQL providers need (1.94); the kit's library keeps its 1.85 MSRV.
+// the SQL providers need (1.94); the kit's library keeps the workspace MSRV (1.88).
 #![allow(clippy::incompatible_msrv)]
 
 use std::{

@@ -388,3 +388,28 @@ pub mod sql {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_port_leaves_out_scheme_credentials_path_and_query() {
+        assert_eq!(
+            host_port("mongodb://u:p@127.0.0.1:27017/db?directConnection=true"),
+            "127.0.0.1:27017"
+        );
+        assert_eq!(host_port("http://127.0.0.1:8000/"), "127.0.0.1:8000");
+        assert_eq!(host_port("nats://127.0.0.1:4222"), "127.0.0.1:4222");
+        assert_eq!(host_port("127.0.0.1:2181"), "127.0.0.1:2181");
+    }
+
+    #[test]
+    fn url_via_swaps_only_the_address_and_keeps_credentials_and_options() {
+        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        assert_eq!(
+            url_via("postgres://postgres:secret@127.0.0.1:5432/postgres?sslmode=disable", a),
+            "postgres://postgres:secret@127.0.0.1:1/postgres?sslmode=disable"
+        );
+    }
+}

@@ -296,20 +296,27 @@ impl<'a> Summary<'a> {
         for n in CONTENDERS {
             let _ = write!(s, " B2 acq/s ×{n} |");
         }
-        s.push_str(" B2 attempts/s ×64 | B2 attempt p99 µs ×64 | B3 cycles/s |\n|---|");
+        s.push_str(
+            " B2 attempts/s ×64 | B2 attempt p99 µs ×64 | backend calls/s ×1 → ×64 | B3 \
+             cycles/s |\n|---|",
+        );
         for _ in CONTENDERS {
             s.push_str("---|");
         }
-        s.push_str("---|---|---|\n");
+        s.push_str("---|---|---|---|\n");
         for (p, v) in &self.rows {
             let _ = write!(s, "| {p} |");
             for n in CONTENDERS {
                 let _ = write!(s, " {} |", cell(num(v, &format!("b2_acq_per_s_{n}"))));
             }
             let at64 = b2_at(v, 64);
+            let calls = match (calls_per_s(v, 1), calls_per_s(v, 64)) {
+                (Some(a), Some(b)) => format!("{} → {}", cell(Some(a)), cell(Some(b))),
+                _ => "–".into(),
+            };
             let _ = writeln!(
                 s,
-                " {} | {} | {} |",
+                " {} | {} | {calls} | {} |",
                 cell(at64.and_then(|r| num(r, "attempts_per_s"))),
                 cell(at64.and_then(|r| num(r, "attempt_p99_us"))),
                 cell(num(v, "b3_cycles_per_s")),
@@ -352,8 +359,19 @@ impl<'a> Summary<'a> {
             if let (Some(one), Some(many)) = (num(v, "b2_acq_per_s_1"), num(v, "b2_acq_per_s_64"))
                 && many < one
             {
+                let why = match (calls_per_s(v, 1), calls_per_s(v, 64)) {
+                    (Some(a), Some(b)) if b >= a * 0.8 => format!(
+                        ": the backend still answers {b:.0} calls/s (against {a:.0} with one \
+                         contender), but 63 losers' attempts queue ahead of each release"
+                    ),
+                    (Some(a), Some(b)) => {
+                        format!(": backend calls/s fell too, {a:.0} → {b:.0}")
+                    }
+                    _ => String::new(),
+                };
                 out.push(format!(
-                    "{p}: B2 with 64 contenders ({many:.0}/s) is below one contender ({one:.0}/s)"
+                    "{p}: B2 with 64 contenders ({many:.0}/s) is below one contender \
+                     ({one:.0}/s){why}"
                 ));
             }
         }
@@ -513,6 +531,13 @@ impl<'a> Summary<'a> {
         s.push_str("</svg>\n");
         s
     }
+}
+
+/// Calls the backend answered per second in B2 at `n` contenders: every attempt, plus the
+/// release of every win.
+fn calls_per_s(v: &Value, n: u64) -> Option<f64> {
+    let r = b2_at(v, n)?;
+    Some(num(r, "attempts_per_s")? + num(r, "acq_per_s")?)
 }
 
 fn b2_at(v: &Value, n: u64) -> Option<&Value> {

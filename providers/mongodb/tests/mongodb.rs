@@ -25,12 +25,7 @@ async fn url() -> String {
     shedlock_test_support::url(Backend::MongoDb, "MongoDB").await
 }
 
-fn host_port(url: &str) -> &str {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    &rest[..end]
-}
+use shedlock_test_support::host_port;
 
 fn addr_of(url: &str) -> SocketAddr {
     host_port(url).to_socket_addrs().unwrap().next().unwrap()
@@ -248,7 +243,7 @@ async fn turnarounds<T>(proxy: &FaultProxy, f: impl Future<Output = T>) -> (T, u
 async fn one_round_trip_per_acquire_unlock_and_extend_on_every_path() {
     let url = url().await;
     let proxy = FaultProxy::start(addr_of(&url)).await.unwrap();
-    let via = url.replacen(host_port(&url), &proxy.addr().to_string(), 1);
+    let via = shedlock_test_support::url_via(&url, proxy.addr());
     let db = client_at(&via).await.database("shedlock_tests");
     let other_db = database().await;
     for time in [TimeSource::Server, TimeSource::Client] {

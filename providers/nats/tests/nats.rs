@@ -17,11 +17,7 @@ async fn url() -> String {
     shedlock_test_support::url(Backend::Nats, "NATS").await
 }
 
-fn host_port(url: &str) -> &str {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
-    rest.split('/').next().unwrap_or(rest)
-}
+use shedlock_test_support::host_port;
 
 fn addr_of(url: &str) -> SocketAddr {
     host_port(url).to_socket_addrs().unwrap().next().unwrap()
@@ -341,7 +337,7 @@ async fn turnarounds<T>(proxy: &FaultProxy, c: &Client, f: impl Future<Output = 
 async fn round_trips_per_path_through_the_fault_proxy() {
     let url = url().await;
     let proxy = FaultProxy::start(addr_of(&url)).await.unwrap();
-    let via = url.replacen(host_port(&url), &proxy.addr().to_string(), 1);
+    let via = shedlock_test_support::url_via(&url, proxy.addr());
     let bucket = unique("rt");
     let pc = client_at(&via).await;
     let p = provider(pc.clone(), &bucket);
@@ -402,7 +398,7 @@ async fn round_trips_per_path_through_the_fault_proxy() {
 async fn a_cut_connection_fails_fast_with_a_retryable_error_and_the_next_calls_recover() {
     let url = url().await;
     let proxy = FaultProxy::start(addr_of(&url)).await.unwrap();
-    let via = url.replacen(host_port(&url), &proxy.addr().to_string(), 1);
+    let via = shedlock_test_support::url_via(&url, proxy.addr());
     let bucket = unique("cut");
     let p = provider(client_at(&via).await, &bucket);
     p.create_bucket().await.unwrap();
@@ -449,7 +445,7 @@ async fn debug_output_carries_no_client_or_url() {
 async fn a_connection_cut_while_the_request_is_out_fails_fast_not_at_the_timeout() {
     let url = url().await;
     let proxy = FaultProxy::start(addr_of(&url)).await.unwrap();
-    let via = url.replacen(host_port(&url), &proxy.addr().to_string(), 1);
+    let via = shedlock_test_support::url_via(&url, proxy.addr());
     let bucket = unique("inflight");
     let p = provider(client_at(&via).await, &bucket);
     p.create_bucket().await.unwrap();

@@ -32,13 +32,7 @@ use shedlock_test_support as testing;
 /// The database the conformance runs use.
 pub const DATABASE: &str = "shedlock_conformance";
 
-/// `host:port` of a `mongodb://[user:pass@]host:port/...` URL (one host).
-pub fn host_port(url: &str) -> &str {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    &rest[..end]
-}
+pub use shedlock_test_support::host_port;
 
 /// A client with short timeouts, so that a cut connection fails fast (C24) and a restarted
 /// server is found again quickly (C25).
@@ -110,7 +104,7 @@ impl ProviderFactory for Mongo {
     async fn create(&self, options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError> {
         let url = match options.address {
             // The same URL (credentials included) with the proxy's address.
-            Some(a) => self.url.replacen(host_port(&self.url), &a.to_string(), 1),
+            Some(a) => shedlock_test_support::url_via(&self.url, a),
             None => self.url.clone(),
         };
         let mut b = MongoLockProvider::builder(client(&url).await?.database(DATABASE))

@@ -30,12 +30,7 @@ fn connect_options() -> ConnectOptions {
         .reconnect_delay_callback(|n| Duration::from_millis((n as u64 * 50).min(500)))
 }
 
-/// `host:port` of a `nats://[user:pass@]host:port` URL.
-fn host_port(url: &str) -> &str {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
-    rest.split('/').next().unwrap_or(rest)
-}
+use shedlock_test_support::host_port;
 
 struct Nats {
     service: &'static Service,
@@ -91,7 +86,7 @@ impl ProviderFactory for Nats {
     async fn create(&self, options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError> {
         let url = match options.address {
             // The same URL (credentials included) with the proxy's address.
-            Some(a) => self.url.replacen(host_port(&self.url), &a.to_string(), 1),
+            Some(a) => shedlock_test_support::url_via(&self.url, a),
             None => self.url.clone(),
         };
         let client = connect_options().connect(url.as_str()).await?;

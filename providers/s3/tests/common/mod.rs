@@ -42,11 +42,7 @@ pub fn credentials() -> (String, String) {
     }
 }
 
-/// `host:port` of an `http://host:port[/]` endpoint.
-pub fn host_port(url: &str) -> &str {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    rest.split('/').next().unwrap_or(rest)
-}
+pub use shedlock_test_support::host_port;
 
 /// The socket address of an endpoint URL.
 pub fn addr_of(url: &str) -> SocketAddr {
