@@ -5,7 +5,8 @@
 //!   see: it ignores the skewed clock C18 injects): C18 passes, C28 fails.
 //! - Declared **client time**, reading the clock it is given (`InstanceOptions::clock`, the
 //!   system clock in a node process): C18 and C28 both report a bound below the first skew
-//!   that breaks it.
+//!   that breaks it; and when it documents a bound larger than what it survives
+//!   (`Options::with_documented_skew_bound`), C28 fails naming both.
 //!
 //! `harness = false`: this binary is also the node process C28 re-executes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -19,7 +20,7 @@ use std::{
     path::PathBuf,
     process::ExitCode,
     sync::Arc,
-    time::{SystemTime, UNIX_EPOCH},
+    time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use async_trait::async_trait;
@@ -182,13 +183,17 @@ impl ProviderFactory for Factory {
 }
 
 async fn suite(liar: bool) -> Suite {
+    suite_with(liar, Options::new().with_seed(11)).await
+}
+
+async fn suite_with(liar: bool, options: Options) -> Suite {
     let dir = std::env::temp_dir().join(format!(
         "shedlock-filelocks-{}-{}",
         std::process::id(),
         if liar { "liar" } else { "honest" }
     ));
     std::fs::create_dir_all(&dir).unwrap();
-    Suite::new(Factory { dir, liar }, Options::new().with_seed(11)).await.unwrap()
+    Suite::new(Factory { dir, liar }, options).await.unwrap()
 }
 
 async fn a_provider_reading_the_process_clock_passes_c18_and_fails_c28() {
@@ -220,6 +225,20 @@ async fn honest_client_time_gets_a_bound_from_c28_consistent_with_c18() {
     println!("honest: C18 {}; C28 {}", c18.detail, c28.detail);
 }
 
+async fn a_client_time_provider_that_breaks_below_its_documented_bound_fails_c28() {
+    // It documents a minute; C28 sees it overlap with process clocks 2 s apart.
+    let options = Options::new().with_seed(11).with_documented_skew_bound(Duration::from_secs(60));
+    let s = suite_with(false, options).await;
+    let c28 = s.run_check(checks::by_id("C28").unwrap()).await;
+    assert_eq!(c28.outcome, Outcome::Fail, "{}", c28.detail);
+    assert!(
+        c28.detail.contains("documented skew bound 60000 ms, but processes 2000 ms apart overlapped"),
+        "{}",
+        c28.detail
+    );
+    println!("documented bound: C28 {}", c28.detail);
+}
+
 fn main() -> ExitCode {
     if let Some(code) =
         shedlock_conformance::node_main_if_requested(|| async { Factory::from_env() })
@@ -230,7 +249,8 @@ fn main() -> ExitCode {
     rt.block_on(async {
         a_provider_reading_the_process_clock_passes_c18_and_fails_c28().await;
         honest_client_time_gets_a_bound_from_c28_consistent_with_c18().await;
+        a_client_time_provider_that_breaks_below_its_documented_bound_fails_c28().await;
     });
-    println!("process_skew: 2 tests passed");
+    println!("process_skew: 3 tests passed");
     ExitCode::SUCCESS
 }
