@@ -70,7 +70,7 @@ fn main() {
         async move { node(&addr) }
     });
     zoo.b3(provider.clone());
-    zoo.round_trips(service.addr().unwrap(), |a| async move { node(&a.to_string()) });
+    zoo.round_trips(service.addr(), |a| async move { node(&a.to_string()) });
     zoo.finish();
     c.final_summary();
 }

@@ -114,7 +114,7 @@ fn main() {
     );
     zoo.b2(|| server_time_node(&url));
     zoo.b3(provider.clone());
-    zoo.round_trips(service.addr().unwrap(), |a| {
+    zoo.round_trips(service.addr(), |a| {
         let url = url_via(&url, a);
         async move { server_time_node(&url).await }
     });

@@ -71,7 +71,7 @@ fn main() {
     );
     zoo.b2(|| node(&url));
     zoo.b3(provider.clone());
-    zoo.round_trips(service.addr().unwrap(), |a| {
+    zoo.round_trips(service.addr(), |a| {
         let url = url_via(&url, a);
         async move { node(&url).await }
     });

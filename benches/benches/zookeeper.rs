@@ -104,7 +104,7 @@ fn main() {
     );
     zoo.b2(|| node(&connect));
     zoo.b3(provider.clone());
-    zoo.round_trips(service.addr().unwrap(), |a| async move { node(&a.to_string()).await });
+    zoo.round_trips(service.addr(), |a| async move { node(&a.to_string()).await });
     zoo.finish();
     c.final_summary();
 }

@@ -232,7 +232,8 @@ async fn a_client_time_provider_that_breaks_below_its_documented_bound_fails_c28
     let c28 = s.run_check(checks::by_id("C28").unwrap()).await;
     assert_eq!(c28.outcome, Outcome::Fail, "{}", c28.detail);
     assert!(
-        c28.detail.contains("documented skew bound 60000 ms, but processes 2000 ms apart overlapped"),
+        c28.detail
+            .contains("documented skew bound 60000 ms, but processes 2000 ms apart overlapped"),
         "{}",
         c28.detail
     );
