@@ -32,7 +32,6 @@ use shedlock_benches::{
 };
 use shedlock_dynamodb::DynamoDbLockProvider;
 use shedlock_launcher::Backend;
-use shedlock_test_support::url_via;
 
 const TABLE: &str = "bench";
 
@@ -167,15 +166,7 @@ fn main() {
             op(move || raw_put_delete_pair(raw, put_key)),
         )],
     );
-    zoo.b2(|| {
-        let url = url.clone();
-        async move { node(&url) }
-    });
-    zoo.b3(provider.clone());
-    zoo.round_trips(service.addr(), |a| {
-        let url = url_via(&url, a);
-        async move { node(&url) }
-    });
+    zoo.contention(&url, provider.clone(), service.addr(), |u| async move { node(&u) });
     zoo.note("no peer measured: dynamodb-lease cannot run on dynalite (its constructor requires TTL on the table, and dynalite has no UpdateTimeToLive); its two requests by hand are the extra row, without its per-lease background task");
     zoo.finish();
     c.final_summary();

@@ -25,7 +25,6 @@ use shedlock_benches::{
 };
 use shedlock_etcd::EtcdLockProvider;
 use shedlock_launcher::Backend;
-use shedlock_test_support::url_via;
 
 /// The floor: the acquire transaction on a long-lived lease, then the owner-checked delete.
 async fn raw_pair(client: &Client, key: &[u8], lease: i64) {
@@ -154,12 +153,7 @@ fn main() {
         )),
         vec![("provider, a lease per acquire (reuse_leases(false))", op(move || cycle(f, one)))],
     );
-    zoo.b2(|| node(&url));
-    zoo.b3(provider.clone());
-    zoo.round_trips(service.addr(), |a| {
-        let url = url_via(&url, a);
-        async move { node(&url).await }
-    });
+    zoo.contention(&url, provider.clone(), service.addr(), |u| async move { node(&u).await });
     zoo.note("the Lock API's lock has no expiry of its own: it lives as long as the session lease the caller keeps alive, and it queues instead of answering 'held' (a try-lock needs a timeout around it)");
     zoo.finish();
     rt.block_on(async {

@@ -17,7 +17,6 @@ use shedlock_benches::{
 };
 use shedlock_launcher::Backend;
 use shedlock_mysql::MySqlLockProvider;
-use shedlock_test_support::url_via;
 use sqlx::{MySqlConnection, MySqlPool};
 use tokio::sync::Mutex;
 
@@ -113,12 +112,7 @@ fn main() {
         None,
         vec![("GET_LOCK(name, 0) + RELEASE_LOCK (no expiry)", op(move || get_lock(raw, raw_name)))],
     );
-    zoo.b2(|| node(&url));
-    zoo.b3(provider.clone());
-    zoo.round_trips(service.addr(), |a| {
-        let url = url_via(&url, a);
-        async move { node(&url).await }
-    });
+    zoo.contention(&url, provider.clone(), service.addr(), |u| async move { node(&u).await });
     zoo.note("no peer crate is measured; the extra row is MariaDB's own session lock (GET_LOCK), which writes nothing and never expires, like PostgreSQL's advisory locks");
     zoo.finish();
     c.final_summary();

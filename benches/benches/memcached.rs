@@ -65,12 +65,7 @@ fn main() {
         None,
         Vec::new(),
     );
-    zoo.b2(|| {
-        let addr = addr.clone();
-        async move { node(&addr) }
-    });
-    zoo.b3(provider.clone());
-    zoo.round_trips(service.addr(), |a| async move { node(&a.to_string()) });
+    zoo.contention(&addr, provider.clone(), service.addr(), |u| async move { node(&u) });
     zoo.finish();
     c.final_summary();
 }

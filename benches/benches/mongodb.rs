@@ -25,7 +25,6 @@ use shedlock_benches::{
 };
 use shedlock_launcher::Backend;
 use shedlock_mongodb::MongoLockProvider;
-use shedlock_test_support::url_via;
 
 const DATABASE: &str = "shedlock_bench";
 const COLLECTION: &str = "bench";
@@ -112,11 +111,8 @@ fn main() {
         None,
         vec![("provider in client time", op(move || cycle(ct, one)))],
     );
-    zoo.b2(|| server_time_node(&url));
-    zoo.b3(provider.clone());
-    zoo.round_trips(service.addr(), |a| {
-        let url = url_via(&url, a);
-        async move { server_time_node(&url).await }
+    zoo.contention(&url, provider.clone(), service.addr(), |u| async move {
+        server_time_node(&u).await
     });
     zoo.finish();
     c.final_summary();

@@ -17,7 +17,6 @@ use shedlock_benches::{
 };
 use shedlock_launcher::Backend;
 use shedlock_nats::NatsLockProvider;
-use shedlock_test_support::url_via;
 
 const BUCKET: &str = "bench";
 
@@ -69,12 +68,7 @@ fn main() {
         None,
         Vec::new(),
     );
-    zoo.b2(|| node(&url));
-    zoo.b3(provider.clone());
-    zoo.round_trips(service.addr(), |a| {
-        let url = url_via(&url, a);
-        async move { node(&url).await }
-    });
+    zoo.contention(&url, provider.clone(), service.addr(), |u| async move { node(&u).await });
     zoo.finish();
     c.final_summary();
 }

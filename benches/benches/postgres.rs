@@ -17,7 +17,6 @@ use shedlock_benches::{
 };
 use shedlock_launcher::Backend;
 use shedlock_postgres::PostgresLockProvider;
-use shedlock_test_support::url_via;
 use sqlx::{Either, PgPool, postgres::PgAdvisoryLock};
 
 const TABLE: &str = "bench_shedlock";
@@ -114,12 +113,7 @@ fn main() {
         )),
         vec![("provider, ShedLock-compatible mode (no fencing)", op(move || cycle(sc, one)))],
     );
-    zoo.b2(|| node(&url));
-    zoo.b3(provider.clone());
-    zoo.round_trips(service.addr(), |a| {
-        let url = url_via(&url, a);
-        async move { node(&url).await }
-    });
+    zoo.contention(&url, provider.clone(), service.addr(), |u| async move { node(&u).await });
     zoo.note("sqlx's PgAdvisoryLock writes nothing and never expires: a session lock, held until released or the connection closes, with no lock_at_most_for, no lock_at_least_for and no record of who holds it; the provider's upsert and release are WAL-logged row writes (this server runs with fsync and synchronous_commit off, so no commit here waits for a disk; on a durable server the gap to the advisory lock widens by a WAL flush per statement, which synchronous_commit = off or an UNLOGGED table would remove at the price of losing locks on a server crash)");
     zoo.finish();
     c.final_summary();

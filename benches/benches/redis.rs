@@ -18,7 +18,6 @@ use shedlock_benches::{
 };
 use shedlock_launcher::Backend;
 use shedlock_redis::RedisLockProvider;
-use shedlock_test_support::url_via;
 
 const COMPARE_DEL: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
@@ -129,12 +128,7 @@ fn main() {
             ),
         ],
     );
-    zoo.b2(|| node(&url));
-    zoo.b3(provider.clone());
-    zoo.round_trips(service.addr(), |a| {
-        let url = url_via(&url, a);
-        async move { node(&url).await }
-    });
+    zoo.contention(&url, provider.clone(), service.addr(), |u| async move { node(&u).await });
     zoo.note("the provider's acquire is one Lua script that also advances the name's fencing counter (GET, TIME, GET and SET of the counter, SET PX): more server work than the floor's SET NX PX, which has no token; the ShedLock-compatible mode's row is that floor plus the provider");
     zoo.finish();
     c.final_summary();

@@ -25,7 +25,6 @@ use shedlock_benches::{
 };
 use shedlock_launcher::Backend;
 use shedlock_s3::S3LockProvider;
-use shedlock_test_support::url_via;
 use tokio::sync::Mutex;
 
 const BUCKET: &str = "bench";
@@ -126,15 +125,7 @@ fn main() {
         None,
         Vec::new(),
     );
-    zoo.b2(|| {
-        let url = url.clone();
-        async move { node(&url) }
-    });
-    zoo.b3(provider.clone());
-    zoo.round_trips(service.addr(), |a| {
-        let url = url_via(&url, a);
-        async move { node(&url) }
-    });
+    zoo.contention(&url, provider.clone(), service.addr(), |u| async move { node(&u) });
     zoo.finish();
     c.final_summary();
 }

@@ -102,9 +102,7 @@ fn main() {
             op(move || raw_create_delete(client, naive_node)),
         )],
     );
-    zoo.b2(|| node(&connect));
-    zoo.b3(provider.clone());
-    zoo.round_trips(service.addr(), |a| async move { node(&a.to_string()).await });
+    zoo.contention(&connect, provider.clone(), service.addr(), |u| async move { node(&u).await });
     zoo.finish();
     c.final_summary();
 }

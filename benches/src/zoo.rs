@@ -476,6 +476,24 @@ impl<'rt> Zoo<'rt> {
         self.row.insert("round_trips_background".into(), round(r.background, 2));
     }
 
+    /// B2, B3 and the round trips of a networked provider: `node` builds an instance (its own
+    /// client or pool) from a server URL, given `url` for B2's contenders and `url` with its
+    /// address swapped for the proxy's for the round trips; B3 runs on `provider`.
+    pub fn contention<F, Fut>(
+        &mut self,
+        url: &str,
+        provider: Arc<dyn LockProvider>,
+        upstream: Option<SocketAddr>,
+        node: F,
+    ) where
+        F: Fn(String) -> Fut,
+        Fut: Future<Output = Arc<dyn LockProvider>>,
+    {
+        self.b2(|| node(url.to_owned()));
+        self.b3(provider);
+        self.round_trips(upstream, |a| node(shedlock_test_support::url_via(url, a)));
+    }
+
     /// No round trips to count: an embedded backend (`why` says so in the summary).
     pub fn no_round_trips(&mut self, why: &str) {
         self.row.insert("round_trips_note".into(), json!(why));
