@@ -40,7 +40,7 @@ pub(crate) async fn measure(suite: &Suite) -> Figures {
     f
 }
 
-async fn cfg(suite: &Suite) -> Result<LockConfig, String> {
+fn cfg(suite: &Suite) -> Result<LockConfig, String> {
     LockConfig::new(suite.lock_name("fig"), LONG, Duration::ZERO).map_err(|e| e.to_string())
 }
 
@@ -48,11 +48,11 @@ async fn cfg(suite: &Suite) -> Result<LockConfig, String> {
 async fn latency(suite: &Suite) -> Result<(f64, f64), String> {
     let p = suite.instance().await.map_err(|e| e.to_string())?;
     for _ in 0..5 {
-        acquire_release(&p, &cfg(suite).await?).await?;
+        acquire_release(&p, &cfg(suite)?).await?;
     }
     let mut samples = Vec::with_capacity(suite.options().latency_samples);
     for _ in 0..suite.options().latency_samples.max(1) {
-        let c = cfg(suite).await?;
+        let c = cfg(suite)?;
         let started = Instant::now();
         let l =
             bounded(p.try_lock(&c)).await?.map_err(|e| e.to_string())?.ok_or("fresh name held")?;
@@ -86,12 +86,10 @@ async fn round_trips(
         .await
         .map_err(|e| e.to_string())?;
     let n = suite.options().round_trip_samples.max(1);
-    let mut configs = Vec::with_capacity(n + 3);
-    for _ in 0..n + 3 {
-        configs.push(cfg(suite).await?);
-    }
-    let mut configs = configs.into_iter();
-    let r = round_trips_per_cycle(&proxy, p.as_ref(), n, || configs.next().ok_or("no name left"))
-        .await?;
+    let r = round_trips_per_cycle(&proxy, p.as_ref(), n, || {
+        LockConfig::new(suite.lock_name("fig"), LONG, Duration::ZERO)
+            .map_err(|_| "an invalid lock name")
+    })
+    .await?;
     Ok((r.acquire, r.release, r.background))
 }

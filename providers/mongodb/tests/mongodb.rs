@@ -18,14 +18,12 @@ use mongodb::{
 };
 use shedlock::{Error, LockProvider, SharedClock};
 use shedlock_mongodb::{MongoLockProvider, TimeSource};
-use shedlock_test_support::{Backend, FaultProxy, cfg, unique};
+use shedlock_test_support::{Backend, FaultProxy, cfg, host_port, unique};
 use tokio::time::Instant;
 
 async fn url() -> String {
     shedlock_test_support::url(Backend::MongoDb, "MongoDB").await
 }
-
-use shedlock_test_support::host_port;
 
 fn addr_of(url: &str) -> SocketAddr {
     host_port(url).to_socket_addrs().unwrap().next().unwrap()

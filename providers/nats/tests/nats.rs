@@ -10,14 +10,12 @@ use async_nats::{Client, ConnectOptions, HeaderMap, Request};
 use shedlock::{Error, LockProvider};
 use shedlock_launcher::{Backend, LaunchOptions, Service};
 use shedlock_nats::{MAX_NAME_LEN, NatsLockProvider, TimeSource, key_for};
-use shedlock_test_support::{FaultProxy, cfg, unique};
+use shedlock_test_support::{FaultProxy, cfg, host_port, unique};
 use tokio::time::Instant;
 
 async fn url() -> String {
     shedlock_test_support::url(Backend::Nats, "NATS").await
 }
-
-use shedlock_test_support::host_port;
 
 fn addr_of(url: &str) -> SocketAddr {
     host_port(url).to_socket_addrs().unwrap().next().unwrap()
