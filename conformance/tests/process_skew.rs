@@ -7,6 +7,9 @@
 //!   system clock in a node process): C18 and C28 both report a bound below the first skew
 //!   that breaks it; and when it documents a bound larger than what it survives
 //!   (`Options::with_documented_skew_bound`), C28 fails naming both.
+//! - Client time with a release that **stamps the releaser's clock** on the record instead of
+//!   deleting it (SQLite's way of keeping at-least): C28 still finds it broken at ±1 s, where
+//!   a workload left to chance let the node ahead keep every name and credited it with 2 s.
 //!
 //! `harness = false`: this binary is also the node process C28 re-executes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -34,6 +37,7 @@ use shedlock_conformance::{
 
 const DIR: &str = "SHEDLOCK_FILELOCKS_DIR";
 const LIAR: &str = "SHEDLOCK_FILELOCKS_LIAR";
+const STAMP: &str = "SHEDLOCK_FILELOCKS_STAMP_RELEASE";
 
 /// A lock table of one file per name, under an exclusive file lock.
 struct FileLocks {
@@ -41,6 +45,9 @@ struct FileLocks {
     /// `Some`: judge time by this clock (honest client time); `None`: by `SystemTime::now()`
     /// while declaring server time (the liar).
     clock: Option<SharedClock>,
+    /// Release by writing the releaser's clock as the record's end (as SQLite's provider
+    /// does, to keep at-least) instead of deleting the record.
+    stamp_release: bool,
 }
 
 fn millis(t: SystemTime) -> u64 {
@@ -134,10 +141,13 @@ impl LockHandle for Handle {
     async fn unlock(&mut self, config: &LockConfig) -> shedlock::Result<()> {
         let (owner, now) = (self.owner, self.locks.now());
         let least = config.lock_at_least_for().as_millis() as u64;
+        let stamp = self.locks.stamp_release;
         self.locks
             .with_record(config.name(), move |cur| match cur {
                 Some((o, at, u)) if o == owner => {
-                    if at + least > now {
+                    if stamp {
+                        (Some(Some((o, at, u.min(now.max(at + least))))), ())
+                    } else if at + least > now {
                         (Some(Some((o, at, u.min(at + least)))), ())
                     } else {
                         (Some(None), ())
@@ -152,6 +162,7 @@ impl LockHandle for Handle {
 struct Factory {
     dir: PathBuf,
     liar: bool,
+    stamp_release: bool,
 }
 
 impl Factory {
@@ -159,6 +170,7 @@ impl Factory {
         Ok(Self {
             dir: std::env::var(DIR)?.into(),
             liar: std::env::var(LIAR).is_ok_and(|v| v == "1"),
+            stamp_release: std::env::var(STAMP).is_ok_and(|v| v == "1"),
         })
     }
 }
@@ -166,34 +178,47 @@ impl Factory {
 #[async_trait]
 impl ProviderFactory for Factory {
     fn name(&self) -> &str {
-        if self.liar { "files-lying-server-time" } else { "files-client-time" }
+        match (self.liar, self.stamp_release) {
+            (true, _) => "files-lying-server-time",
+            (false, false) => "files-client-time",
+            (false, true) => "files-client-time-stamped-release",
+        }
     }
 
     async fn create(&self, options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError> {
         let clock = (!self.liar).then(|| options.clock_or_system());
-        Ok(Arc::new(Files(Arc::new(FileLocks { dir: self.dir.clone(), clock }))))
+        let stamp_release = self.stamp_release;
+        Ok(Arc::new(Files(Arc::new(FileLocks { dir: self.dir.clone(), clock, stamp_release }))))
     }
 
     fn hooks(&self) -> Hooks {
         Hooks::new().with_node_env([
             (DIR, self.dir.display().to_string()),
             (LIAR, if self.liar { "1" } else { "0" }.to_owned()),
+            (STAMP, if self.stamp_release { "1" } else { "0" }.to_owned()),
         ])
     }
 }
 
 async fn suite(liar: bool) -> Suite {
-    suite_with(liar, Options::new().with_seed(11)).await
+    suite_with(Factory::temp(liar, false), Options::new().with_seed(11)).await
 }
 
-async fn suite_with(liar: bool, options: Options) -> Suite {
-    let dir = std::env::temp_dir().join(format!(
-        "shedlock-filelocks-{}-{}",
-        std::process::id(),
-        if liar { "liar" } else { "honest" }
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    Suite::new(Factory { dir, liar }, options).await.unwrap()
+impl Factory {
+    fn temp(liar: bool, stamp_release: bool) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "shedlock-filelocks-{}-{}-{}",
+            std::process::id(),
+            if liar { "liar" } else { "honest" },
+            if stamp_release { "stamped" } else { "deleting" }
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self { dir, liar, stamp_release }
+    }
+}
+
+async fn suite_with(factory: Factory, options: Options) -> Suite {
+    Suite::new(factory, options).await.unwrap()
 }
 
 async fn a_provider_reading_the_process_clock_passes_c18_and_fails_c28() {
@@ -228,7 +253,7 @@ async fn honest_client_time_gets_a_bound_from_c28_consistent_with_c18() {
 async fn a_client_time_provider_that_breaks_below_its_documented_bound_fails_c28() {
     // It documents a minute; C28 sees it overlap with process clocks 2 s apart.
     let options = Options::new().with_seed(11).with_documented_skew_bound(Duration::from_secs(60));
-    let s = suite_with(false, options).await;
+    let s = suite_with(Factory::temp(false, false), options).await;
     let c28 = s.run_check(checks::by_id("C28").unwrap()).await;
     assert_eq!(c28.outcome, Outcome::Fail, "{}", c28.detail);
     assert!(
@@ -238,6 +263,19 @@ async fn a_client_time_provider_that_breaks_below_its_documented_bound_fails_c28
         c28.detail
     );
     println!("documented bound: C28 {}", c28.detail);
+}
+
+async fn a_release_stamped_with_the_releasers_clock_earns_no_bound_beyond_what_it_survives() {
+    // Its release leaves the record ending at the releaser's clock: a node ahead that released
+    // a name keeps it from the nodes behind for the whole offset, and, left to chance, would
+    // hold every name itself, so that no node ahead ever met a lease it could steal. C28 hands
+    // each name first to a node behind, and credits a rung only where a node ahead probed it.
+    let s = suite_with(Factory::temp(false, true), Options::new().with_seed(11)).await;
+    let c28 = s.run_check(checks::by_id("C28").unwrap()).await;
+    assert_eq!(c28.outcome, Outcome::Pass, "{}", c28.detail);
+    assert!(c28.detail.starts_with("client time: no overlap up to 0 ms"), "{}", c28.detail);
+    assert!(c28.detail.contains("overlap at rung ±1 s"), "{}", c28.detail);
+    println!("stamped release: C28 {}", c28.detail);
 }
 
 fn main() -> ExitCode {
@@ -251,7 +289,8 @@ fn main() -> ExitCode {
         a_provider_reading_the_process_clock_passes_c18_and_fails_c28().await;
         honest_client_time_gets_a_bound_from_c28_consistent_with_c18().await;
         a_client_time_provider_that_breaks_below_its_documented_bound_fails_c28().await;
+        a_release_stamped_with_the_releasers_clock_earns_no_bound_beyond_what_it_survives().await;
     });
-    println!("process_skew: 3 tests passed");
+    println!("process_skew: 4 tests passed");
     ExitCode::SUCCESS
 }

@@ -62,22 +62,45 @@ pub struct NodeSpec {
     pub at_most_ms: u64,
     /// The longest a node holds a lock before unlocking.
     pub hold_max_ms: u64,
+    /// For each name, the node that takes it first: the others leave it alone for `lead_ms`
+    /// after the start, and the leader holds its first acquisition for `hold_max_ms`. The kit
+    /// gives each name to a node whose clock is behind another's, so that a node ahead meets a
+    /// name held under a lease its own clock already sees as over (what a clock-skew bug needs
+    /// to show; left to chance, the node ahead tends to keep the names to itself).
+    pub leaders: Vec<Option<usize>>,
+    /// How long the leaders have their names to themselves.
+    pub lead_ms: u64,
+    /// A name of this node's own, locked and unlocked once before the start so that the
+    /// node's first contended call does not also open its connections.
+    pub warm_up: String,
     /// Where to write the [`NodeLog`] (JSON).
     pub out: PathBuf,
     /// A seed for the node's choices.
     pub seed: u64,
 }
 
-/// One acquisition as a node saw it, on the host's monotonic clock (nanoseconds).
+/// One `try_lock` call as a node saw it: on the host's monotonic clock (nanoseconds), and on
+/// the node's own wall clock (microseconds since the Unix epoch, as skewed by libfaketime).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct NodeAcq {
+pub struct NodeCall {
     /// The name.
     pub name: String,
-    /// When the `try_lock` call started.
+    /// When the call started.
     pub call_start_ns: u64,
-    /// When it returned the lock.
+    /// When it returned.
     pub call_end_ns: u64,
-    /// When the `unlock` call started.
+    /// The node's wall clock when the call started.
+    pub wall_start_us: i64,
+    /// The node's wall clock when it returned.
+    pub wall_end_us: i64,
+}
+
+/// One acquisition as a node saw it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeAcq {
+    /// The `try_lock` call that returned the lock.
+    pub call: NodeCall,
+    /// When the `unlock` call started (host monotonic nanoseconds).
     pub released_ns: u64,
 }
 
@@ -86,8 +109,8 @@ pub struct NodeAcq {
 pub struct NodeLog {
     /// Its acquisitions.
     pub acquisitions: Vec<NodeAcq>,
-    /// `(name, when the refusing try_lock returned)`.
-    pub refusals: Vec<(String, u64)>,
+    /// The `try_lock` calls that found the name held.
+    pub refusals: Vec<NodeCall>,
     /// Calls that failed.
     pub errors: u64,
     /// The last error, for the report.
@@ -163,37 +186,66 @@ where
 
 async fn run_node(factory: &impl ProviderFactory, spec: &NodeSpec) -> Result<NodeLog, BoxError> {
     let p = factory.create(InstanceOptions::new(spec.index)).await?;
+    let at_most = Duration::from_millis(spec.at_most_ms);
+    let call_limit = at_most * 10 + Duration::from_secs(5);
+    let mut log = NodeLog::default();
+    // Warm up before the start: a failure here shows again in the workload, and is logged there.
+    let warm = LockConfig::new(spec.warm_up.clone(), at_most, Duration::ZERO)?;
+    if let Ok(Ok(Some(lock))) = tokio::time::timeout(call_limit, p.try_lock(&warm)).await {
+        let _ = tokio::time::timeout(call_limit, lock.unlock()).await;
+    }
     let now = monotonic_ns();
     if spec.start_ns > now {
         tokio::time::sleep(Duration::from_nanos(spec.start_ns - now)).await;
     }
     let late = Duration::from_nanos(monotonic_ns().saturating_sub(spec.start_ns));
-    let wall = unix_ms() - i64::try_from(late.as_millis()).unwrap_or(0);
-    let mut log = NodeLog { wall_at_start_ms: wall, ..NodeLog::default() };
-    let end = spec.start_ns.max(monotonic_ns()) + spec.run_for_ms * 1_000_000;
+    log.wall_at_start_ms = unix_us() / 1000 - i64::try_from(late.as_millis()).unwrap_or(0);
+    let start = spec.start_ns.max(monotonic_ns());
+    let end = start + spec.run_for_ms * 1_000_000;
+    let lead_until = start + spec.lead_ms * 1_000_000;
+    let mine = |n: usize| spec.leaders.get(n).copied().flatten() == Some(spec.index);
+    // The names this node leads and has not yet held.
+    let mut leading: Vec<bool> = (0..spec.names.len()).map(mine).collect();
     let mut rng = fastrand::Rng::with_seed(spec.seed);
-    let at_most = Duration::from_millis(spec.at_most_ms);
+    let mut open = Vec::with_capacity(spec.names.len());
     while monotonic_ns() < end {
-        let name = &spec.names[rng.usize(..spec.names.len())];
+        let now = monotonic_ns();
+        open.clear();
+        open.extend((0..spec.names.len()).filter(|&n| {
+            now >= lead_until || spec.leaders.get(n).copied().flatten().is_none_or(|_| mine(n))
+        }));
+        if open.is_empty() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            continue;
+        }
+        let n = open[rng.usize(..open.len())];
+        let name = &spec.names[n];
         let cfg = LockConfig::new(name.clone(), at_most, Duration::ZERO)?;
-        let call_start_ns = monotonic_ns();
-        match tokio::time::timeout(at_most * 10 + Duration::from_secs(5), p.try_lock(&cfg)).await {
+        let (call_start_ns, wall_start_us) = (monotonic_ns(), unix_us());
+        let outcome = tokio::time::timeout(call_limit, p.try_lock(&cfg)).await;
+        let call = NodeCall {
+            name: name.clone(),
+            call_start_ns,
+            call_end_ns: monotonic_ns(),
+            wall_start_us,
+            wall_end_us: unix_us(),
+        };
+        match outcome {
             Ok(Ok(Some(lock))) => {
-                let call_end_ns = monotonic_ns();
-                tokio::time::sleep(Duration::from_millis(rng.u64(0..=spec.hold_max_ms))).await;
+                let hold = if std::mem::take(&mut leading[n]) {
+                    spec.hold_max_ms
+                } else {
+                    rng.u64(0..=spec.hold_max_ms)
+                };
+                tokio::time::sleep(Duration::from_millis(hold)).await;
                 let released_ns = monotonic_ns();
                 if let Err(e) = lock.unlock().await {
                     log.errors += 1;
                     log.last_error = Some(format!("unlock: {e}"));
                 }
-                log.acquisitions.push(NodeAcq {
-                    name: name.clone(),
-                    call_start_ns,
-                    call_end_ns,
-                    released_ns,
-                });
+                log.acquisitions.push(NodeAcq { call, released_ns });
             }
-            Ok(Ok(None)) => log.refusals.push((name.clone(), monotonic_ns())),
+            Ok(Ok(None)) => log.refusals.push(call),
             Ok(Err(e)) => {
                 log.errors += 1;
                 log.last_error = Some(format!("try_lock: {e}"));
@@ -208,10 +260,11 @@ async fn run_node(factory: &impl ProviderFactory, spec: &NodeSpec) -> Result<Nod
     Ok(log)
 }
 
-fn unix_ms() -> i64 {
+/// The process's wall clock in microseconds since the Unix epoch (libfaketime's, in a node).
+fn unix_us() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
         .unwrap_or(0)
 }
 
@@ -242,10 +295,19 @@ const LADDER: [Rung; 5] = [
     },
 ];
 
+/// The node that takes each name first (see [`NodeSpec::leaders`]): the first name goes to
+/// node 2, whose clock is behind the others' at every rung, the second to node 0, which is
+/// behind node 1.
+const LEADERS: [Option<usize>; 2] = [Some(2), Some(0)];
+
 /// What one rung's nodes did.
 struct RungRun {
     intervals: Vec<Interval>,
+    /// Refused calls made while another node held the name.
     cross_refusals: usize,
+    /// Calls made while another node held the name, with the caller's clock past the
+    /// holder's lease (see [`run_rung`]).
+    probes: usize,
     acquisitions: usize,
     holders: usize,
     errors: u64,
@@ -255,7 +317,16 @@ struct RungRun {
 /// C28: real clock skew between processes (libfaketime). Server-time providers: no overlap at
 /// any rung (0, ±1 s, ±1 min, ±1 h, and drifting clocks). Client-time providers: the largest
 /// spread with no overlap is reported, and a violation below [`Options::documented_skew_bound`]
-/// fails. Not applicable without libfaketime (with the install hint) or without
+/// fails.
+///
+/// A rung without overlap counts only if it was *probed*: some node called `try_lock` while
+/// another held the name, with its own wall clock already past the holder's lease (the
+/// holder's wall clock when its call returned, plus `lock_at_most_for` and the granularity).
+/// That is the moment a provider judging expiry by the caller's clock takes the name; without
+/// one, a rung proves nothing (a client-time release that writes the releaser's clock, say,
+/// keeps a node ahead holding every name). Each name is therefore taken first by a node whose
+/// clock is behind ([`NodeSpec::leaders`]). An unprobed rung gives a client-time provider no
+/// bound; a server-time provider fails on a rung ten leases wide or more that was not probed. Not applicable without libfaketime (with the install hint) or without
 /// [`Hooks::with_node_env`] (the factory cannot put node processes on the same backend).
 ///
 /// [`Options::documented_skew_bound`]: crate::Options::documented_skew_bound
@@ -292,6 +363,8 @@ async fn c28(suite: &Suite) -> R {
     let mut checked = 0usize;
     let mut bound: Option<Duration> = None;
     let mut violation: Option<(String, String)> = None;
+    // The first rung with clocks far apart at which no node called into another's lease.
+    let mut unprobed: Option<&str> = None;
     for (k, rung) in LADDER.iter().enumerate() {
         let names =
             vec![suite.lock_name(&format!("c28r{k}a")), suite.lock_name(&format!("c28r{k}b"))];
@@ -336,19 +409,26 @@ async fn c28(suite: &Suite) -> R {
         if verdict.is_err() {
             suite.count_overlap();
         }
+        // A rung whose clocks are far apart (ten leases) must have been probed: otherwise
+        // nothing at it could have told a skew bug from a correct provider.
+        let must_probe = rung.spread >= t.at_most * 10;
+        let probed = rung.spread.is_zero() || run.probes > 0;
         lines.push(format!(
-            "{}: {} acquisitions, {} cross-process refusals, {} errors{}",
+            "{}: {} acquisitions, {} cross-process refusals, {} probes past the holder's lease \
+             by the caller's clock, {} errors{}{}",
             rung.label,
             run.acquisitions,
             run.cross_refusals,
+            run.probes,
             run.errors,
+            if probed { "" } else { " (not probed: no bound from this rung)" },
             match &verdict {
                 Ok(()) => String::new(),
                 Err(o) => format!(", OVERLAP {o}"),
             }
         ));
         match verdict {
-            Ok(()) if violation.is_none() => {
+            Ok(()) if violation.is_none() && probed => {
                 bound = Some(rung.spread.max(bound.unwrap_or_default()))
             }
             Ok(()) => {}
@@ -356,6 +436,9 @@ async fn c28(suite: &Suite) -> R {
                 violation = Some((rung.label.to_owned(), o.to_string()))
             }
             Err(_) => {}
+        }
+        if must_probe && !probed && violation.is_none() && unprobed.is_none() {
+            unprobed = Some(rung.label);
         }
         if server_time && violation.is_some() {
             break;
@@ -368,6 +451,13 @@ async fn c28(suite: &Suite) -> R {
             bail!(
                 "server time declared, but two processes held one lock at once at rung {rung}: \
                  {o} (a provider that reads the process clock itself; {summary})"
+            );
+        }
+        if let Some(rung) = unprobed {
+            bail!(
+                "at rung {rung} no node called for a name while another held it under a lease \
+                 its own clock saw as over: C28 could not tell server time from the process \
+                 clock ({summary})"
             );
         }
         return Ok(format!(
@@ -417,7 +507,8 @@ async fn run_rung(
     let run_for = suite.options().process_skew_run_for;
     let now_ns = monotonic_ns();
     let start_ns = now_ns + 1_500_000_000;
-    let host_wall_at_start = unix_ms() + 1_500;
+    let host_wall_at_start = unix_us() / 1000 + 1_500;
+    let hold_max_ms = u64::try_from((t.at_most / 3).as_millis()).unwrap_or(100);
     let mut children = Vec::new();
     for (i, faketime) in rung.faketime.iter().enumerate() {
         let out = dir.join(format!("rung{k}-node{i}.json"));
@@ -428,7 +519,10 @@ async fn run_rung(
             start_ns,
             run_for_ms: u64::try_from(run_for.as_millis()).unwrap_or(u64::MAX),
             at_most_ms: u64::try_from(t.at_most.as_millis()).unwrap_or(300),
-            hold_max_ms: u64::try_from((t.at_most / 3).as_millis()).unwrap_or(100),
+            hold_max_ms,
+            leaders: LEADERS.to_vec(),
+            lead_ms: hold_max_ms / 2,
+            warm_up: suite.lock_name(&format!("c28r{k}w{i}")),
             out: out.clone(),
             seed: suite.seed() ^ ((k as u64) << 8) ^ i as u64,
         };
@@ -498,7 +592,8 @@ async fn run_rung(
     let at_most_ns = u64::try_from(t.at_most.as_nanos()).unwrap_or(u64::MAX);
     let origin = start_ns.saturating_sub(1_000_000_000);
     let mut intervals = Vec::new();
-    let mut by_name: HashMap<&str, Vec<(usize, u64, u64)>> = HashMap::new();
+    // Per name: (node, the holder's call, the end of its certain interval).
+    let mut holds: HashMap<&str, Vec<(usize, &NodeCall, u64)>> = HashMap::new();
     let mut holders = std::collections::BTreeSet::new();
     let mut errors = 0;
     let mut offsets_ms = Vec::new();
@@ -507,25 +602,49 @@ async fn run_rung(
         offsets_ms.push(log.wall_at_start_ms - host_wall_at_start);
         for a in &log.acquisitions {
             holders.insert(*i);
-            let end = (a.call_start_ns + at_most_ns).min(a.released_ns);
-            let iv = Interval {
-                name: a.name.clone(),
+            let c = &a.call;
+            let end = (c.call_start_ns + at_most_ns).min(a.released_ns);
+            intervals.push(Interval {
+                name: c.name.clone(),
                 holder: format!("process {i} ({})", rung.faketime[*i]),
-                start: Duration::from_nanos(a.call_end_ns.saturating_sub(origin)),
+                start: Duration::from_nanos(c.call_end_ns.saturating_sub(origin)),
                 end: Duration::from_nanos(end.saturating_sub(origin)),
-            };
-            intervals.push(iv);
-            by_name.entry(a.name.as_str()).or_default().push((*i, a.call_end_ns, end));
+            });
+            holds.entry(c.name.as_str()).or_default().push((*i, c, end));
         }
     }
-    let mut cross_refusals = 0;
+    // A lease ends, by its holder's clock, no later than the holder's wall clock when its
+    // try_lock returned plus `lock_at_most_for` (plus the backend's rounding).
+    let lease_us = i64::try_from((t.at_most + t.granularity).as_micros()).unwrap_or(i64::MAX);
+    let (mut cross_refusals, mut probes) = (0, 0);
     for (i, log) in &logs {
-        for (name, at) in &log.refusals {
-            let held_elsewhere = by_name
-                .get(name.as_str())
-                .is_some_and(|v| v.iter().any(|(j, s, e)| j != i && s <= at && at <= e));
-            if held_elsewhere {
+        let calls = log
+            .refusals
+            .iter()
+            .map(|c| (c, false))
+            .chain(log.acquisitions.iter().map(|a| (&a.call, true)));
+        for (c, granted) in calls {
+            let inside: Vec<&(usize, &NodeCall, u64)> = holds
+                .get(c.name.as_str())
+                .map(|v| {
+                    v.iter()
+                        .filter(|(j, h, e)| {
+                            j != i && h.call_end_ns <= c.call_start_ns && c.call_end_ns <= *e
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            if !granted && !inside.is_empty() {
                 cross_refusals += 1;
+            }
+            // A probe: the call began while another node held the name, with this node's
+            // clock already past that holder's lease. A provider judging expiry by the
+            // caller's clock takes the name here; only one that does not may refuse.
+            if inside
+                .iter()
+                .any(|(_, h, _)| c.wall_start_us > h.wall_end_us.saturating_add(lease_us))
+            {
+                probes += 1;
             }
         }
     }
@@ -533,6 +652,7 @@ async fn run_rung(
         acquisitions: intervals.len(),
         intervals,
         cross_refusals,
+        probes,
         holders: holders.len(),
         errors,
         offsets_ms,
