@@ -26,8 +26,11 @@ fn plan(target: &str) -> Result<(Vec<String>, std::path::PathBuf), String> {
             root(),
         )),
         // The third-party example provider (its own workspace), judged by its conformance test.
+        // In place: its path dependencies point out of its workspace (`../..`), which a scratch
+        // copy cannot follow (cargo-mutants 27.1 resolves them to `/`); cargo-mutants restores
+        // each mutated file after the mutant's run.
         "toy" => Ok((
-            ["--", "--test", "conformance"].map(str::to_owned).to_vec(),
+            ["--in-place", "--", "--test", "conformance"].map(str::to_owned).to_vec(),
             root().join("conformance/examples/third_party"),
         )),
         other => Err(format!("unknown mutants target {other:?}: memory or toy")),
