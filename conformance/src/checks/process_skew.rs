@@ -421,7 +421,11 @@ async fn c28(suite: &Suite) -> R {
             run.cross_refusals,
             run.probes,
             run.errors,
-            if probed { "" } else { " (not probed: no bound from this rung)" },
+            match (probed, server_time) {
+                (true, _) => "",
+                (false, true) => " (not probed)",
+                (false, false) => " (not probed: no bound from this rung)",
+            },
             match &verdict {
                 Ok(()) => String::new(),
                 Err(o) => format!(", OVERLAP {o}"),
