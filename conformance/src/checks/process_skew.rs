@@ -203,7 +203,8 @@ async fn run_node(factory: &impl ProviderFactory, spec: &NodeSpec) -> Result<Nod
     let start = spec.start_ns.max(monotonic_ns());
     let end = start + spec.run_for_ms * 1_000_000;
     let lead_until = start + spec.lead_ms * 1_000_000;
-    let mine = |n: usize| spec.leaders.get(n).copied().flatten() == Some(spec.index);
+    let leader = |n: usize| spec.leaders.get(n).copied().flatten();
+    let mine = |n: usize| leader(n) == Some(spec.index);
     // The names this node leads and has not yet held.
     let mut leading: Vec<bool> = (0..spec.names.len()).map(mine).collect();
     let mut rng = fastrand::Rng::with_seed(spec.seed);
@@ -211,9 +212,10 @@ async fn run_node(factory: &impl ProviderFactory, spec: &NodeSpec) -> Result<Nod
     while monotonic_ns() < end {
         let now = monotonic_ns();
         open.clear();
-        open.extend((0..spec.names.len()).filter(|&n| {
-            now >= lead_until || spec.leaders.get(n).copied().flatten().is_none_or(|_| mine(n))
-        }));
+        open.extend(
+            (0..spec.names.len())
+                .filter(|&n| now >= lead_until || leader(n).is_none_or(|l| l == spec.index)),
+        );
         if open.is_empty() {
             tokio::time::sleep(Duration::from_millis(1)).await;
             continue;
@@ -630,14 +632,12 @@ async fn run_rung(
         for (c, granted) in calls {
             let inside: Vec<&(usize, &NodeCall, u64)> = holds
                 .get(c.name.as_str())
-                .map(|v| {
-                    v.iter()
-                        .filter(|(j, h, e)| {
-                            j != i && h.call_end_ns <= c.call_start_ns && c.call_end_ns <= *e
-                        })
-                        .collect()
+                .into_iter()
+                .flatten()
+                .filter(|(j, h, e)| {
+                    j != i && h.call_end_ns <= c.call_start_ns && c.call_end_ns <= *e
                 })
-                .unwrap_or_default();
+                .collect();
             if !granted && !inside.is_empty() {
                 cross_refusals += 1;
             }
