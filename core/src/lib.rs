@@ -8,8 +8,11 @@
 //! (`shedlock-memory`, `shedlock-postgres`, ...), and `shedlock-conformance` proves that a
 //! backend is safe.
 //!
-//! Provider authors build locks with [`Acquisition`] and find the backend-neutral helpers every
-//! provider needs (owner ids, name checks, timeouts, retries, time conversions, [`TimeSource`]) in
+//! Provider authors implement [`store::LeaseStore`] (acquire, release and extend on one backend
+//! record) and get a [`LockProvider`] from [`store::StoreProvider`], which owns the plumbing every
+//! provider shares: validated settings, name checks, owner ids, lease validity, time limits,
+//! spans and error labels. Providers whose backend holds the lease itself build locks with
+//! [`Acquisition`]. The backend-neutral helpers (time conversions, retries, [`TimeSource`]) are in
 //! [`support`].
 //!
 //! The core does no I/O.
@@ -24,6 +27,7 @@ mod lease;
 pub mod metrics;
 mod provider;
 mod scheduler;
+pub mod store;
 pub mod support;
 
 pub use clock::{

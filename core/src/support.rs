@@ -84,12 +84,23 @@ pub fn default_locked_by() -> String {
             let host = if host.is_empty() { "unknown-host".to_owned() } else { host };
             let mut s = format!("{host}/{}", std::process::id());
             s.retain(|c| c != '\0');
-            while s.len() > MAX_LOCKED_BY_LEN {
-                s.pop();
-            }
+            truncate_at_char_boundary(&mut s, MAX_LOCKED_BY_LEN);
             s
         })
         .clone()
+}
+
+/// Cuts `s` to at most `max` bytes, at the last character boundary that fits (never inside a
+/// character, where [`String::truncate`] would panic). For informational values such as
+/// `locked_by`; lock names are never cut ([`check_lock_name`]).
+pub fn truncate_at_char_boundary(s: &mut String, max: usize) {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
 }
 
 /// The length of what [`acquisition_locked_by`] appends to `locked_by`: ` #` and 16 hex digits.
@@ -273,6 +284,19 @@ mod tests {
         assert!(check_lock_name("x", &"😀".repeat(64), Some(255), true).is_err());
         assert!(check_lock_name("x", "a\0b", Some(255), true).is_err());
         assert!(check_lock_name("x", "a\0b", Some(255), false).is_ok());
+    }
+
+    #[test]
+    fn truncation_never_splits_a_character() {
+        let mut s = "ab😀".to_owned(); // 2 + 4 bytes
+        truncate_at_char_boundary(&mut s, 5);
+        assert_eq!(s, "ab");
+        let mut s = "ab😀".to_owned();
+        truncate_at_char_boundary(&mut s, 6);
+        assert_eq!(s, "ab😀");
+        let mut s = "é".repeat(200);
+        truncate_at_char_boundary(&mut s, 255);
+        assert_eq!(s.len(), 254);
     }
 
     #[test]

@@ -1,0 +1,890 @@
+//! The provider seam: implement [`LeaseStore`] — the three storage calls on one backend record —
+//! and [`StoreProvider`] turns it into a [`LockProvider`].
+//!
+//! Every provider needs the same plumbing around its storage calls: a validated `locked_by`, one
+//! default time limit, whose clock judges expiry, the ShedLock-compatible flag, a lock-name check,
+//! a fresh owner id per acquisition, [`Acquisition::begin`]/[`grant`](Acquisition::grant) around
+//! the acquire, typed timeouts with one label per operation, one span name per operation and the
+//! [`Error::LockLost`] of a failed extension. Written once here, they cannot drift between
+//! providers:
+//!
+//! - [`ProviderSettings`] holds the settings every provider shares. A provider's builder embeds
+//!   one, forwards its setters, and validates it once with [`ProviderSettings::validate`] into
+//!   [`Settings`].
+//! - A store sees one [`Request`] per call: the lock's configuration, the acquisition's
+//!   [`Owner`], the caller's clock reading in client-time mode, and the call's deadline.
+//! - [`StoreProvider`] runs the calls: name check, owner, lease, time limit
+//!   ([`Operation::label`]: `try_lock`, `unlock`, `extend`), span (`shedlock.try_lock`,
+//!   `shedlock.unlock`, `shedlock.extend`, each with `provider` and `lock` fields).
+//!
+//! To write a provider for a new backend, implement [`LeaseStore`] and prove it with the
+//! `shedlock-conformance` kit. Providers whose backend holds the lease itself (a session, a
+//! lease object with its own keep-alive, a watch) may implement [`LockProvider`] directly, and
+//! then still use [`Settings`], [`Owner`] and [`Operation`] so that labels, spans and the owner
+//! encoding stay the same everywhere.
+//!
+//! ```
+//! use std::{collections::HashMap, sync::Mutex, time::{Duration, SystemTime}};
+//! use shedlock::{Capabilities, LockConfig, LockProvider, Result, TimeSource};
+//! use shedlock::store::{
+//!     Extension, Granted, LeaseStore, ProviderSettings, Request, Settings, StoreProvider,
+//! };
+//!
+//! /// A one-process "backend": name -> (owner id, lock_until), judged by the caller's clock
+//! /// (a real server-time store lets the backend's clock judge expiry).
+//! #[derive(Debug, Default)]
+//! struct MapStore(Mutex<HashMap<String, (u64, SystemTime)>>);
+//!
+//! #[async_trait::async_trait]
+//! impl LeaseStore for MapStore {
+//!     type Held = ();
+//!
+//!     fn capabilities(&self, settings: &Settings) -> Capabilities {
+//!         Capabilities::new()
+//!             .with_extend(true)
+//!             .with_owner_checked(true)
+//!             .with_server_time(settings.time_source().is_server())
+//!     }
+//!
+//!     async fn acquire(&self, req: &Request<'_>) -> Result<Option<Granted<()>>> {
+//!         let now = req.client_now().unwrap_or_else(SystemTime::now);
+//!         let mut map = self.0.lock().unwrap();
+//!         if map.get(req.name()).is_some_and(|(_, until)| *until > now) {
+//!             return Ok(None);
+//!         }
+//!         map.insert(req.name().into(), (req.owner().id(), now + req.lock_at_most_for()));
+//!         Ok(Some(Granted::new(())))
+//!     }
+//!
+//!     async fn release(&self, req: &Request<'_>, _: &mut ()) -> Result<()> {
+//!         let mut map = self.0.lock().unwrap();
+//!         if map.get(req.name()).is_some_and(|(owner, _)| *owner == req.owner().id()) {
+//!             map.remove(req.name()); // (a real store keeps it for lock_at_least_for)
+//!         }
+//!         Ok(())
+//!     }
+//!
+//!     async fn extend(&self, req: &Request<'_>, _: &mut ()) -> Result<Extension> {
+//!         let now = req.client_now().unwrap_or_else(SystemTime::now);
+//!         let mut map = self.0.lock().unwrap();
+//!         match map.get_mut(req.name()) {
+//!             Some((owner, until)) if *owner == req.owner().id() && *until > now => {
+//!                 *until = now + req.lock_at_most_for();
+//!                 Ok(Extension::Extended)
+//!             }
+//!             _ => Ok(Extension::Lost),
+//!         }
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<()> {
+//! let mut settings = ProviderSettings::new();
+//! settings.set_time_source(TimeSource::Client);
+//! let settings = settings.validate("map")?;
+//! let provider = StoreProvider::new(MapStore::default(), settings);
+//! let cfg = LockConfig::new("job", Duration::from_secs(60), Duration::ZERO)?;
+//! let lock = provider.try_lock(&cfg).await?.expect("free");
+//! assert!(provider.try_lock(&cfg).await?.is_none());
+//! lock.unlock().await?;
+//! # Ok(()) }
+//! ```
+
+use std::{
+    fmt,
+    future::Future,
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::{
+    clock::{SharedClock, system_clock},
+    config::LockConfig,
+    error::{Error, Result},
+    lease::Acquisition,
+    provider::{Capabilities, Lock, LockHandle, LockProvider},
+    support::{
+        ACQUISITION_SUFFIX_LEN, MAX_LOCKED_BY_LEN, TimeSource, acquisition_id,
+        acquisition_locked_by, check_lock_name, default_locked_by, truncate_at_char_boundary,
+    },
+};
+
+/// The default time limit of each provider operation, connecting included: 10 s.
+pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The three lock operations. Their [`label`](Operation::label)s are the `operation` of
+/// [`Error::Timeout`] and the suffix of the span names, the same for every provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Operation {
+    /// [`LockProvider::try_lock`].
+    TryLock,
+    /// [`Lock::unlock`].
+    Unlock,
+    /// [`Lock::extend`].
+    Extend,
+}
+
+impl Operation {
+    /// `try_lock`, `unlock` or `extend`.
+    pub const fn label(self) -> &'static str {
+        match self {
+            Operation::TryLock => "try_lock",
+            Operation::Unlock => "unlock",
+            Operation::Extend => "extend",
+        }
+    }
+
+    /// The span every provider opens around this operation: `shedlock.try_lock`,
+    /// `shedlock.unlock` or `shedlock.extend` at debug level, with fields `provider` (the
+    /// backend name) and `lock` (the lock name).
+    pub fn span(self, provider: &'static str, lock: &str) -> tracing::Span {
+        match self {
+            Operation::TryLock => tracing::debug_span!("shedlock.try_lock", provider, lock),
+            Operation::Unlock => tracing::debug_span!("shedlock.unlock", provider, lock),
+            Operation::Extend => tracing::debug_span!("shedlock.extend", provider, lock),
+        }
+    }
+
+    /// The [`Error::Timeout`] of this operation after `after`.
+    pub fn timed_out(self, after: Duration) -> Error {
+        Error::Timeout { operation: self.label(), after }
+    }
+}
+
+impl fmt::Display for Operation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// The settings every provider shares, as given to its builder: `locked_by`, the time limit of
+/// each operation, whose clock judges expiry, the instance's clock and the ShedLock-compatible
+/// mode. A builder embeds one, forwards the setters it offers, and calls
+/// [`validate`](Self::validate) once in `build`.
+#[derive(Clone)]
+pub struct ProviderSettings {
+    locked_by: Option<String>,
+    timeout: Option<Duration>,
+    time: TimeSource,
+    clock: SharedClock,
+    compat: bool,
+}
+
+impl fmt::Debug for ProviderSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProviderSettings")
+            .field("locked_by", &self.locked_by)
+            .field("timeout", &self.timeout)
+            .field("time", &self.time)
+            .field("shedlock_compatible", &self.compat)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for ProviderSettings {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ProviderSettings {
+    /// The defaults: `locked_by` from [`default_locked_by`], a time limit of
+    /// [`DEFAULT_OPERATION_TIMEOUT`], server time, the system clock, the provider's native mode.
+    pub fn new() -> Self {
+        Self {
+            locked_by: None,
+            timeout: Some(DEFAULT_OPERATION_TIMEOUT),
+            time: TimeSource::Server,
+            clock: system_clock(),
+            compat: false,
+        }
+    }
+
+    /// Who holds the lock, stored for operators (default `hostname/pid`): at most
+    /// [`MAX_LOCKED_BY_LEN`] bytes (less [`ACQUISITION_SUFFIX_LEN`] in the ShedLock-compatible
+    /// mode), no NUL. Informational only: ownership rests on the acquisition's [`Owner`] id.
+    pub fn set_locked_by(&mut self, locked_by: impl Into<String>) -> &mut Self {
+        self.locked_by = Some(locked_by.into());
+        self
+    }
+
+    /// The time limit of each operation, waiting for and opening connections included
+    /// (`None`: no limit). On expiry the call fails with [`Error::Timeout`]; whether it took
+    /// effect on the backend is unknown.
+    pub fn set_timeout(&mut self, timeout: Option<Duration>) -> &mut Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Whose clock judges expiry (default [`TimeSource::Server`]).
+    pub fn set_time_source(&mut self, time: TimeSource) -> &mut Self {
+        self.time = time;
+        self
+    }
+
+    /// The instance's clock, consulted for expiry only with [`TimeSource::Client`] (default:
+    /// the system clock).
+    pub fn set_clock(&mut self, clock: SharedClock) -> &mut Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The ShedLock-compatible mode: records in ShedLock's layout, the owner identified by a
+    /// `locked_by` unique to each acquisition ([`Owner::locked_by`]).
+    pub fn set_shedlock_compatible(&mut self, compat: bool) -> &mut Self {
+        self.compat = compat;
+        self
+    }
+
+    /// Whose clock will judge expiry.
+    pub fn time_source(&self) -> TimeSource {
+        self.time
+    }
+
+    /// Whether the ShedLock-compatible mode is set.
+    pub fn is_shedlock_compatible(&self) -> bool {
+        self.compat
+    }
+
+    /// Checks the settings for `backend` (its name in errors and logs). The default
+    /// `locked_by` is cut at a character boundary to fit; a configured one that does not fit
+    /// or holds a NUL is [`Error::Setup`], never cut. Does no I/O.
+    pub fn validate(self, backend: &'static str) -> Result<Settings> {
+        let max = if self.compat {
+            MAX_LOCKED_BY_LEN - ACQUISITION_SUFFIX_LEN
+        } else {
+            MAX_LOCKED_BY_LEN
+        };
+        let locked_by = match self.locked_by {
+            Some(given) => {
+                if given.len() > max || given.contains('\0') {
+                    let mode = if self.compat {
+                        " in the ShedLock-compatible mode, which appends \" #\" and the \
+                         acquisition's 16 hex digits to it"
+                    } else {
+                        ""
+                    };
+                    return Err(Error::Setup {
+                        backend,
+                        message: format!(
+                            "locked_by must be at most {max} bytes{mode} and contain no NUL \
+                             character (got {} bytes)",
+                            given.len()
+                        ),
+                    });
+                }
+                given
+            }
+            None => {
+                let mut s = default_locked_by();
+                truncate_at_char_boundary(&mut s, max);
+                s
+            }
+        };
+        Ok(Settings {
+            backend,
+            locked_by: locked_by.into(),
+            timeout: self.timeout,
+            time: self.time,
+            clock: self.clock,
+            compat: self.compat,
+        })
+    }
+}
+
+/// Validated [`ProviderSettings`] of one provider instance. Cheap to clone.
+#[derive(Clone)]
+pub struct Settings {
+    backend: &'static str,
+    locked_by: Arc<str>,
+    timeout: Option<Duration>,
+    time: TimeSource,
+    clock: SharedClock,
+    compat: bool,
+}
+
+impl fmt::Debug for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Settings")
+            .field("backend", &self.backend)
+            .field("locked_by", &self.locked_by)
+            .field("timeout", &self.timeout)
+            .field("time", &self.time)
+            .field("shedlock_compatible", &self.compat)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Settings {
+    /// The backend name, in errors, logs, spans and metrics labels.
+    pub fn backend(&self) -> &'static str {
+        self.backend
+    }
+
+    /// The configured (or default) `locked_by`.
+    pub fn locked_by(&self) -> &str {
+        &self.locked_by
+    }
+
+    /// The time limit of each operation.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    /// Whose clock judges expiry.
+    pub fn time_source(&self) -> TimeSource {
+        self.time
+    }
+
+    /// The instance's clock.
+    pub fn clock(&self) -> &SharedClock {
+        &self.clock
+    }
+
+    /// Whether the ShedLock-compatible mode is on.
+    pub fn is_shedlock_compatible(&self) -> bool {
+        self.compat
+    }
+
+    /// The time by the instance's clock in client-time mode; `None` in server-time mode, where
+    /// the clock must not be consulted.
+    pub fn client_now(&self) -> Option<SystemTime> {
+        self.time.client_now(&self.clock)
+    }
+
+    /// A fresh owner for one acquisition: a new [`acquisition_id`], and the `locked_by` it
+    /// writes (unique to the acquisition in the ShedLock-compatible mode).
+    pub fn new_owner(&self) -> Owner {
+        let id = acquisition_id();
+        let locked_by = if self.compat {
+            OwnerLockedBy::Own(acquisition_locked_by(&self.locked_by, id))
+        } else {
+            OwnerLockedBy::Shared(Arc::clone(&self.locked_by))
+        };
+        Owner { id, locked_by }
+    }
+
+    /// The deadline of an operation starting now (`None`: no limit).
+    pub fn deadline(&self) -> Option<Instant> {
+        self.timeout.and_then(|t| Instant::now().checked_add(t))
+    }
+}
+
+#[derive(Clone)]
+enum OwnerLockedBy {
+    Shared(Arc<str>),
+    Own(String),
+}
+
+/// Who owns one acquisition: the id that owner-checked unlock and extend compare, and the
+/// `locked_by` it writes. Made by [`Settings::new_owner`].
+#[derive(Clone)]
+pub struct Owner {
+    id: u64,
+    locked_by: OwnerLockedBy,
+}
+
+impl fmt::Debug for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Owner")
+            .field("id", &self.hex())
+            .field("locked_by", &self.locked_by())
+            .finish()
+    }
+}
+
+impl Owner {
+    /// The acquisition id: a fresh, unpredictable 64-bit value ([`acquisition_id`]).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The id's bits as a signed integer, for a 64-bit integer column.
+    pub fn id_i64(&self) -> i64 {
+        i64::from_ne_bytes(self.id.to_ne_bytes())
+    }
+
+    /// The id as 16 lower-case hex digits, for a text field.
+    pub fn hex(&self) -> String {
+        format!("{:016x}", self.id)
+    }
+
+    /// The `locked_by` this acquisition writes: the configured value, or in the
+    /// ShedLock-compatible mode that value, ` #` and [`hex`](Self::hex) (ShedLock's formats
+    /// identify a holder by `lockedBy` alone).
+    pub fn locked_by(&self) -> &str {
+        match &self.locked_by {
+            OwnerLockedBy::Shared(s) => s,
+            OwnerLockedBy::Own(s) => s,
+        }
+    }
+}
+
+/// What a store is asked to do on one call: the lock, its owner and the call's limits.
+pub struct Request<'a> {
+    config: &'a LockConfig,
+    owner: &'a Owner,
+    settings: &'a Settings,
+    operation: Operation,
+    client_now: Option<SystemTime>,
+    deadline: Option<Instant>,
+}
+
+impl fmt::Debug for Request<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Request")
+            .field("operation", &self.operation)
+            .field("config", self.config)
+            .field("owner", self.owner)
+            .field("client_now", &self.client_now)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> Request<'a> {
+    /// The lock name.
+    pub fn name(&self) -> &'a str {
+        self.config.name()
+    }
+
+    /// The lock's configuration for this call (for unlock and extend: the one in force now).
+    pub fn config(&self) -> &'a LockConfig {
+        self.config
+    }
+
+    /// `lock_at_most_for` of this call.
+    pub fn lock_at_most_for(&self) -> Duration {
+        self.config.lock_at_most_for()
+    }
+
+    /// `lock_at_least_for` of this call.
+    pub fn lock_at_least_for(&self) -> Duration {
+        self.config.lock_at_least_for()
+    }
+
+    /// The acquisition's owner.
+    pub fn owner(&self) -> &'a Owner {
+        self.owner
+    }
+
+    /// The provider's settings.
+    pub fn settings(&self) -> &'a Settings {
+        self.settings
+    }
+
+    /// Which operation this is.
+    pub fn operation(&self) -> Operation {
+        self.operation
+    }
+
+    /// The caller's clock in client-time mode, read once when the call began; `None` in
+    /// server-time mode, where expiry must be judged by the backend's clock.
+    pub fn client_now(&self) -> Option<SystemTime> {
+        self.client_now
+    }
+
+    /// When this call must be answered by (`None`: no limit). Enforced by [`StoreProvider`],
+    /// unless the store says it enforces it itself ([`LeaseStore::enforces_deadline`]).
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// The [`Error::Timeout`] of this call, for a store that enforces its deadline itself.
+    pub fn timed_out(&self) -> Error {
+        self.operation.timed_out(self.settings.timeout.unwrap_or_default())
+    }
+}
+
+/// A store's yes to an acquire: the state the held lock keeps, and its fencing token if the
+/// store hands out tokens.
+#[derive(Debug)]
+pub struct Granted<H> {
+    held: H,
+    token: Option<u64>,
+}
+
+impl<H> Granted<H> {
+    /// The lock was won; `held` is what later calls need (a version, a CAS value, a record id).
+    pub fn new(held: H) -> Self {
+        Self { held, token: None }
+    }
+
+    /// With the acquisition's fencing token: greater than the token of every earlier
+    /// acquisition of the same name (only if the store declares
+    /// [`fencing`](Capabilities::fencing)).
+    pub fn with_fencing_token(mut self, token: u64) -> Self {
+        self.token = Some(token);
+        self
+    }
+}
+
+/// The answer of [`LeaseStore::extend`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extension {
+    /// The record is still this acquisition's and now runs to `lock_at_most_for` from now.
+    Extended,
+    /// The record is gone, expired or another acquisition's: nothing was changed. The driver
+    /// answers [`Error::LockLost`].
+    Lost,
+}
+
+/// The storage calls of one backend: acquire, release and extend on the record of one name.
+///
+/// [`StoreProvider`] calls them; it has already checked the name, made the [`Owner`], begun the
+/// lease and started the time limit, and it maps [`Extension::Lost`] to [`Error::LockLost`].
+/// Each call must be cancel safe: it may be dropped at any await point (a timeout, a cancelled
+/// task), and must then leave no connection in a bad state and nothing held beyond
+/// `lock_at_most_for`.
+#[async_trait]
+pub trait LeaseStore: Send + Sync + 'static {
+    /// What a held lock keeps between calls (a version or CAS value, the server that granted
+    /// it, when at-least starts counting). `()` when the owner id is enough.
+    type Held: Send + Sync + 'static;
+
+    /// What this store guarantees, with these settings (e.g. no fencing in the
+    /// ShedLock-compatible mode, `server_time` per the time source).
+    /// [`max_name_len`](Capabilities::max_name_len) is enforced before any call.
+    fn capabilities(&self, settings: &Settings) -> Capabilities;
+
+    /// Whether lock names with a NUL character are refused before any call (default: no).
+    fn rejects_nul(&self) -> bool {
+        false
+    }
+
+    /// Whether the store enforces [`Request::deadline`] itself and answers
+    /// [`Request::timed_out`] on expiry (default: no, [`StoreProvider`] wraps each call in a
+    /// timer). For stores that re-arm one timer per connection instead of registering one per
+    /// call.
+    fn enforces_deadline(&self) -> bool {
+        false
+    }
+
+    /// Takes the lock of [`Request::name`] for [`Request::owner`] until `lock_at_most_for` from
+    /// now if it is free (no record, or an expired one): `Some` if this owner won it, `None` if
+    /// it is held elsewhere. One round trip where the backend allows it.
+    async fn acquire(&self, req: &Request<'_>) -> Result<Option<Granted<Self::Held>>>;
+
+    /// Releases this owner's lock, keeping it until `lock_at_least_for` after the acquisition
+    /// (or last extension). Owner-checked: another owner's record is left as it is, and that is
+    /// `Ok`.
+    async fn release(&self, req: &Request<'_>, held: &mut Self::Held) -> Result<()>;
+
+    /// Extends this owner's lock to `lock_at_most_for` from now if it still holds it.
+    async fn extend(&self, req: &Request<'_>, held: &mut Self::Held) -> Result<Extension> {
+        let _ = held;
+        Err(Error::Unsupported { backend: req.settings().backend(), operation: "extend" })
+    }
+}
+
+struct Inner<S> {
+    store: S,
+    settings: Settings,
+}
+
+impl<S: LeaseStore> Inner<S> {
+    async fn call<T>(
+        &self,
+        operation: Operation,
+        name: &str,
+        fut: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let span = operation.span(self.settings.backend, name);
+        match self.settings.timeout {
+            Some(after) if !self.store.enforces_deadline() => {
+                match tokio::time::timeout(after, fut).instrument(span).await {
+                    Ok(r) => r,
+                    Err(_) => Err(operation.timed_out(after)),
+                }
+            }
+            _ => fut.instrument(span).await,
+        }
+    }
+
+    fn request<'a>(
+        &'a self,
+        operation: Operation,
+        config: &'a LockConfig,
+        owner: &'a Owner,
+    ) -> Request<'a> {
+        Request {
+            config,
+            owner,
+            settings: &self.settings,
+            operation,
+            client_now: self.settings.client_now(),
+            deadline: self.settings.deadline(),
+        }
+    }
+}
+
+/// A [`LockProvider`] made of a [`LeaseStore`] and its [`Settings`]. Cheap to clone.
+pub struct StoreProvider<S> {
+    inner: Arc<Inner<S>>,
+}
+
+impl<S> Clone for StoreProvider<S> {
+    fn clone(&self) -> Self {
+        Self { inner: Arc::clone(&self.inner) }
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for StoreProvider<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreProvider")
+            .field("store", &self.inner.store)
+            .field("settings", &self.inner.settings)
+            .finish()
+    }
+}
+
+impl<S: LeaseStore> StoreProvider<S> {
+    /// A provider over `store` with `settings`.
+    pub fn new(store: S, settings: Settings) -> Self {
+        Self { inner: Arc::new(Inner { store, settings }) }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &S {
+        &self.inner.store
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &Settings {
+        &self.inner.settings
+    }
+}
+
+#[async_trait]
+impl<S: LeaseStore> LockProvider for StoreProvider<S> {
+    async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
+        let inner = &self.inner;
+        let backend = inner.settings.backend;
+        let name = config.name();
+        let max_len = inner.store.capabilities(&inner.settings).max_name_len;
+        check_lock_name(backend, name, max_len, inner.store.rejects_nul())?;
+        let owner = inner.settings.new_owner();
+        let acquisition = Acquisition::begin(config);
+        let req = inner.request(Operation::TryLock, config, &owner);
+        let granted = inner.call(Operation::TryLock, name, inner.store.acquire(&req)).await?;
+        let Some(Granted { held, token }) = granted else {
+            tracing::trace!(provider = backend, lock = name, "lock held elsewhere");
+            return Ok(None);
+        };
+        tracing::debug!(provider = backend, lock = name, token, "lock acquired");
+        let handle = StoreHandle { inner: Arc::clone(inner), owner, held, token };
+        acquisition.grant(handle).await.map(Some)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.store.capabilities(&self.inner.settings)
+    }
+
+    fn backend_name(&self) -> &'static str {
+        self.inner.settings.backend
+    }
+}
+
+/// One acquisition of a [`StoreProvider`]'s lock.
+struct StoreHandle<S: LeaseStore> {
+    inner: Arc<Inner<S>>,
+    owner: Owner,
+    held: S::Held,
+    token: Option<u64>,
+}
+
+#[async_trait]
+impl<S: LeaseStore> LockHandle for StoreHandle<S> {
+    async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
+        let inner = &self.inner;
+        let req = inner.request(Operation::Unlock, config, &self.owner);
+        let release = inner.store.release(&req, &mut self.held);
+        inner.call(Operation::Unlock, config.name(), release).await
+    }
+
+    async fn extend(&mut self, config: &LockConfig) -> Result<()> {
+        let inner = &self.inner;
+        let req = inner.request(Operation::Extend, config, &self.owner);
+        let extend = inner.store.extend(&req, &mut self.held);
+        match inner.call(Operation::Extend, config.name(), extend).await? {
+            Extension::Extended => Ok(()),
+            Extension::Lost => Err(Error::LockLost { name: config.name().to_owned() }),
+        }
+    }
+
+    fn fencing_token(&self) -> Option<u64> {
+        self.token
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// What the driver sent on one call: operation, owner id, locked_by, client clock.
+    type Seen = (Operation, u64, String, Option<SystemTime>);
+
+    /// A store that answers from a scripted slot, to observe what the driver sends.
+    #[derive(Default)]
+    struct Probe {
+        seen: Mutex<Vec<Seen>>,
+        extend: Mutex<Option<Extension>>,
+        delay: Option<Duration>,
+    }
+
+    impl Probe {
+        fn record(&self, req: &Request<'_>) {
+            let o = req.owner();
+            let seen = (req.operation(), o.id(), o.locked_by().to_owned(), req.client_now());
+            self.seen.lock().unwrap().push(seen);
+        }
+    }
+
+    #[async_trait]
+    impl LeaseStore for Probe {
+        type Held = u32;
+
+        fn capabilities(&self, _: &Settings) -> Capabilities {
+            Capabilities::new().with_extend(true).with_fencing(true).with_max_name_len(Some(8))
+        }
+
+        fn rejects_nul(&self) -> bool {
+            true
+        }
+
+        async fn acquire(&self, req: &Request<'_>) -> Result<Option<Granted<u32>>> {
+            if let Some(d) = self.delay {
+                tokio::time::sleep(d).await;
+            }
+            self.record(req);
+            Ok(Some(Granted::new(7).with_fencing_token(42)))
+        }
+
+        async fn release(&self, req: &Request<'_>, held: &mut u32) -> Result<()> {
+            assert_eq!(*held, 8, "extend's change of the held state reaches release");
+            self.record(req);
+            Ok(())
+        }
+
+        async fn extend(&self, req: &Request<'_>, held: &mut u32) -> Result<Extension> {
+            *held += 1;
+            self.record(req);
+            Ok(self.extend.lock().unwrap().take().unwrap_or(Extension::Extended))
+        }
+    }
+
+    fn cfg(name: &str) -> LockConfig {
+        LockConfig::new(name, Duration::from_secs(60), Duration::ZERO).unwrap()
+    }
+
+    #[tokio::test]
+    async fn one_owner_runs_through_acquire_extend_and_release() {
+        let mut s = ProviderSettings::new();
+        s.set_locked_by("me");
+        let p = StoreProvider::new(Probe::default(), s.validate("probe").unwrap());
+        let mut lock = p.try_lock(&cfg("job")).await.unwrap().unwrap();
+        assert_eq!(lock.fencing_token(), Some(42));
+        lock.extend(Duration::from_secs(60), Duration::ZERO).await.unwrap();
+        lock.unlock().await.unwrap();
+        let seen = p.store().seen.lock().unwrap().clone();
+        let ops: Vec<_> = seen.iter().map(|s| s.0).collect();
+        assert_eq!(ops, [Operation::TryLock, Operation::Extend, Operation::Unlock]);
+        assert!(seen.iter().all(|s| s.1 == seen[0].1 && s.2 == "me"), "{seen:?}");
+        assert!(seen.iter().all(|s| s.3.is_none()), "server time: no client clock reading");
+    }
+
+    #[tokio::test]
+    async fn a_lost_extension_is_lock_lost_and_marks_the_lease() {
+        let p =
+            StoreProvider::new(Probe::default(), ProviderSettings::new().validate("p").unwrap());
+        let mut lock = p.try_lock(&cfg("job")).await.unwrap().unwrap();
+        *p.store().extend.lock().unwrap() = Some(Extension::Lost);
+        let e = lock.extend(Duration::from_secs(60), Duration::ZERO).await.unwrap_err();
+        assert!(matches!(e, Error::LockLost { ref name } if name == "job"), "{e:?}");
+        assert!(lock.is_lost());
+    }
+
+    #[tokio::test]
+    async fn names_are_checked_against_the_stores_limits_before_any_call() {
+        let p =
+            StoreProvider::new(Probe::default(), ProviderSettings::new().validate("p").unwrap());
+        for bad in ["123456789", "a\0b"] {
+            match p.try_lock(&cfg(bad)).await {
+                Err(Error::InvalidName { backend: "p", name, .. }) => assert_eq!(name, bad),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(p.store().seen.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_store_times_out_with_the_operation_label() {
+        let store = Probe { delay: Some(Duration::from_secs(5)), ..Probe::default() };
+        let mut s = ProviderSettings::new();
+        s.set_timeout(Some(Duration::from_secs(1)));
+        let p = StoreProvider::new(store, s.validate("p").unwrap());
+        match p.try_lock(&cfg("job")).await {
+            Err(Error::Timeout { operation, after }) => {
+                assert_eq!((operation, after), ("try_lock", Duration::from_secs(1)));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn compat_owners_write_a_locked_by_unique_to_the_acquisition() {
+        let mut s = ProviderSettings::new();
+        s.set_locked_by("node").set_shedlock_compatible(true).set_time_source(TimeSource::Client);
+        let p = StoreProvider::new(Probe::default(), s.validate("p").unwrap());
+        let a = p.try_lock(&cfg("a")).await.unwrap().unwrap();
+        let b = p.try_lock(&cfg("b")).await.unwrap().unwrap();
+        drop((a, b));
+        let seen = p.store().seen.lock().unwrap().clone();
+        for (_, id, locked_by, now) in &seen {
+            assert_eq!(*locked_by, format!("node #{id:016x}"));
+            assert!(now.is_some(), "client time: the clock is read");
+        }
+        assert_ne!(seen[0].1, seen[1].1);
+    }
+
+    #[test]
+    fn locked_by_is_checked_or_cut_at_a_char_boundary() {
+        let validate = |given: Option<String>, compat| {
+            let mut s = ProviderSettings::new();
+            if let Some(g) = given {
+                s.set_locked_by(g);
+            }
+            s.set_shedlock_compatible(compat);
+            s.validate("p")
+        };
+        assert!(validate(Some("a".repeat(255)), false).is_ok());
+        assert!(matches!(validate(Some("a".repeat(256)), false), Err(Error::Setup { .. })));
+        assert!(matches!(validate(Some("a".repeat(238)), true), Err(Error::Setup { .. })));
+        assert!(validate(Some("a".repeat(237)), true).is_ok());
+        assert!(matches!(validate(Some("a\0b".into()), false), Err(Error::Setup { .. })));
+        let default = validate(None, true).unwrap();
+        assert!(default.locked_by().len() <= 237);
+        assert_eq!(
+            default.new_owner().locked_by().len(),
+            default.locked_by().len() + ACQUISITION_SUFFIX_LEN
+        );
+    }
+
+    #[test]
+    fn owner_ids_are_fresh_and_encoded_one_way() {
+        let s = ProviderSettings::new().validate("p").unwrap();
+        let (a, b) = (s.new_owner(), s.new_owner());
+        assert_ne!(a.id(), b.id());
+        assert_eq!(a.hex().len(), 16);
+        assert_eq!(u64::from_str_radix(&a.hex(), 16).unwrap(), a.id());
+        assert_eq!(a.id_i64().to_ne_bytes(), a.id().to_ne_bytes());
+        assert_eq!(a.locked_by(), s.locked_by());
+    }
+}
