@@ -254,11 +254,7 @@ impl ProviderSettings {
     /// `locked_by` is cut at a character boundary to fit; a configured one that does not fit
     /// or holds a NUL is [`Error::Setup`], never cut. Does no I/O.
     pub fn validate(self, backend: &'static str) -> Result<Settings> {
-        let max = if self.compat {
-            MAX_LOCKED_BY_LEN - ACQUISITION_SUFFIX_LEN
-        } else {
-            MAX_LOCKED_BY_LEN
-        };
+        let max = max_locked_by_len(self.compat);
         let locked_by = match self.locked_by {
             Some(given) => {
                 if given.len() > max || given.contains('\0') {
@@ -279,11 +275,7 @@ impl ProviderSettings {
                 }
                 given
             }
-            None => {
-                let mut s = default_locked_by();
-                truncate_at_char_boundary(&mut s, max);
-                s
-            }
+            None => default_locked_by_within(max),
         };
         Ok(Settings {
             backend,
@@ -294,6 +286,18 @@ impl ProviderSettings {
             compat: self.compat,
         })
     }
+}
+
+/// The longest `locked_by` a provider accepts, in bytes: [`MAX_LOCKED_BY_LEN`], less room for
+/// the acquisition's suffix in the ShedLock-compatible mode.
+fn max_locked_by_len(compat: bool) -> usize {
+    if compat { MAX_LOCKED_BY_LEN - ACQUISITION_SUFFIX_LEN } else { MAX_LOCKED_BY_LEN }
+}
+
+fn default_locked_by_within(max: usize) -> String {
+    let mut s = default_locked_by();
+    truncate_at_char_boundary(&mut s, max);
+    s
 }
 
 /// Validated [`ProviderSettings`] of one provider instance. Cheap to clone.
@@ -320,6 +324,40 @@ impl fmt::Debug for Settings {
 }
 
 impl Settings {
+    /// The default settings for `backend`, which need no validation: the same as
+    /// `ProviderSettings::new().validate(backend)`.
+    pub fn new(backend: &'static str) -> Self {
+        Self {
+            backend,
+            locked_by: default_locked_by_within(MAX_LOCKED_BY_LEN).into(),
+            timeout: Some(DEFAULT_OPERATION_TIMEOUT),
+            time: TimeSource::Server,
+            clock: system_clock(),
+            compat: false,
+        }
+    }
+
+    /// These settings with another time limit for each operation (`None`: no limit).
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// These settings with another time source.
+    #[must_use]
+    pub fn with_time_source(mut self, time: TimeSource) -> Self {
+        self.time = time;
+        self
+    }
+
+    /// These settings with another instance clock.
+    #[must_use]
+    pub fn with_clock(mut self, clock: SharedClock) -> Self {
+        self.clock = clock;
+        self
+    }
+
     /// The backend name, in errors, logs, spans and metrics labels.
     pub fn backend(&self) -> &'static str {
         self.backend
@@ -869,6 +907,7 @@ mod tests {
         assert!(matches!(validate(Some("a".repeat(238)), true), Err(Error::Setup { .. })));
         assert!(validate(Some("a".repeat(237)), true).is_ok());
         assert!(matches!(validate(Some("a\0b".into()), false), Err(Error::Setup { .. })));
+        assert_eq!(Settings::new("p").locked_by(), validate(None, false).unwrap().locked_by());
         let default = validate(None, true).unwrap();
         assert!(default.locked_by().len() <= 237);
         assert_eq!(

@@ -89,7 +89,7 @@
 //! A connection lost during a call fails that call with the retryable
 //! [`Error::Unavailable`] (the command may or may not have run);
 //! the next call opens a fresh one. Every call runs under
-//! [`operation_timeout`](MemcachedLockProviderBuilder::operation_timeout) (default 5 s),
+//! [`operation_timeout`](MemcachedLockProviderBuilder::operation_timeout) (default 10 s),
 //! connecting included.
 //!
 //! # Eviction
@@ -101,12 +101,13 @@
 mod conn;
 mod proto;
 
-use std::{fmt, sync::Arc, time::Duration};
+use std::{fmt, time::Duration};
 
 use async_trait::async_trait;
 use shedlock::{
-    Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
-    support::{MAX_LOCKED_BY_LEN, acquisition_id, check_lock_name, default_locked_by},
+    Capabilities, Error, Lock, LockConfig, LockProvider, Result,
+    store::{Extension, Granted, LeaseStore, ProviderSettings, Request, Settings, StoreProvider},
+    support::check_lock_name,
 };
 use tokio::time::Instant;
 
@@ -116,14 +117,13 @@ use crate::{
 };
 
 pub use crate::proto::{MAX_KEY_LEN, MAX_LOCK_DURATION};
+/// The default time limit of each operation, connecting included: 10 s, as for every provider.
+pub use shedlock::store::DEFAULT_OPERATION_TIMEOUT;
 
 const BACKEND: &str = "memcached";
 
 /// The default start of every key: `shedlock:`.
 pub const DEFAULT_KEY_PREFIX: &str = "shedlock:";
-
-/// The default time limit of each operation, connecting included: 5 s.
-pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The default number of connections a provider opens at most: 4.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4;
@@ -134,24 +134,12 @@ pub const GRANULARITY: Duration = Duration::from_secs(2);
 
 /// Builds a [`MemcachedLockProvider`].
 #[must_use]
+#[derive(Debug)]
 pub struct MemcachedLockProviderBuilder {
     address: String,
     prefix: Vec<u8>,
-    locked_by: Option<String>,
-    timeout: Option<Duration>,
+    settings: ProviderSettings,
     max_connections: usize,
-}
-
-impl fmt::Debug for MemcachedLockProviderBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MemcachedLockProviderBuilder")
-            .field("address", &self.address)
-            .field("key_prefix", &String::from_utf8_lossy(&self.prefix))
-            .field("locked_by", &self.locked_by)
-            .field("operation_timeout", &self.timeout)
-            .field("max_connections", &self.max_connections)
-            .finish()
-    }
 }
 
 impl MemcachedLockProviderBuilder {
@@ -166,7 +154,7 @@ impl MemcachedLockProviderBuilder {
     /// Who holds the lock, stored in the record for operators (default `hostname/pid`); at most
     /// 255 bytes. Informational only: ownership rests on the record's CAS value.
     pub fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
-        self.locked_by = Some(locked_by.into());
+        self.settings.set_locked_by(locked_by);
         self
     }
 
@@ -175,7 +163,7 @@ impl MemcachedLockProviderBuilder {
     /// [`Error::Timeout`]: the command may or may not have taken
     /// effect.
     pub fn operation_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.timeout = timeout;
+        self.settings.set_timeout(timeout);
         self
     }
 
@@ -199,25 +187,16 @@ impl MemcachedLockProviderBuilder {
                 self.prefix.len()
             )));
         }
-        let locked_by = self.locked_by.unwrap_or_else(default_locked_by);
-        if locked_by.len() > MAX_LOCKED_BY_LEN {
-            return Err(setup(format!(
-                "locked_by is {} bytes long; at most {MAX_LOCKED_BY_LEN}",
-                locked_by.len()
-            )));
-        }
+        let settings = self.settings.validate(BACKEND)?;
         if self.max_connections == 0 {
             return Err(setup("max_connections must be at least 1".into()));
         }
-        Ok(MemcachedLockProvider {
-            shared: Arc::new(Shared {
-                pool: Pool::new(address, self.max_connections),
-                max_name_len: MAX_KEY_LEN - self.prefix.len(),
-                prefix: self.prefix,
-                locked_by,
-                timeout: self.timeout,
-            }),
-        })
+        let store = MemcachedStore {
+            pool: Pool::new(address, self.max_connections),
+            max_name_len: MAX_KEY_LEN - self.prefix.len(),
+            prefix: self.prefix,
+        };
+        Ok(MemcachedLockProvider { inner: StoreProvider::new(store, settings) })
     }
 }
 
@@ -260,6 +239,15 @@ fn map_err(e: ConnError) -> Error {
     }
 }
 
+/// [`map_err`], with an expired deadline as the request's [`Error::Timeout`]. The store
+/// enforces the deadline with the connection's own re-armed timer (see `conn::Conn::request`).
+fn call_error(req: &Request<'_>, e: ConnError) -> Error {
+    match e {
+        ConnError::TimedOut => req.timed_out(),
+        e => map_err(e),
+    }
+}
+
 fn unexpected(what: &str, reply: &Reply) -> Error {
     Error::backend(
         BACKEND,
@@ -281,103 +269,76 @@ fn too_long(config: &LockConfig) -> Error {
     }
 }
 
-struct Shared {
+/// The records on one memcached server: a key per lock, CAS-checked.
+struct MemcachedStore {
     pool: Pool,
     prefix: Vec<u8>,
     max_name_len: usize,
-    locked_by: String,
-    timeout: Option<Duration>,
 }
 
-impl Shared {
-    /// The deadline of an operation starting now (`None`: no limit).
-    fn deadline(&self) -> Option<Instant> {
-        self.timeout.and_then(|t| Instant::now().checked_add(t))
-    }
-
-    /// [`map_err`], with an expired deadline as [`Error::Timeout`] of `operation`. Like
-    /// [`shedlock::support::with_timeout`], but the deadline is enforced by the connection's
-    /// own re-armed timer (see `conn::Conn::request`).
-    fn error(&self, operation: &'static str, e: ConnError) -> Error {
-        match e {
-            ConnError::TimedOut => {
-                Error::Timeout { operation, after: self.timeout.unwrap_or_default() }
-            }
-            e => map_err(e),
-        }
-    }
-
-    fn key(&self, name: &str) -> Result<String> {
-        check_lock_name(BACKEND, name, Some(self.max_name_len), false)?;
-        let mut key = Vec::with_capacity(self.prefix.len() + name.len());
-        key.extend_from_slice(&self.prefix);
-        key.extend_from_slice(name.as_bytes());
-        Ok(base64(&key))
-    }
-}
-
-/// A [`LockProvider`] on one memcached server. Cheap to clone (clones share connections).
-#[derive(Clone)]
-pub struct MemcachedLockProvider {
-    shared: Arc<Shared>,
-}
-
-impl fmt::Debug for MemcachedLockProvider {
+impl fmt::Debug for MemcachedStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = &self.shared;
-        f.debug_struct("MemcachedLockProvider")
-            .field("address", &s.pool.address())
-            .field("key_prefix", &String::from_utf8_lossy(&s.prefix))
-            .field("max_name_len", &s.max_name_len)
-            .field("locked_by", &s.locked_by)
-            .field("operation_timeout", &s.timeout)
-            .field("max_connections", &s.pool.max())
+        f.debug_struct("MemcachedStore")
+            .field("address", &self.pool.address())
+            .field("key_prefix", &String::from_utf8_lossy(&self.prefix))
+            .field("max_name_len", &self.max_name_len)
+            .field("max_connections", &self.pool.max())
             .finish()
     }
 }
 
-impl MemcachedLockProvider {
-    /// Starts a builder for the server at `address`: `host:port`, or `memcache://host:port`.
-    pub fn builder(address: impl Into<String>) -> MemcachedLockProviderBuilder {
-        MemcachedLockProviderBuilder {
-            address: address.into(),
-            prefix: DEFAULT_KEY_PREFIX.as_bytes().to_vec(),
-            locked_by: None,
-            timeout: Some(DEFAULT_OPERATION_TIMEOUT),
-            max_connections: DEFAULT_MAX_CONNECTIONS,
-        }
+impl MemcachedStore {
+    /// The wire key of `name`: prefix and name, base64-encoded (the name already checked).
+    fn encode_key(&self, name: &str) -> String {
+        let mut key = Vec::with_capacity(self.prefix.len() + name.len());
+        key.extend_from_slice(&self.prefix);
+        key.extend_from_slice(name.as_bytes());
+        base64(&key)
     }
 
-    /// The key of lock `name` as sent on the wire: prefix and name, base64-encoded, for meta
-    /// commands with the `b` flag (e.g. `mg <key> b t v` shows the record and its TTL).
-    /// [`Error::InvalidName`] when the name is too long.
-    pub fn key(&self, name: &str) -> Result<String> {
-        self.shared.key(name)
-    }
-
-    /// The longest lock name accepted, in bytes: [`MAX_KEY_LEN`] less the prefix length.
-    pub fn max_name_len(&self) -> usize {
-        self.shared.max_name_len
-    }
-
-    /// The server address, `host:port`.
-    pub fn address(&self) -> &str {
-        self.shared.pool.address()
+    fn key(&self, name: &str) -> Result<String> {
+        check_lock_name(BACKEND, name, Some(self.max_name_len), false)?;
+        Ok(self.encode_key(name))
     }
 }
 
+/// A held lock: the record's key, value and CAS, and the server process that stored it.
+struct Held {
+    key: String,
+    value: Vec<u8>,
+    cas: u64,
+    epoch: Epoch,
+    /// When the acquire or the last extend was answered: `lock_at_least_for` counts from here
+    /// (no earlier than the server stored the record).
+    since: Instant,
+}
+
 #[async_trait]
-impl LockProvider for MemcachedLockProvider {
-    async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
-        let s = &self.shared;
-        let key = s.key(config.name())?;
-        let ttl = at_most_ttl(config.lock_at_most_for()).ok_or_else(|| too_long(config))?;
-        let value = format!("{:016x} {}", acquisition_id(), s.locked_by).into_bytes();
+impl LeaseStore for MemcachedStore {
+    type Held = Held;
+
+    fn capabilities(&self, _: &Settings) -> Capabilities {
+        Capabilities::new()
+            .with_extend(true)
+            .with_fencing(false)
+            .with_server_time(true)
+            .with_owner_checked(true)
+            .with_granularity(GRANULARITY)
+            .with_max_name_len(Some(self.max_name_len))
+    }
+
+    fn enforces_deadline(&self) -> bool {
+        true
+    }
+
+    async fn acquire(&self, req: &Request<'_>) -> Result<Option<Granted<Held>>> {
+        let key = self.encode_key(req.name());
+        let ttl = at_most_ttl(req.lock_at_most_for()).ok_or_else(|| too_long(req.config()))?;
+        let value = format!("{} {}", req.owner().hex(), req.owner().locked_by()).into_bytes();
         let request = meta_set(&key, &value, &format!("T{ttl} ME c"));
-        let acquisition = Acquisition::begin(config);
-        let deadline = s.deadline();
-        let err = |e| s.error("try_lock", e);
-        let mut c = s.pool.checkout(deadline).await.map_err(err)?;
+        let deadline = req.deadline();
+        let err = |e| call_error(req, e);
+        let mut c = self.pool.checkout(deadline).await.map_err(err)?;
         let reply = c.conn().request(&request, deadline).await.map_err(err)?;
         let epoch = c.conn().epoch();
         let (cas, epoch) = match (reply.code_str().as_str(), reply.cas(), epoch) {
@@ -391,61 +352,21 @@ impl LockProvider for MemcachedLockProvider {
             }
             _ => return Err(unexpected("acquire", &reply)),
         };
-        let handle = MemcachedHandle {
-            shared: self.shared.clone(),
-            key,
-            value,
-            cas,
-            epoch,
-            since: Instant::now(),
-            name: config.name().to_owned(),
-        };
-        acquisition.grant(handle).await.map(Some)
+        Ok(Some(Granted::new(Held { key, value, cas, epoch, since: Instant::now() })))
     }
 
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::new()
-            .with_extend(true)
-            .with_fencing(false)
-            .with_server_time(true)
-            .with_owner_checked(true)
-            .with_granularity(GRANULARITY)
-            .with_max_name_len(Some(self.shared.max_name_len))
-    }
-
-    fn backend_name(&self) -> &'static str {
-        BACKEND
-    }
-}
-
-/// A held lock: the record's key, value and CAS, and the server process that stored it.
-struct MemcachedHandle {
-    shared: Arc<Shared>,
-    key: String,
-    value: Vec<u8>,
-    cas: u64,
-    epoch: Epoch,
-    /// When the acquire or the last extend was answered: `lock_at_least_for` counts from here
-    /// (no earlier than the server stored the record).
-    since: Instant,
-    name: String,
-}
-
-#[async_trait]
-impl LockHandle for MemcachedHandle {
-    async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
-        let remaining = config.lock_at_least_for().saturating_sub(self.since.elapsed());
-        let cas = self.cas;
+    async fn release(&self, req: &Request<'_>, held: &mut Held) -> Result<()> {
+        let remaining = req.lock_at_least_for().saturating_sub(held.since.elapsed());
+        let cas = held.cas;
         let request = if remaining.is_zero() {
-            meta_delete(&self.key, &format!("C{cas}"))
+            meta_delete(&held.key, &format!("C{cas}"))
         } else {
-            meta_set(&self.key, &self.value, &format!("C{cas} T{}", at_least_ttl(remaining)))
+            meta_set(&held.key, &held.value, &format!("C{cas} T{}", at_least_ttl(remaining)))
         };
-        let s = &self.shared;
-        let deadline = s.deadline();
-        let err = |e| s.error("unlock", e);
-        let mut c = s.pool.checkout(deadline).await.map_err(err)?;
-        if c.conn().epoch() != Some(self.epoch) {
+        let deadline = req.deadline();
+        let err = |e| call_error(req, e);
+        let mut c = self.pool.checkout(deadline).await.map_err(err)?;
+        if c.conn().epoch() != Some(held.epoch) {
             // Another server process: it lost every record, this lock's included.
             c.done();
             return Ok(());
@@ -460,22 +381,20 @@ impl LockHandle for MemcachedHandle {
         }
     }
 
-    async fn extend(&mut self, config: &LockConfig) -> Result<()> {
-        let ttl = at_most_ttl(config.lock_at_most_for()).ok_or_else(|| too_long(config))?;
-        let request = meta_set(&self.key, &self.value, &format!("C{} T{ttl} c", self.cas));
-        let s = &self.shared;
-        let lost = || Error::LockLost { name: self.name.clone() };
-        let deadline = s.deadline();
-        let err = |e| s.error("extend", e);
-        let mut c = s.pool.checkout(deadline).await.map_err(err)?;
-        if c.conn().epoch() != Some(self.epoch) {
+    async fn extend(&self, req: &Request<'_>, held: &mut Held) -> Result<Extension> {
+        let ttl = at_most_ttl(req.lock_at_most_for()).ok_or_else(|| too_long(req.config()))?;
+        let request = meta_set(&held.key, &held.value, &format!("C{} T{ttl} c", held.cas));
+        let deadline = req.deadline();
+        let err = |e| call_error(req, e);
+        let mut c = self.pool.checkout(deadline).await.map_err(err)?;
+        if c.conn().epoch() != Some(held.epoch) {
             c.done();
-            return Err(lost());
+            return Ok(Extension::Lost);
         }
         let reply = c.conn().request(&request, deadline).await.map_err(err)?;
         if reply.is("EX") || reply.is("NF") {
             c.done();
-            return Err(lost());
+            return Ok(Extension::Lost);
         }
         let cas = match (reply.is("HD"), reply.cas()) {
             (true, Some(cas)) => {
@@ -484,9 +403,59 @@ impl LockHandle for MemcachedHandle {
             }
             _ => return Err(unexpected("extend", &reply)),
         };
-        self.cas = cas;
-        self.since = Instant::now();
-        Ok(())
+        held.cas = cas;
+        held.since = Instant::now();
+        Ok(Extension::Extended)
+    }
+}
+
+/// A [`LockProvider`] on one memcached server. Cheap to clone (clones share connections).
+#[derive(Clone, Debug)]
+pub struct MemcachedLockProvider {
+    inner: StoreProvider<MemcachedStore>,
+}
+
+impl MemcachedLockProvider {
+    /// Starts a builder for the server at `address`: `host:port`, or `memcache://host:port`.
+    pub fn builder(address: impl Into<String>) -> MemcachedLockProviderBuilder {
+        MemcachedLockProviderBuilder {
+            address: address.into(),
+            prefix: DEFAULT_KEY_PREFIX.as_bytes().to_vec(),
+            settings: ProviderSettings::new(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+
+    /// The key of lock `name` as sent on the wire: prefix and name, base64-encoded, for meta
+    /// commands with the `b` flag (e.g. `mg <key> b t v` shows the record and its TTL).
+    /// [`Error::InvalidName`] when the name is too long.
+    pub fn key(&self, name: &str) -> Result<String> {
+        self.inner.store().key(name)
+    }
+
+    /// The longest lock name accepted, in bytes: [`MAX_KEY_LEN`] less the prefix length.
+    pub fn max_name_len(&self) -> usize {
+        self.inner.store().max_name_len
+    }
+
+    /// The server address, `host:port`.
+    pub fn address(&self) -> &str {
+        self.inner.store().pool.address()
+    }
+}
+
+#[async_trait]
+impl LockProvider for MemcachedLockProvider {
+    async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
+        self.inner.try_lock(config).await
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    fn backend_name(&self) -> &'static str {
+        self.inner.backend_name()
     }
 }
 

@@ -34,8 +34,9 @@ use std::{
 
 use async_trait::async_trait;
 use shedlock::{
-    Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
-    SharedClock, system_clock,
+    Capabilities, Lock, LockConfig, LockProvider, Result, SharedClock,
+    store::{Extension, Granted, LeaseStore, Request, Settings, StoreProvider},
+    system_clock,
 };
 
 pub use shedlock::TimeSource;
@@ -134,31 +135,33 @@ impl MemoryServer {
     }
 }
 
-/// One node's client of a [`MemoryServer`].
+/// One node's client of a [`MemoryServer`]: a [`StoreProvider`] over the server's records, like
+/// every provider whose backend keeps a record per lock.
 #[derive(Debug, Clone)]
 pub struct MemoryLockProvider {
-    server: MemoryServer,
-    clock: SharedClock,
-    time: TimeSource,
-    max_name_len: Option<usize>,
+    inner: StoreProvider<MemoryStore>,
 }
 
 impl MemoryLockProvider {
     /// A node on `server`, with the system clock and server time.
     pub fn new(server: &MemoryServer) -> Self {
-        Self {
-            server: server.clone(),
-            clock: system_clock(),
-            time: TimeSource::Server,
-            max_name_len: None,
-        }
+        // In-process calls never wait: no time limit.
+        let settings = Settings::new(BACKEND).with_timeout(None);
+        Self::on(MemoryStore { server: server.clone(), max_name_len: None }, settings)
+    }
+
+    fn on(store: MemoryStore, settings: Settings) -> Self {
+        Self { inner: StoreProvider::new(store, settings) }
+    }
+
+    fn store(&self) -> MemoryStore {
+        self.inner.store().clone()
     }
 
     /// Sets this node's clock (consulted for expiry only with [`TimeSource::Client`]).
     #[must_use]
-    pub fn with_clock(mut self, clock: SharedClock) -> Self {
-        self.clock = clock;
-        self
+    pub fn with_clock(self, clock: SharedClock) -> Self {
+        Self::on(self.store(), self.inner.settings().clone().with_clock(clock))
     }
 
     /// Sets whose clock judges expiry: the server's (the default; declares `server_time`), or
@@ -166,96 +169,92 @@ impl MemoryLockProvider {
     /// nodes can then break exclusion: useful to show what the conformance kit's skew checks
     /// detect).
     #[must_use]
-    pub fn with_time_source(mut self, time: TimeSource) -> Self {
-        self.time = time;
-        self
+    pub fn with_time_source(self, time: TimeSource) -> Self {
+        Self::on(self.store(), self.inner.settings().clone().with_time_source(time))
     }
 
     /// Limits lock names to `max` bytes (longer names are rejected, never truncated), to model
     /// backends with bounded keys.
     #[must_use]
-    pub fn with_max_name_len(mut self, max: Option<usize>) -> Self {
-        self.max_name_len = max;
-        self
+    pub fn with_max_name_len(self, max: Option<usize>) -> Self {
+        let store = MemoryStore { max_name_len: max, ..self.store() };
+        Self::on(store, self.inner.settings().clone())
     }
 
     /// The server this node talks to.
     pub fn server(&self) -> &MemoryServer {
-        &self.server
-    }
-
-    fn now(&self) -> SystemTime {
-        match self.time {
-            TimeSource::Server => self.server.now(),
-            TimeSource::Client => self.clock.now(),
-        }
+        &self.inner.store().server
     }
 }
 
 #[async_trait]
 impl LockProvider for MemoryLockProvider {
     async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
-        if let Some(max) = self.max_name_len
-            && config.name().len() > max
-        {
-            return Err(Error::InvalidName {
-                backend: BACKEND,
-                name: config.name().to_owned(),
-                reason: format!("longer than {max} bytes"),
-            });
-        }
-        let acquisition = Acquisition::begin(config);
-        let now = self.now();
-        let lock_until = add(now, config.lock_at_most_for());
-        let owner = self.server.inner.next_owner.fetch_add(1, Ordering::Relaxed);
-        let token = {
-            let mut state = self.server.state();
-            if let Some(rec) = state.records.get(config.name())
-                && rec.lock_until > now
-            {
-                return Ok(None);
-            }
-            state.last_token += 1;
-            let token = state.last_token;
-            state.records.insert(
-                config.name().to_owned(),
-                Record { lock_until, locked_at: now, owner, token },
-            );
-            token
-        };
-        acquisition.grant(MemoryHandle { node: self.clone(), owner, token }).await.map(Some)
+        self.inner.try_lock(config).await
     }
 
     fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    fn backend_name(&self) -> &'static str {
+        self.inner.backend_name()
+    }
+}
+
+/// The [`LeaseStore`] of a [`MemoryServer`]: the record of each name, as a backend row holds it.
+#[derive(Debug, Clone)]
+struct MemoryStore {
+    server: MemoryServer,
+    max_name_len: Option<usize>,
+}
+
+impl MemoryStore {
+    /// The time that judges expiry: the node's clock in client-time mode, else the server's.
+    fn now(&self, req: &Request<'_>) -> SystemTime {
+        req.client_now().unwrap_or_else(|| self.server.now())
+    }
+}
+
+#[async_trait]
+impl LeaseStore for MemoryStore {
+    type Held = ();
+
+    fn capabilities(&self, settings: &Settings) -> Capabilities {
         Capabilities::new()
             .with_extend(true)
             .with_fencing(true)
             .with_owner_checked(true)
-            .with_server_time(self.time.is_server())
+            .with_server_time(settings.time_source().is_server())
             .with_granularity(Duration::from_millis(1))
             .with_max_name_len(self.max_name_len)
     }
 
-    fn backend_name(&self) -> &'static str {
-        "memory"
-    }
-}
-
-struct MemoryHandle {
-    node: MemoryLockProvider,
-    owner: u64,
-    token: u64,
-}
-
-#[async_trait]
-impl LockHandle for MemoryHandle {
-    async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
-        let now = self.node.now();
-        let mut state = self.node.server.state();
-        if let Some(rec) = state.records.get_mut(config.name())
-            && rec.owner == self.owner
+    async fn acquire(&self, req: &Request<'_>) -> Result<Option<Granted<()>>> {
+        let now = self.now(req);
+        let lock_until = add(now, req.lock_at_most_for());
+        let owner = req.owner().id();
+        let mut state = self.server.state();
+        if let Some(rec) = state.records.get(req.name())
+            && rec.lock_until > now
         {
-            let at_least_until = add(rec.locked_at, config.lock_at_least_for());
+            return Ok(None);
+        }
+        state.last_token += 1;
+        let token = state.last_token;
+        state
+            .records
+            .insert(req.name().to_owned(), Record { lock_until, locked_at: now, owner, token });
+        Ok(Some(Granted::new(()).with_fencing_token(token)))
+    }
+
+    async fn release(&self, req: &Request<'_>, _: &mut ()) -> Result<()> {
+        let now = self.now(req);
+        let mut state = self.server.state();
+        if let Some(rec) = state.records.get_mut(req.name())
+            && rec.owner == req.owner().id()
+        {
+            let at_least_until = add(rec.locked_at, req.lock_at_least_for());
             if at_least_until > now {
                 rec.lock_until = rec.lock_until.min(at_least_until);
             } else {
@@ -265,21 +264,17 @@ impl LockHandle for MemoryHandle {
         Ok(())
     }
 
-    async fn extend(&mut self, config: &LockConfig) -> Result<()> {
-        let now = self.node.now();
-        let mut state = self.node.server.state();
-        match state.records.get_mut(config.name()) {
-            Some(rec) if rec.owner == self.owner && rec.lock_until > now => {
-                rec.lock_until = add(now, config.lock_at_most_for());
+    async fn extend(&self, req: &Request<'_>, _: &mut ()) -> Result<Extension> {
+        let now = self.now(req);
+        let mut state = self.server.state();
+        match state.records.get_mut(req.name()) {
+            Some(rec) if rec.owner == req.owner().id() && rec.lock_until > now => {
+                rec.lock_until = add(now, req.lock_at_most_for());
                 rec.locked_at = now;
-                Ok(())
+                Ok(Extension::Extended)
             }
-            _ => Err(Error::LockLost { name: config.name().to_owned() }),
+            _ => Ok(Extension::Lost),
         }
-    }
-
-    fn fencing_token(&self) -> Option<u64> {
-        Some(self.token)
     }
 }
 
