@@ -50,6 +50,7 @@ use aws_sdk_dynamodb::{
 use shedlock::{
     Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
     SharedClock,
+    store::Operation,
     support::{
         ACQUISITION_SUFFIX_LEN, MAX_LOCKED_BY_LEN, acquisition_id, acquisition_locked_by,
         check_lock_name, default_locked_by, duration_millis_ceil, from_unix_micros, iso8601_millis,
@@ -67,8 +68,8 @@ pub const MAX_NAME_LEN: usize = 2048;
 /// The default table name.
 pub const DEFAULT_TABLE: &str = "shedlock";
 
-/// The default time limit of each lock operation.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default time limit of each lock operation: 10 s, as for every provider.
+pub use shedlock::store::DEFAULT_OPERATION_TIMEOUT as DEFAULT_TIMEOUT;
 
 /// How long [`DynamoDbLockProvider::create_table`] waits for a new table to become active.
 pub const CREATE_TABLE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -380,8 +381,7 @@ impl Inner {
             (":now".to_owned(), self.time(now)),
             (":acq".to_owned(), by.clone()),
         ]);
-        let span =
-            tracing::debug_span!("shedlock.dynamodb.try_lock", lock = %name, table = %self.table);
+        let span = Operation::TryLock.span(BACKEND, name);
         let won = with_timeout(
             "try_lock",
             self.timeout,
@@ -537,8 +537,7 @@ impl Inner {
             (":seed".to_owned(), num(seed)),
             (":one".to_owned(), num(1)),
         ]);
-        let span =
-            tracing::debug_span!("shedlock.dynamodb.try_lock", lock = %name, table = %self.table);
+        let span = Operation::TryLock.span(BACKEND, name);
         let won = with_timeout(
             "try_lock",
             self.timeout,
@@ -609,7 +608,7 @@ impl LockHandle for DynamoHandle {
             (release_expr, HashMap::new())
         };
         values.insert(":acq".to_owned(), self.acq.clone());
-        let span = tracing::debug_span!("shedlock.dynamodb.unlock", lock = %self.name);
+        let span = Operation::Unlock.span(BACKEND, &self.name);
         let r = with_timeout(
             "unlock",
             inner.timeout,
@@ -637,7 +636,7 @@ impl LockHandle for DynamoHandle {
             (":acq".to_owned(), self.acq.clone()),
         ]);
         let expr = if inner.compat { &EXTEND_COMPAT } else { &EXTEND };
-        let span = tracing::debug_span!("shedlock.dynamodb.extend", lock = %self.name);
+        let span = Operation::Extend.span(BACKEND, &self.name);
         let r = with_timeout(
             "extend",
             inner.timeout,

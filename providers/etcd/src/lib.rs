@@ -51,19 +51,20 @@ use async_trait::async_trait;
 use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp, TxnResponse};
 use shedlock::{
     Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
-    support::{
-        MAX_LOCKED_BY_LEN, check_lock_name, default_locked_by, duration_secs_ceil, with_timeout,
-    },
+    store::{Operation, ProviderSettings},
+    support::{check_lock_name, duration_secs_ceil, with_timeout},
 };
 use tokio::time::Instant;
+use tracing::Instrument;
 
 const BACKEND: &str = "etcd";
 
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "shedlock/";
 
-/// The default time limit of one operation (acquire, unlock, extend).
-pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default time limit of one operation (acquire, unlock, extend): 10 s, as for every
+/// provider.
+pub use shedlock::store::DEFAULT_OPERATION_TIMEOUT;
 
 /// The longest lock name accepted, in bytes (names are keys; etcd allows far more, but a name
 /// this long is a bug, not a job).
@@ -146,8 +147,7 @@ impl fmt::Debug for EtcdLockProvider {
 pub struct EtcdLockProviderBuilder {
     client: Client,
     prefix: String,
-    locked_by: Option<String>,
-    timeout: Option<Duration>,
+    settings: ProviderSettings,
     reuse: bool,
     watch_for_loss: bool,
 }
@@ -156,8 +156,7 @@ impl fmt::Debug for EtcdLockProviderBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EtcdLockProviderBuilder")
             .field("prefix", &self.prefix)
-            .field("locked_by", &self.locked_by)
-            .field("operation_timeout", &self.timeout)
+            .field("settings", &self.settings)
             .field("reuse_leases", &self.reuse)
             .field("watch_for_loss", &self.watch_for_loss)
             .finish_non_exhaustive()
@@ -181,7 +180,7 @@ impl EtcdLockProviderBuilder {
     /// Who holds the lock, stored as the key's value for people reading it (default
     /// `hostname/pid`). Informational only: ownership rests on the acquisition's revision.
     pub fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
-        self.locked_by = Some(locked_by.into());
+        self.settings.set_locked_by(locked_by);
         self
     }
 
@@ -190,7 +189,7 @@ impl EtcdLockProviderBuilder {
     /// down: the client then waits for one to come back); a lock it may have taken expires after
     /// `lock_at_most_for`.
     pub fn operation_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.timeout = timeout;
+        self.settings.set_timeout(timeout);
         self
     }
 
@@ -222,21 +221,15 @@ impl EtcdLockProviderBuilder {
     /// the first lock call ([`Error::Unavailable`] or [`Error::Timeout`]).
     pub fn build(self) -> Result<EtcdLockProvider> {
         check_prefix(&self.prefix)?;
-        let locked_by = self.locked_by.unwrap_or_else(default_locked_by);
-        if locked_by.len() > MAX_LOCKED_BY_LEN {
-            return Err(setup(format!(
-                "locked_by is {} bytes long; at most {MAX_LOCKED_BY_LEN} are allowed",
-                locked_by.len()
-            )));
-        }
+        let settings = self.settings.validate(BACKEND)?;
         let loss = self.watch_for_loss.then(|| watch::LossWatch::new(self.client.clone()));
         Ok(EtcdLockProvider {
             inner: Arc::new(Inner {
                 loss,
                 client: self.client,
                 prefix: self.prefix.into_bytes(),
-                locked_by,
-                timeout: self.timeout,
+                locked_by: settings.locked_by().to_owned(),
+                timeout: settings.timeout(),
                 reuse: self.reuse,
                 pool: Mutex::new(HashMap::new()),
             }),
@@ -457,8 +450,7 @@ impl EtcdLockProvider {
         EtcdLockProviderBuilder {
             client,
             prefix: DEFAULT_PREFIX.to_owned(),
-            locked_by: None,
-            timeout: Some(DEFAULT_OPERATION_TIMEOUT),
+            settings: ProviderSettings::new(),
             reuse: true,
             watch_for_loss: true,
         }
@@ -639,7 +631,9 @@ impl LockProvider for EtcdLockProvider {
         let ttl = ttl_secs(config.lock_at_most_for());
         let acquisition = Acquisition::begin(config);
         let acquired =
-            with_timeout("etcd acquire", self.inner.timeout, self.acquire(&key, ttl)).await?;
+            with_timeout(Operation::TryLock.label(), self.inner.timeout, self.acquire(&key, ttl))
+                .instrument(Operation::TryLock.span(BACKEND, config.name()))
+                .await?;
         let Some((lease, revision)) = acquired else {
             tracing::trace!(lock = %config.name(), "etcd: held elsewhere");
             return Ok(None);
@@ -802,12 +796,16 @@ impl EtcdHandle {
 impl LockHandle for EtcdHandle {
     async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
         let timeout = self.provider.inner.timeout;
-        with_timeout("etcd unlock", timeout, self.release(config)).await
+        with_timeout(Operation::Unlock.label(), timeout, self.release(config))
+            .instrument(Operation::Unlock.span(BACKEND, config.name()))
+            .await
     }
 
     async fn extend(&mut self, config: &LockConfig) -> Result<()> {
         let timeout = self.provider.inner.timeout;
-        with_timeout("etcd extend", timeout, self.prolong(config)).await
+        with_timeout(Operation::Extend.label(), timeout, self.prolong(config))
+            .instrument(Operation::Extend.span(BACKEND, config.name()))
+            .await
     }
 
     fn fencing_token(&self) -> Option<u64> {

@@ -53,6 +53,7 @@ use mongodb::{
 use shedlock::{
     Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
     SharedClock,
+    store::Operation,
     support::{
         ACQUISITION_SUFFIX_LEN, acquisition_id, acquisition_locked_by, check_lock_name,
         default_locked_by, duration_millis_ceil, unix_millis, with_timeout,
@@ -70,8 +71,8 @@ pub const MAX_NAME_LEN: usize = 1024;
 /// The default collection name (ShedLock's).
 pub const DEFAULT_COLLECTION: &str = "shedLock";
 
-/// The default time limit of each lock operation.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default time limit of each lock operation: 10 s, as for every provider.
+pub use shedlock::store::DEFAULT_OPERATION_TIMEOUT as DEFAULT_TIMEOUT;
 
 /// The longest namespace (`<database>.<collection>`) MongoDB accepts, in bytes.
 pub const MAX_NAMESPACE_LEN: usize = 255;
@@ -257,7 +258,10 @@ impl MongoLockProviderBuilder {
             let mut s = default_locked_by();
             if self.compat {
                 // Room for the acquisition's suffix.
-                s.truncate(shedlock::support::MAX_LOCKED_BY_LEN - ACQUISITION_SUFFIX_LEN);
+                shedlock::support::truncate_at_char_boundary(
+                    &mut s,
+                    shedlock::support::MAX_LOCKED_BY_LEN - ACQUISITION_SUFFIX_LEN,
+                );
             }
             s
         });
@@ -638,7 +642,7 @@ impl Inner {
         check_lock_name(BACKEND, config.name(), Some(MAX_NAME_LEN), false)?;
         let owner = acquisition_id();
         let acquisition = Acquisition::begin(config);
-        let span = tracing::debug_span!("mongodb.try_lock", lock = config.name());
+        let span = Operation::TryLock.span(BACKEND, config.name());
         let token = with_timeout(
             "try_lock",
             self.timeout,
@@ -682,7 +686,7 @@ impl LockHandle for MongoHandle {
             inner.timeout,
             inner.release(&self.name, self.owner, config.lock_at_least_for(), self.since.elapsed()),
         )
-        .instrument(tracing::debug_span!("mongodb.unlock", lock = %self.name))
+        .instrument(Operation::Unlock.span(BACKEND, &self.name))
         .await?;
         if !held {
             // Taken over (or deleted) since it expired: the new holder's document is untouched.
@@ -698,7 +702,7 @@ impl LockHandle for MongoHandle {
             inner.timeout,
             inner.extend(&self.name, self.owner, config.lock_at_most_for()),
         )
-        .instrument(tracing::debug_span!("mongodb.extend", lock = %self.name))
+        .instrument(Operation::Extend.span(BACKEND, &self.name))
         .await?;
         if !held {
             return Err(Error::LockLost { name: config.name().to_owned() });

@@ -54,6 +54,7 @@ use serde_json::{Value, json};
 use shedlock::{
     Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
     SharedClock,
+    store::Operation,
     support::{
         MAX_DURATION, check_lock_name, default_locked_by, duration_micros, duration_secs_ceil,
         unix_micros, with_timeout,
@@ -61,6 +62,7 @@ use shedlock::{
     system_clock,
 };
 use tokio::{sync::OnceCell, time::Instant};
+use tracing::Instrument;
 
 pub use shedlock::TimeSource;
 
@@ -74,8 +76,8 @@ pub const MAX_NAME_LEN: usize = 1024;
 /// The longest bucket name accepted, in bytes.
 pub const MAX_BUCKET_LEN: usize = 64;
 
-/// The default time limit of each lock operation.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default time limit of each lock operation: 10 s, as for every provider.
+pub use shedlock::store::DEFAULT_OPERATION_TIMEOUT as DEFAULT_TIMEOUT;
 
 /// The default bucket name.
 pub const DEFAULT_BUCKET: &str = "shedlock";
@@ -691,6 +693,7 @@ impl Inner {
                 },
             }
         })
+        .instrument(Operation::TryLock.span(BACKEND, config.name()))
         .await?;
         let Some(seq) = won else { return Ok(None) };
         let handle = NatsHandle {
@@ -753,6 +756,7 @@ impl LockHandle for NatsHandle {
             }
             Ok(())
         })
+        .instrument(Operation::Unlock.span(BACKEND, config.name()))
         .await
     }
 
@@ -782,6 +786,7 @@ impl LockHandle for NatsHandle {
                 Publish::WrongLast(_) => Err(Error::LockLost { name: config.name().to_owned() }),
             }
         })
+        .instrument(Operation::Extend.span(BACKEND, config.name()))
         .await
     }
 

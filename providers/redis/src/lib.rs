@@ -54,19 +54,22 @@ use async_trait::async_trait;
 use redis::{ErrorKind, FromRedisValue, RedisError, Script, ServerErrorKind, aio::ConnectionLike};
 use shedlock::{
     Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
+    store::{Operation, ProviderSettings},
     support::{
-        acquisition_id, check_lock_name, default_locked_by, duration_micros, duration_millis_ceil,
-        iso8601_millis, with_timeout,
+        acquisition_id, check_lock_name, duration_micros, duration_millis_ceil, iso8601_millis,
+        with_timeout,
     },
 };
+use tracing::Instrument;
 
 const BACKEND: &str = "redis";
 
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "shedlock:";
 
-/// The default time limit of one operation (acquire, unlock, extend).
-pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default time limit of one operation (acquire, unlock, extend): 10 s, as for every
+/// provider.
+pub use shedlock::store::DEFAULT_OPERATION_TIMEOUT;
 
 /// The largest lock name accepted, in bytes (names are keys; Redis allows far more, but a name
 /// this long is a bug, not a job).
@@ -275,8 +278,7 @@ pub struct RedisLockProviderBuilder<C> {
     conn: C,
     prefix: Option<String>,
     environment: Option<String>,
-    locked_by: Option<String>,
-    timeout: Option<Duration>,
+    settings: ProviderSettings,
     compat: bool,
 }
 
@@ -285,8 +287,7 @@ impl<C> fmt::Debug for RedisLockProviderBuilder<C> {
         f.debug_struct("RedisLockProviderBuilder")
             .field("prefix", &self.prefix)
             .field("environment", &self.environment)
-            .field("locked_by", &self.locked_by)
-            .field("operation_timeout", &self.timeout)
+            .field("settings", &self.settings)
             .field("shedlock_compatible", &self.compat)
             .finish_non_exhaustive()
     }
@@ -328,7 +329,7 @@ impl<C: RedisConnection> RedisLockProviderBuilder<C> {
     /// Who holds the lock, stored for people reading the key (default `hostname/pid`).
     /// Informational only: ownership rests on a random per-acquisition id.
     pub fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
-        self.locked_by = Some(locked_by.into());
+        self.settings.set_locked_by(locked_by);
         self
     }
 
@@ -336,7 +337,7 @@ impl<C: RedisConnection> RedisLockProviderBuilder<C> {
     /// none. An operation that runs out returns [`Error::Timeout`]; a lock it may have taken
     /// expires after `lock_at_most_for`.
     pub fn operation_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.timeout = timeout;
+        self.settings.set_timeout(timeout);
         self
     }
 
@@ -381,20 +382,15 @@ impl<C: RedisConnection> RedisLockProviderBuilder<C> {
             }
             prefix
         };
-        let locked_by = self.locked_by.unwrap_or_else(default_locked_by);
-        if locked_by.len() > shedlock::support::MAX_LOCKED_BY_LEN {
-            return Err(setup(format!(
-                "locked_by is {} bytes long; at most {} are allowed",
-                locked_by.len(),
-                shedlock::support::MAX_LOCKED_BY_LEN
-            )));
-        }
+        // ShedLock's value carries its own UUID, so `locked_by` needs no room for a suffix: the
+        // settings' compatible mode (a `locked_by` unique to each acquisition) stays off.
+        let settings = self.settings.validate(BACKEND)?;
         let provider = RedisLockProvider {
             inner: Arc::new(Inner {
                 conn: self.conn,
                 prefix,
-                locked_by,
-                timeout: self.timeout,
+                locked_by: settings.locked_by().to_owned(),
+                timeout: settings.timeout(),
                 scripts: Scripts::new(self.compat),
                 compat: self.compat,
             }),
@@ -471,8 +467,7 @@ impl RedisLockProvider<redis::aio::ConnectionManager> {
             conn,
             prefix: None,
             environment: None,
-            locked_by: None,
-            timeout: Some(DEFAULT_OPERATION_TIMEOUT),
+            settings: ProviderSettings::new(),
             compat: false,
         }
     }
@@ -597,9 +592,13 @@ impl<C: RedisConnection> RedisLockProvider<C> {
     async fn try_lock_compat(&self, config: &LockConfig) -> Result<Option<Lock>> {
         let value = shedlock_value(&self.inner.locked_by);
         let acquisition = Acquisition::begin(config);
-        let won =
-            with_timeout("redis acquire", self.inner.timeout, self.acquire_compat(config, &value))
-                .await?;
+        let won = with_timeout(
+            Operation::TryLock.label(),
+            self.inner.timeout,
+            self.acquire_compat(config, &value),
+        )
+        .instrument(Operation::TryLock.span(BACKEND, config.name()))
+        .await?;
         if !won {
             return Ok(None);
         }
@@ -625,8 +624,13 @@ impl<C: RedisConnection> LockProvider for RedisLockProvider<C> {
         }
         let owner = format!("{:016x}|{}", acquisition_id(), self.inner.locked_by);
         let acquisition = Acquisition::begin(config);
-        let acquired =
-            with_timeout("redis acquire", self.inner.timeout, self.acquire(config, &owner)).await?;
+        let acquired = with_timeout(
+            Operation::TryLock.label(),
+            self.inner.timeout,
+            self.acquire(config, &owner),
+        )
+        .instrument(Operation::TryLock.span(BACKEND, config.name()))
+        .await?;
         let Some((token, at)) = acquired else {
             return Ok(None);
         };
@@ -690,7 +694,9 @@ impl<C: RedisConnection> LockHandle for RedisHandle<C> {
             }
             Ok(())
         };
-        with_timeout("redis unlock", inner.timeout, run).await
+        with_timeout(Operation::Unlock.label(), inner.timeout, run)
+            .instrument(Operation::Unlock.span(BACKEND, config.name()))
+            .await
     }
 
     async fn extend(&mut self, config: &LockConfig) -> Result<()> {
@@ -711,7 +717,9 @@ impl<C: RedisConnection> LockHandle for RedisHandle<C> {
                 }
                 Ok(())
             };
-            with_timeout("redis extend", inner.timeout, run).await?;
+            with_timeout(Operation::Extend.label(), inner.timeout, run)
+                .instrument(Operation::Extend.span(BACKEND, config.name()))
+                .await?;
             self.px = px_ms;
             return Ok(());
         }
@@ -731,7 +739,9 @@ impl<C: RedisConnection> LockHandle for RedisHandle<C> {
             self.value = format!("{head}|{at}");
             Ok(())
         };
-        with_timeout("redis extend", inner.timeout, run).await
+        with_timeout(Operation::Extend.label(), inner.timeout, run)
+            .instrument(Operation::Extend.span(BACKEND, config.name()))
+            .await
     }
 
     fn fencing_token(&self) -> Option<u64> {

@@ -48,6 +48,7 @@ use serde_json::{Value, json};
 use shedlock::{
     Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
     SharedClock,
+    store::Operation,
     support::{
         MAX_LOCKED_BY_LEN, acquisition_id, check_lock_name, default_locked_by,
         duration_millis_ceil, unix_micros, unix_millis, with_timeout,
@@ -68,8 +69,8 @@ pub const MAX_PREFIX_LEN: usize = 255;
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "shedlock/";
 
-/// The default time limit of each lock operation.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default time limit of each lock operation: 10 s, as for every provider.
+pub use shedlock::store::DEFAULT_OPERATION_TIMEOUT as DEFAULT_TIMEOUT;
 
 /// Maps a lock name to its object key suffix, one-to-one: ASCII letters, digits, `-` and `_`
 /// stay as they are; every other byte (`/`, `.`, `=`, spaces, control bytes and each byte of a
@@ -570,7 +571,7 @@ impl Inner {
             // when an object is deleted and created again.
             fence: u64::try_from(unix_micros(wall)).unwrap_or(0).saturating_add(1),
         };
-        let span = tracing::debug_span!("shedlock.s3.try_lock", lock = %config.name(), bucket = %self.bucket);
+        let span = Operation::TryLock.span(BACKEND, config.name());
         let won = with_timeout("try_lock", self.timeout, self.acquire(&key, &mine))
             .instrument(span)
             .await;
@@ -633,7 +634,7 @@ impl LockHandle for S3Handle {
             until: (keep > now).then(|| keep.min(self.state.until.unwrap_or(keep))),
             ..self.state.clone()
         };
-        let span = tracing::debug_span!("shedlock.s3.unlock", key = %self.key);
+        let span = Operation::Unlock.span(BACKEND, config.name());
         let timeout = self.inner.timeout;
         let mine =
             with_timeout("unlock", timeout, self.write("unlock", next)).instrument(span).await?;
@@ -654,7 +655,7 @@ impl LockHandle for S3Handle {
             at: now,
             ..self.state.clone()
         };
-        let span = tracing::debug_span!("shedlock.s3.extend", key = %self.key);
+        let span = Operation::Extend.span(BACKEND, config.name());
         let timeout = self.inner.timeout;
         match with_timeout("extend", timeout, self.write("extend", next)).instrument(span).await? {
             true => Ok(()),

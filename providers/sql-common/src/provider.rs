@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use shedlock::{
     Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, Result, SharedClock,
     TimeSource,
+    store::Operation,
     support::{
         MAX_LOCKED_BY_LEN, acquisition_id, check_lock_name, default_locked_by, unix_micros,
         with_timeout,
@@ -18,14 +19,15 @@ use sqlx::{
     AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Row, Type, error::DatabaseError,
     query::Query,
 };
+use tracing::Instrument;
 
 use crate::{
     ArgValues, Columns, DEFAULT_MAX_NAME_LEN, DbErrorKind, ErrorContext, LockRecord, QuotedNames,
     Stmt, TableName, Value, check_locked_by, check_max_name_len, map_sqlx_error, token_u64,
 };
 
-/// The default time limit of each lock operation.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default time limit of each lock operation: 10 s, as for every provider.
+pub use shedlock::store::DEFAULT_OPERATION_TIMEOUT as DEFAULT_TIMEOUT;
 
 /// How often a statement rolled back by a deadlock or serialization failure is tried in all.
 pub const TRANSIENT_ATTEMPTS: usize = 3;
@@ -439,9 +441,10 @@ impl<D: Dialect> SqlProvider<D> {
             ..inner.values(name)
         };
         let acquisition = Acquisition::begin(config);
-        let token = with_timeout("try_lock", inner.timeout, async {
+        let token = with_timeout(Operation::TryLock.label(), inner.timeout, async {
             inner.dialect.acquire(&values).await.map_err(|e| inner.err(Some(name), e))
         })
+        .instrument(Operation::TryLock.span(D::BACKEND, name))
         .await?;
         match token {
             Some(token) => {
@@ -544,7 +547,10 @@ impl<D: Dialect> LockHandle for SqlHandle<D> {
         let name = config.name();
         let values =
             ArgValues { at_least: D::duration(config.lock_at_least_for()), ..self.values(name) };
-        let n = inner.execute("unlock", Op::Unlock, &values).await?;
+        let n = inner
+            .execute(Operation::Unlock.label(), Op::Unlock, &values)
+            .instrument(Operation::Unlock.span(D::BACKEND, name))
+            .await?;
         if n == 0 {
             tracing::debug!(lock = name, "{} unlock by a stale holder changed nothing", D::BACKEND);
         }
@@ -556,7 +562,10 @@ impl<D: Dialect> LockHandle for SqlHandle<D> {
         let name = config.name();
         let values =
             ArgValues { at_most: D::duration(config.lock_at_most_for()), ..self.values(name) };
-        let n = inner.execute("extend", Op::Extend, &values).await?;
+        let n = inner
+            .execute(Operation::Extend.label(), Op::Extend, &values)
+            .instrument(Operation::Extend.span(D::BACKEND, name))
+            .await?;
         if n == 1 { Ok(()) } else { Err(Error::LockLost { name: name.to_owned() }) }
     }
 

@@ -54,6 +54,7 @@ use std::{
 
 use shedlock::{
     Acquisition, Capabilities, Error, Lease, Lock, LockConfig, LockHandle, LockProvider, Result,
+    store::Operation,
     support::{
         MAX_LOCKED_BY_LEN, check_lock_name, default_locked_by, duration_millis_ceil, with_timeout,
     },
@@ -74,8 +75,8 @@ const BACKEND: &str = "zookeeper";
 /// [`key_for`]).
 pub const MAX_NAME_LEN: usize = 1024;
 
-/// The default time limit of each lock operation.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default time limit of each lock operation: 10 s, as for every provider.
+pub use shedlock::store::DEFAULT_OPERATION_TIMEOUT as DEFAULT_TIMEOUT;
 
 /// The default session timeout asked of the server (the server clamps it to between 2 and 20
 /// ticks: 4 s to 40 s with its default `tickTime` of 2 s).
@@ -647,7 +648,7 @@ impl Inner {
         let paths = self.paths(config.name());
         let data = encode(config.lock_at_most_for(), &self.locked_by);
         let acquisition = Acquisition::begin(config);
-        let span = tracing::debug_span!("zookeeper.try_lock", lock = %config.name());
+        let span = Operation::TryLock.span(BACKEND, config.name());
         let won = with_timeout("try_lock", self.timeout, self.acquire(&paths, &data))
             .instrument(span)
             .await?;
@@ -816,7 +817,7 @@ impl LockHandle for ZkHandle {
             // name node's version check and changes nothing.
             self.checked(data.as_deref()).await.map(|_| ())
         })
-        .instrument(tracing::debug_span!("zookeeper.unlock", lock = %config.name()))
+        .instrument(Operation::Unlock.span(BACKEND, config.name()))
         .await
     }
 
@@ -828,7 +829,7 @@ impl LockHandle for ZkHandle {
         let timeout = self.inner.timeout;
         let data = encode(config.lock_at_most_for(), &self.inner.locked_by);
         let done = with_timeout("extend", timeout, self.checked(Some(&data)))
-            .instrument(tracing::debug_span!("zookeeper.extend", lock = %config.name()))
+            .instrument(Operation::Extend.span(BACKEND, config.name()))
             .await?;
         let Some(Some(stat)) = done else { return Err(lost()) };
         if stat.mtime >= self.mtime.saturating_add(self.hold_ms) {

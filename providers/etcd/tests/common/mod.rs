@@ -11,10 +11,10 @@ use shedlock_etcd::EtcdLockProvider;
 use shedlock_launcher::{Backend, Service};
 use shedlock_test_support as testing;
 
-/// The operation timeout of the test providers: the default. An acquire on a fresh lease is two
-/// round trips (grant, transaction), about 3 s on C24's slow link (500 ms each way, HTTP/2
-/// frames delayed one after another).
-pub const OPERATION_TIMEOUT: Duration = shedlock_etcd::DEFAULT_OPERATION_TIMEOUT;
+/// The operation timeout of the test providers: 5 s, half of C24's 10 s bound on a failing call.
+/// An acquire on a fresh lease is two round trips (grant, transaction), about 3 s on C24's slow
+/// link (500 ms each way, HTTP/2 frames delayed one after another).
+pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Client options: short limits, so that a cut or stalled connection fails fast (C24) and the
 /// next call reconnects. HTTP/2 keep-alive pings find a silently dead connection; their timeout
