@@ -34,8 +34,8 @@
 use std::{
     collections::HashMap,
     fmt,
-    sync::{Arc, Mutex, PoisonError},
-    time::Duration,
+    sync::{Mutex, PoisonError},
+    time::{Duration, SystemTime},
 };
 
 use aws_sdk_s3::{
@@ -46,16 +46,10 @@ use aws_sdk_s3::{
 };
 use serde_json::{Value, json};
 use shedlock::{
-    Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
-    SharedClock,
-    store::Operation,
-    support::{
-        MAX_LOCKED_BY_LEN, acquisition_id, check_lock_name, default_locked_by,
-        duration_millis_ceil, unix_micros, unix_millis, with_timeout,
-    },
-    system_clock,
+    Capabilities, Error, Lock, LockConfig, LockProvider, Result, SharedClock, TimeSource,
+    store::{Extension, Granted, LeaseStore, ProviderSettings, Request, Settings, StoreProvider},
+    support::{duration_millis_ceil, unix_micros, unix_millis, with_timeout},
 };
-use tracing::Instrument;
 
 const BACKEND: &str = "s3";
 
@@ -145,9 +139,7 @@ pub struct S3LockProviderBuilder {
     client: Client,
     bucket: String,
     prefix: String,
-    operation_timeout: Option<Duration>,
-    clock: SharedClock,
-    locked_by: Option<String>,
+    settings: ProviderSettings,
 }
 
 impl fmt::Debug for S3LockProviderBuilder {
@@ -156,7 +148,7 @@ impl fmt::Debug for S3LockProviderBuilder {
         f.debug_struct("S3LockProviderBuilder")
             .field("bucket", &self.bucket)
             .field("prefix", &self.prefix)
-            .field("operation_timeout", &self.operation_timeout)
+            .field("settings", &self.settings)
             .finish_non_exhaustive()
     }
 }
@@ -173,20 +165,20 @@ impl S3LockProviderBuilder {
     /// own timeouts only), the SDK's retries included. On expiry the call returns
     /// [`Error::Timeout`], whose effect is unknown.
     pub fn operation_timeout(mut self, limit: Option<Duration>) -> Self {
-        self.operation_timeout = limit;
+        self.settings.set_timeout(limit);
         self
     }
 
     /// The wall clock of this instance (default: the system clock): it computes the lease.
     pub fn clock(mut self, clock: SharedClock) -> Self {
-        self.clock = clock;
+        self.settings.set_clock(clock);
         self
     }
 
     /// The informational `locked_by` stored with each lock (default `hostname/pid`). At most 255
     /// bytes.
     pub fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
-        self.locked_by = Some(locked_by.into());
+        self.settings.set_locked_by(locked_by);
         self
     }
 
@@ -221,24 +213,16 @@ impl S3LockProviderBuilder {
                  '-', '_', '.' or '/', without '..' or '//', not starting with '/'"
             )));
         }
-        let locked_by = self.locked_by.unwrap_or_else(default_locked_by);
-        if locked_by.len() > MAX_LOCKED_BY_LEN {
-            return Err(setup(format!(
-                "locked_by is {} bytes long; at most {MAX_LOCKED_BY_LEN} are allowed",
-                locked_by.len()
-            )));
-        }
-        Ok(S3LockProvider {
-            inner: Arc::new(Inner {
-                client: self.client,
-                bucket: self.bucket,
-                prefix: self.prefix,
-                timeout: self.operation_timeout,
-                clock: self.clock,
-                locked_by,
-                seen: Mutex::default(),
-            }),
-        })
+        // S3 conditions cannot read a server clock: the lease is always client time.
+        let mut settings = self.settings;
+        let settings = settings.set_time_source(TimeSource::Client).clone().validate(BACKEND)?;
+        let store = S3Store {
+            client: self.client,
+            bucket: self.bucket,
+            prefix: self.prefix,
+            seen: Mutex::default(),
+        };
+        Ok(S3LockProvider { inner: StoreProvider::new(store, settings) })
     }
 }
 
@@ -246,17 +230,17 @@ impl S3LockProviderBuilder {
 /// client and what the provider last saw of each object.
 #[derive(Clone)]
 pub struct S3LockProvider {
-    inner: Arc<Inner>,
+    inner: StoreProvider<S3Store>,
 }
 
 impl fmt::Debug for S3LockProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // No client: its configuration holds the credentials provider.
+        let store = self.inner.store();
         f.debug_struct("S3LockProvider")
-            .field("bucket", &self.inner.bucket)
-            .field("prefix", &self.inner.prefix)
-            .field("operation_timeout", &self.inner.timeout)
-            .field("locked_by", &self.inner.locked_by)
+            .field("bucket", &store.bucket)
+            .field("prefix", &store.prefix)
+            .field("settings", self.inner.settings())
             .finish_non_exhaustive()
     }
 }
@@ -317,13 +301,11 @@ enum Put {
     Refused,
 }
 
-struct Inner {
+/// The lock objects in one bucket: the [`LeaseStore`] of [`S3LockProvider`].
+struct S3Store {
     client: Client,
     bucket: String,
     prefix: String,
-    timeout: Option<Duration>,
-    clock: SharedClock,
-    locked_by: String,
     /// Per key, the ETag and state this instance last read or wrote: a free object seen here is
     /// taken with one `If-Match` write, without reading it again.
     seen: Mutex<HashMap<String, (String, State)>>,
@@ -350,11 +332,28 @@ impl HasStatus for aws_sdk_s3::config::http::HttpResponse {
     }
 }
 
-impl Inner {
-    fn now_ms(&self) -> i64 {
-        unix_millis(self.clock.now())
-    }
+/// This instance's clock, which judges expiry (the provider always runs in client time).
+fn now(req: &Request<'_>) -> SystemTime {
+    req.client_now().unwrap_or_else(|| req.settings().clock().now())
+}
 
+/// Forgets what this instance saw of a key unless disarmed: an acquire that failed or was
+/// dropped mid-flight (a timeout, a cancelled task) may have changed the object.
+struct ForgetOnDrop<'a> {
+    store: &'a S3Store,
+    key: &'a str,
+    armed: bool,
+}
+
+impl Drop for ForgetOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.store.forget(self.key);
+        }
+    }
+}
+
+impl S3Store {
     fn key(&self, name: &str) -> String {
         format!("{}{}", self.prefix, key_for(name))
     }
@@ -446,18 +445,19 @@ impl Inner {
     /// A conditional `PutObject`: `If-None-Match: *` when `etag` is `None`, else `If-Match`.
     async fn put(
         &self,
-        operation: &'static str,
+        req: &Request<'_>,
         key: &str,
         etag: Option<&str>,
         state: &State,
     ) -> Result<Put> {
+        let operation = req.operation().label();
         let mut req = self
             .client
             .put_object()
             .bucket(&self.bucket)
             .key(key)
             .content_type("application/json")
-            .body(ByteStream::from(state.body(&self.locked_by)));
+            .body(ByteStream::from(state.body(req.owner().locked_by())));
         req = match etag {
             None => req.if_none_match("*"),
             Some(e) => req.if_match(e),
@@ -520,7 +520,12 @@ impl Inner {
     }
 
     /// The acquire: `Some((etag, state))` of the object this caller wrote, `None` when held.
-    async fn acquire(&self, key: &str, mine: &State) -> Result<Option<(String, State)>> {
+    async fn take(
+        &self,
+        req: &Request<'_>,
+        key: &str,
+        mine: &State,
+    ) -> Result<Option<(String, State)>> {
         let now = mine.at;
         let next = |prev: &State| State { fence: prev.fence.saturating_add(1), ..mine.clone() };
         // 1. The object as this instance last saw it, if that was free: one If-Match write.
@@ -528,10 +533,10 @@ impl Inner {
         let first = match self.seen(key) {
             Some((etag, prev)) if prev.free_at(now) => {
                 let s = next(&prev);
-                (self.put("try_lock", key, Some(&etag), &s).await?, s)
+                (self.put(req, key, Some(&etag), &s).await?, s)
             }
             Some(_) => (Put::Refused, mine.clone()),
-            None => (self.put("try_lock", key, None, mine).await?, mine.clone()),
+            None => (self.put(req, key, None, mine).await?, mine.clone()),
         };
         if let (Put::Stored(etag), s) = first {
             return Ok(Some((etag, s)));
@@ -539,13 +544,13 @@ impl Inner {
         // 2. It exists (or changed): read it. Free (released, or its lease ended by this
         //    instance's clock): take it over, conditioned on what was read.
         match self.read("try_lock", key).await? {
-            None => match self.put("try_lock", key, None, mine).await? {
+            None => match self.put(req, key, None, mine).await? {
                 Put::Stored(etag) => Ok(Some((etag, mine.clone()))),
                 Put::Refused => Ok(None),
             },
             Some((etag, prev)) if prev.free_at(now) => {
                 let s = next(&prev);
-                match self.put("try_lock", key, Some(&etag), &s).await? {
+                match self.put(req, key, Some(&etag), &s).await? {
                     Put::Stored(new) => Ok(Some((new, s))),
                     Put::Refused => Ok(None),
                 }
@@ -557,124 +562,39 @@ impl Inner {
         }
     }
 
-    async fn try_lock(self: &Arc<Self>, config: &LockConfig) -> Result<Option<Lock>> {
-        check_lock_name(BACKEND, config.name(), Some(MAX_NAME_LEN), false)?;
-        let key = self.key(config.name());
-        let acquisition = Acquisition::begin(config);
-        let wall = self.clock.now();
-        let now = unix_millis(wall);
-        let mine = State {
-            acquisition: format!("{:016x}", acquisition_id()),
-            until: Some(now.saturating_add(duration_millis_ceil(config.lock_at_most_for()))),
-            at: now,
-            // A new object's counter starts at the clock in microseconds, so tokens keep rising
-            // when an object is deleted and created again.
-            fence: u64::try_from(unix_micros(wall)).unwrap_or(0).saturating_add(1),
-        };
-        let span = Operation::TryLock.span(BACKEND, config.name());
-        let won = with_timeout("try_lock", self.timeout, self.acquire(&key, &mine))
-            .instrument(span)
-            .await;
-        let (etag, state) = match won {
-            Ok(Some(w)) => w,
-            Ok(None) => return Ok(None),
-            Err(e) => {
-                // What this instance saw may be out of date now.
-                self.forget(&key);
-                return Err(e);
-            }
-        };
-        self.remember(&key, etag.clone(), state.clone());
-        let handle = S3Handle { inner: self.clone(), key, etag, state };
-        acquisition.grant(handle).await.map(Some)
-    }
-}
-
-/// One held lock: the ETag this holder last wrote (owner check) and its state.
-struct S3Handle {
-    inner: Arc<Inner>,
-    key: String,
-    etag: String,
-    state: State,
-}
-
-impl S3Handle {
-    /// Writes `next` over this holder's object; `false` when the object is no longer this
-    /// holder's.
-    async fn write(&mut self, operation: &'static str, next: State) -> Result<bool> {
-        let inner = &self.inner;
-        match inner.put(operation, &self.key, Some(&self.etag), &next).await {
+    /// Writes `next` over the holder's object; `false` when it is no longer the holder's.
+    async fn write(&self, req: &Request<'_>, held: &mut Held, next: State) -> Result<bool> {
+        match self.put(req, &held.key, Some(&held.etag), &next).await {
             Ok(Put::Stored(etag)) => {
-                inner.remember(&self.key, etag.clone(), next.clone());
-                self.etag = etag;
-                self.state = next;
+                self.remember(&held.key, etag.clone(), next.clone());
+                held.etag = etag;
+                held.state = next;
                 Ok(true)
             }
             Ok(Put::Refused) => {
-                inner.forget(&self.key);
+                self.forget(&held.key);
                 Ok(false)
             }
             Err(e) => {
-                inner.forget(&self.key);
+                self.forget(&held.key);
                 Err(e)
             }
         }
     }
 }
 
-#[async_trait::async_trait]
-impl LockHandle for S3Handle {
-    async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
-        // Held at least until lockedAt + lock_at_least_for (at-least <= at-most, so never past
-        // the current lease); after that, released. Owner-checked by If-Match either way.
-        let keep = self.state.at.saturating_add(duration_millis_ceil(config.lock_at_least_for()));
-        let now = self.inner.now_ms();
-        let next = State {
-            acquisition: self.state.acquisition.clone(),
-            until: (keep > now).then(|| keep.min(self.state.until.unwrap_or(keep))),
-            ..self.state.clone()
-        };
-        let span = Operation::Unlock.span(BACKEND, config.name());
-        let timeout = self.inner.timeout;
-        let mine =
-            with_timeout("unlock", timeout, self.write("unlock", next)).instrument(span).await?;
-        if !mine {
-            tracing::debug!(key = %self.key, "unlock: no longer the holder; nothing changed");
-        }
-        Ok(())
-    }
-
-    async fn extend(&mut self, config: &LockConfig) -> Result<()> {
-        let now = self.inner.now_ms();
-        // An expired lock is not revived, by the same clock that judges expiry.
-        if self.state.until.is_none_or(|u| u <= now) {
-            return Err(Error::LockLost { name: config.name().to_owned() });
-        }
-        let next = State {
-            until: Some(now.saturating_add(duration_millis_ceil(config.lock_at_most_for()))),
-            at: now,
-            ..self.state.clone()
-        };
-        let span = Operation::Extend.span(BACKEND, config.name());
-        let timeout = self.inner.timeout;
-        match with_timeout("extend", timeout, self.write("extend", next)).instrument(span).await? {
-            true => Ok(()),
-            false => Err(Error::LockLost { name: config.name().to_owned() }),
-        }
-    }
-
-    fn fencing_token(&self) -> Option<u64> {
-        Some(self.state.fence)
-    }
+/// One held lock: its key, the ETag this holder last wrote (the owner check) and its state.
+struct Held {
+    key: String,
+    etag: String,
+    state: State,
 }
 
 #[async_trait::async_trait]
-impl LockProvider for S3LockProvider {
-    async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
-        self.inner.try_lock(config).await
-    }
+impl LeaseStore for S3Store {
+    type Held = Held;
 
-    fn capabilities(&self) -> Capabilities {
+    fn capabilities(&self, _: &Settings) -> Capabilities {
         Capabilities::new()
             .with_extend(true)
             .with_fencing(true)
@@ -685,8 +605,72 @@ impl LockProvider for S3LockProvider {
             .with_max_name_len(Some(MAX_NAME_LEN))
     }
 
+    async fn acquire(&self, req: &Request<'_>) -> Result<Option<Granted<Held>>> {
+        let key = self.key(req.name());
+        let wall = now(req);
+        let at = unix_millis(wall);
+        let mine = State {
+            acquisition: req.owner().hex(),
+            until: Some(at.saturating_add(duration_millis_ceil(req.lock_at_most_for()))),
+            at,
+            // A new object's counter starts at the clock in microseconds, so tokens keep rising
+            // when an object is deleted and created again.
+            fence: u64::try_from(unix_micros(wall)).unwrap_or(0).saturating_add(1),
+        };
+        let won = {
+            let mut guard = ForgetOnDrop { store: self, key: &key, armed: true };
+            let won = self.take(req, &key, &mine).await?;
+            guard.armed = false;
+            won
+        };
+        let Some((etag, state)) = won else { return Ok(None) };
+        self.remember(&key, etag.clone(), state.clone());
+        let fence = state.fence;
+        Ok(Some(Granted::new(Held { key, etag, state }).with_fencing_token(fence)))
+    }
+
+    async fn release(&self, req: &Request<'_>, held: &mut Held) -> Result<()> {
+        // Held at least until lockedAt + lock_at_least_for (at-least <= at-most, so never past
+        // the current lease); after that, released. Owner-checked by If-Match either way.
+        let keep = held.state.at.saturating_add(duration_millis_ceil(req.lock_at_least_for()));
+        let now = unix_millis(now(req));
+        let next = State {
+            until: (keep > now).then(|| keep.min(held.state.until.unwrap_or(keep))),
+            ..held.state.clone()
+        };
+        if !self.write(req, held, next).await? {
+            tracing::debug!(key = %held.key, "unlock: no longer the holder; nothing changed");
+        }
+        Ok(())
+    }
+
+    async fn extend(&self, req: &Request<'_>, held: &mut Held) -> Result<Extension> {
+        let now = unix_millis(now(req));
+        // An expired lock is not revived, by the same clock that judges expiry.
+        if held.state.until.is_none_or(|u| u <= now) {
+            return Ok(Extension::Lost);
+        }
+        let next = State {
+            until: Some(now.saturating_add(duration_millis_ceil(req.lock_at_most_for()))),
+            at: now,
+            ..held.state.clone()
+        };
+        Ok(if self.write(req, held, next).await? { Extension::Extended } else { Extension::Lost })
+    }
+}
+
+#[async_trait::async_trait]
+impl LockProvider for S3LockProvider {
+    async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
+        self.inner.try_lock(config).await
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
     fn backend_name(&self) -> &'static str {
-        BACKEND
+        self.inner.backend_name()
     }
 }
 
@@ -699,9 +683,7 @@ impl S3LockProvider {
             client,
             bucket: bucket.into(),
             prefix: DEFAULT_PREFIX.to_owned(),
-            operation_timeout: Some(DEFAULT_TIMEOUT),
-            clock: system_clock(),
-            locked_by: None,
+            settings: ProviderSettings::new(),
         }
     }
 
@@ -716,19 +698,19 @@ impl S3LockProvider {
 
     /// The bucket name.
     pub fn bucket(&self) -> &str {
-        &self.inner.bucket
+        &self.inner.store().bucket
     }
 
     /// The object key a lock name maps to: `<prefix><key_for(name)>`.
     pub fn key_for(&self, name: &str) -> String {
-        self.inner.key(name)
+        self.inner.store().key(name)
     }
 
     /// Creates the bucket (in the client's region), or accepts it if this account already owns
     /// it. Idempotent.
     pub async fn create_bucket(&self) -> Result<()> {
-        let i = &self.inner;
-        with_timeout("create_bucket", i.timeout, async {
+        let i = self.inner.store();
+        with_timeout("create_bucket", self.inner.settings().timeout(), async {
             let mut req = i.client.create_bucket().bucket(&i.bucket);
             if let Some(region) =
                 i.client.config().region().map(|r| r.as_ref()).filter(|r| *r != "us-east-1")
@@ -756,8 +738,8 @@ impl S3LockProvider {
     /// Checks that the bucket exists and this client may use it (one `HeadBucket`): otherwise
     /// [`Error::Setup`] says what to do.
     pub async fn check_bucket(&self) -> Result<()> {
-        let i = &self.inner;
-        with_timeout("check_bucket", i.timeout, async {
+        let i = self.inner.store();
+        with_timeout("check_bucket", self.inner.settings().timeout(), async {
             match i.client.head_bucket().bucket(&i.bucket).send().await {
                 Ok(_) => Ok(()),
                 Err(e) if matches!(status(&e), Some(404)) => Err(i.missing_bucket()),
@@ -786,11 +768,15 @@ mod tests {
         }
     }
 
-    fn inner() -> Inner {
+    fn inner() -> S3Store {
         let conf =
             aws_sdk_s3::Config::builder().behavior_version(BehaviorVersion::latest()).build();
-        let p = S3LockProvider::builder(Client::from_conf(conf), "locks").build().unwrap();
-        Arc::try_unwrap(p.inner).ok().unwrap()
+        S3Store {
+            client: Client::from_conf(conf),
+            bucket: "locks".into(),
+            prefix: DEFAULT_PREFIX.into(),
+            seen: Mutex::default(),
+        }
     }
 
     fn answered(code: &str, status: u16) -> SdkError<PutObjectError, Raw> {
