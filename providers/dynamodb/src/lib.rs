@@ -37,7 +37,11 @@
 //! ```
 #![deny(missing_docs)]
 
-use std::{collections::HashMap, fmt, sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    fmt,
+    time::{Duration, SystemTime},
+};
 
 use aws_sdk_dynamodb::{
     Client,
@@ -48,17 +52,13 @@ use aws_sdk_dynamodb::{
     },
 };
 use shedlock::{
-    Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
-    SharedClock,
-    store::Operation,
+    Capabilities, Error, Lock, LockConfig, LockProvider, Result, SharedClock, TimeSource,
+    store::{Extension, Granted, LeaseStore, ProviderSettings, Request, Settings, StoreProvider},
     support::{
-        ACQUISITION_SUFFIX_LEN, MAX_LOCKED_BY_LEN, acquisition_id, acquisition_locked_by,
-        check_lock_name, default_locked_by, duration_millis_ceil, from_unix_micros, iso8601_millis,
-        unix_micros, unix_millis, with_timeout,
+        duration_millis_ceil, from_unix_micros, iso8601_millis, unix_micros, unix_millis,
+        with_timeout,
     },
-    system_clock,
 };
-use tracing::Instrument;
 
 const BACKEND: &str = "dynamodb";
 
@@ -197,10 +197,7 @@ pub enum DynamoDbError {
 pub struct DynamoDbLockProviderBuilder {
     client: Client,
     table: String,
-    operation_timeout: Option<Duration>,
-    clock: SharedClock,
-    locked_by: Option<String>,
-    compat: bool,
+    settings: ProviderSettings,
 }
 
 impl fmt::Debug for DynamoDbLockProviderBuilder {
@@ -208,9 +205,7 @@ impl fmt::Debug for DynamoDbLockProviderBuilder {
         // The client is left out on purpose: its configuration holds the credentials provider.
         f.debug_struct("DynamoDbLockProviderBuilder")
             .field("table", &self.table)
-            .field("operation_timeout", &self.operation_timeout)
-            .field("locked_by", &self.locked_by)
-            .field("shedlock_compatible", &self.compat)
+            .field("settings", &self.settings)
             .finish_non_exhaustive()
     }
 }
@@ -227,20 +222,20 @@ impl DynamoDbLockProviderBuilder {
     /// own timeouts only), the SDK's retries included. On expiry the call returns
     /// [`Error::Timeout`], whose effect is unknown.
     pub fn operation_timeout(mut self, limit: Option<Duration>) -> Self {
-        self.operation_timeout = limit;
+        self.settings.set_timeout(limit);
         self
     }
 
     /// The wall clock of this instance (default: the system clock): it computes `lockUntil`.
     pub fn clock(mut self, clock: SharedClock) -> Self {
-        self.clock = clock;
+        self.settings.set_clock(clock);
         self
     }
 
     /// The informational `lockedBy` stored with each lock (default `hostname/pid`). At most 255
     /// bytes.
     pub fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
-        self.locked_by = Some(locked_by.into());
+        self.settings.set_locked_by(locked_by);
         self
     }
 
@@ -256,7 +251,7 @@ impl DynamoDbLockProviderBuilder {
     /// - Client time, as in the native mode and in ShedLock.
     /// - A released lock has no `lockUntil` (ShedLock's acquire condition accepts that).
     pub fn shedlock_compatible(mut self) -> Self {
-        self.compat = true;
+        self.settings.set_shedlock_compatible(true);
         self
     }
 
@@ -274,68 +269,53 @@ impl DynamoDbLockProviderBuilder {
                  digits, '_', '-' or '.'"
             )));
         }
-        let max = if self.compat {
-            MAX_LOCKED_BY_LEN - ACQUISITION_SUFFIX_LEN
-        } else {
-            MAX_LOCKED_BY_LEN
+        // DynamoDB conditions cannot read a server clock: lockUntil is always client time.
+        let mut settings = self.settings;
+        let settings = settings.set_time_source(TimeSource::Client).clone().validate(BACKEND)?;
+        let store = DynamoStore {
+            client: self.client,
+            table: self.table,
+            locked_by: AttributeValue::S(settings.locked_by().to_owned()),
+            compat: settings.is_shedlock_compatible(),
         };
-        let locked_by = self.locked_by.unwrap_or_else(|| {
-            let mut s = default_locked_by();
-            while s.len() > max {
-                s.pop();
-            }
-            s
-        });
-        if locked_by.len() > max {
-            return Err(setup(format!(
-                "locked_by is {} bytes long; at most {max} are allowed{}",
-                locked_by.len(),
-                if self.compat {
-                    " in the ShedLock-compatible mode, which appends each acquisition's id"
-                } else {
-                    ""
-                }
-            )));
-        }
-        Ok(DynamoDbLockProvider {
-            inner: Arc::new(Inner {
-                client: self.client,
-                table: self.table,
-                timeout: self.operation_timeout,
-                clock: self.clock,
-                locked_by: AttributeValue::S(locked_by),
-                compat: self.compat,
-            }),
-        })
+        Ok(DynamoDbLockProvider { inner: StoreProvider::new(store, settings) })
     }
 }
 
 /// A [`LockProvider`] on a DynamoDB table. Cheap to clone; clones share the client.
 #[derive(Clone)]
 pub struct DynamoDbLockProvider {
-    inner: Arc<Inner>,
+    inner: StoreProvider<DynamoStore>,
 }
 
 impl fmt::Debug for DynamoDbLockProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // No client: its configuration holds the credentials provider.
         f.debug_struct("DynamoDbLockProvider")
-            .field("table", &self.inner.table)
-            .field("operation_timeout", &self.inner.timeout)
-            .field("locked_by", &self.inner.locked_by)
-            .field("shedlock_compatible", &self.inner.compat)
+            .field("table", &self.inner.store().table)
+            .field("settings", self.inner.settings())
             .finish_non_exhaustive()
     }
 }
 
-struct Inner {
+/// The lock items of one table: the [`LeaseStore`] of [`DynamoDbLockProvider`].
+struct DynamoStore {
     client: Client,
     table: String,
-    timeout: Option<Duration>,
-    clock: SharedClock,
+    /// The configured `lockedBy`, as stored in the native mode.
     locked_by: AttributeValue,
     /// ShedLock's item layout.
     compat: bool,
+}
+
+/// This instance's clock, which judges expiry (the provider always runs in client time).
+fn wall(req: &Request<'_>) -> SystemTime {
+    req.client_now().unwrap_or_else(|| req.settings().clock().now())
+}
+
+/// [`wall`] in ms since the epoch.
+fn now_ms(req: &Request<'_>) -> i64 {
+    unix_millis(wall(req))
 }
 
 fn setup(message: impl Into<String>) -> Error {
@@ -352,11 +332,7 @@ fn condition_failed<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) -> bool {
         == Some("ConditionalCheckFailedException")
 }
 
-impl Inner {
-    fn now_ms(&self) -> i64 {
-        unix_millis(self.clock.now())
-    }
-
+impl DynamoStore {
     /// A time (ms since the epoch) as stored: a number, or ShedLock's ISO string.
     fn time(&self, ms: i64) -> AttributeValue {
         if self.compat {
@@ -364,44 +340,6 @@ impl Inner {
         } else {
             num(ms)
         }
-    }
-
-    /// `try_lock` in the ShedLock-compatible mode.
-    async fn try_lock_compat(self: &Arc<Self>, config: &LockConfig) -> Result<Option<Lock>> {
-        let name = config.name();
-        let acquisition = Acquisition::begin(config);
-        let now = self.now_ms();
-        let until = now.saturating_add(duration_millis_ceil(config.lock_at_most_for()));
-        let AttributeValue::S(base) = &self.locked_by else {
-            return Err(setup("locked_by is not a string"));
-        };
-        let by = AttributeValue::S(acquisition_locked_by(base, acquisition_id()));
-        let values = HashMap::from([
-            (":until".to_owned(), self.time(until)),
-            (":now".to_owned(), self.time(now)),
-            (":acq".to_owned(), by.clone()),
-        ]);
-        let span = Operation::TryLock.span(BACKEND, name);
-        let won = with_timeout(
-            "try_lock",
-            self.timeout,
-            self.update("try_lock", name, &ACQUIRE_COMPAT, values, ReturnValue::None),
-        )
-        .instrument(span)
-        .await?;
-        if won.is_none() {
-            tracing::trace!(lock = %name, "held elsewhere");
-            return Ok(None);
-        }
-        let handle = DynamoHandle {
-            inner: self.clone(),
-            name: name.to_owned(),
-            acq: by,
-            fence: None,
-            locked_at: now,
-            until,
-        };
-        acquisition.grant(handle).await.map(Some)
     }
 
     fn missing_table(&self) -> Error {
@@ -515,17 +453,23 @@ impl Inner {
         }
     }
 
-    async fn try_lock(self: &Arc<Self>, config: &LockConfig) -> Result<Option<Lock>> {
-        check_lock_name(BACKEND, config.name(), Some(MAX_NAME_LEN), false)?;
-        if self.compat {
-            return self.try_lock_compat(config).await;
-        }
-        let name = config.name();
-        let acquisition = Acquisition::begin(config);
-        let wall = self.clock.now();
+    /// The acquire's values and expression: ShedLock's three attributes in the compatible mode
+    /// (the owner in `lockedBy`), else the native five with the fencing counter.
+    fn acquire_request(
+        &self,
+        req: &Request<'_>,
+        wall: SystemTime,
+        until: i64,
+    ) -> (&'static Expr, HashMap<String, AttributeValue>, ReturnValue) {
         let now = unix_millis(wall);
-        let until = now.saturating_add(duration_millis_ceil(config.lock_at_most_for()));
-        let acq = format!("{:016x}", acquisition_id());
+        if self.compat {
+            let values = HashMap::from([
+                (":until".to_owned(), self.time(until)),
+                (":now".to_owned(), self.time(now)),
+                (":acq".to_owned(), AttributeValue::S(req.owner().locked_by().to_owned())),
+            ]);
+            return (&ACQUIRE_COMPAT, values, ReturnValue::None);
+        }
         // A new item's counter starts at the clock in microseconds, so tokens keep rising when
         // an item is deleted and created again.
         let seed = unix_micros(wall).max(0);
@@ -533,129 +477,124 @@ impl Inner {
             (":until".to_owned(), num(until)),
             (":now".to_owned(), num(now)),
             (":by".to_owned(), self.locked_by.clone()),
-            (":acq".to_owned(), AttributeValue::S(acq.clone())),
+            (":acq".to_owned(), AttributeValue::S(req.owner().hex())),
             (":seed".to_owned(), num(seed)),
             (":one".to_owned(), num(1)),
         ]);
-        let span = Operation::TryLock.span(BACKEND, name);
-        let won = with_timeout(
-            "try_lock",
-            self.timeout,
-            self.update("try_lock", name, &ACQUIRE, values, ReturnValue::UpdatedNew),
-        )
-        .instrument(span)
-        .await?;
-        let Some(attrs) = won else {
-            tracing::trace!(lock = %name, "held elsewhere");
-            return Ok(None);
-        };
-        let fence = match attrs.get(ATTR_FENCING_TOKEN) {
-            Some(AttributeValue::N(n)) => n.parse::<u64>().ok(),
-            _ => None,
-        };
-        let handle = DynamoHandle {
-            inner: self.clone(),
-            name: name.to_owned(),
-            acq: AttributeValue::S(acq),
-            fence,
-            locked_at: now,
-            until,
-        };
-        let Some(_) = fence else {
-            // Someone stored a fencing token that is not a u64: give the lock back.
-            let mut handle = handle;
-            let release = config.with_durations(config.lock_at_most_for(), Duration::ZERO)?;
-            let _ = handle.unlock(&release).await;
-            return Err(Error::backend(
-                BACKEND,
-                format!(
-                    "the item of lock {name:?} holds a {ATTR_FENCING_TOKEN} that is not an \
-                     unsigned 64-bit integer: {:?}",
-                    attrs.get(ATTR_FENCING_TOKEN)
-                ),
-            ));
-        };
-        acquisition.grant(handle).await.map(Some)
+        (&ACQUIRE, values, ReturnValue::UpdatedNew)
+    }
+
+    /// The owner check's value: the acquisition id, or its `lockedBy` in the compatible mode.
+    fn owner_value(&self, req: &Request<'_>) -> AttributeValue {
+        if self.compat {
+            AttributeValue::S(req.owner().locked_by().to_owned())
+        } else {
+            AttributeValue::S(req.owner().hex())
+        }
     }
 }
 
-/// One held lock: its acquisition id (owner check) and fencing token.
-struct DynamoHandle {
-    inner: Arc<Inner>,
-    name: String,
-    acq: AttributeValue,
-    fence: Option<u64>,
-    /// `lockedAt` of the current lease (ms since the epoch, this instance's clock).
+/// One held lock: the current lease, by this instance's clock (ms since the epoch).
+struct Held {
+    /// `lockedAt` of the current lease.
     locked_at: i64,
     /// `lockUntil` of the current lease.
     until: i64,
 }
 
 #[async_trait::async_trait]
-impl LockHandle for DynamoHandle {
-    async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
-        let inner = &self.inner;
+impl LeaseStore for DynamoStore {
+    type Held = Held;
+
+    fn capabilities(&self, _: &Settings) -> Capabilities {
+        Capabilities::new()
+            .with_extend(true)
+            .with_fencing(!self.compat)
+            // DynamoDB conditions cannot read a server clock: lockUntil is client time.
+            .with_server_time(false)
+            .with_owner_checked(true)
+            .with_granularity(Duration::from_millis(1))
+            .with_max_name_len(Some(MAX_NAME_LEN))
+    }
+
+    async fn acquire(&self, req: &Request<'_>) -> Result<Option<Granted<Held>>> {
+        let name = req.name();
+        let wall = wall(req);
+        let now = unix_millis(wall);
+        let until = now.saturating_add(duration_millis_ceil(req.lock_at_most_for()));
+        let (expr, values, returned) = self.acquire_request(req, wall, until);
+        let Some(attrs) = self.update("try_lock", name, expr, values, returned).await? else {
+            tracing::trace!(lock = %name, "held elsewhere");
+            return Ok(None);
+        };
+        let held = Held { locked_at: now, until };
+        if self.compat {
+            return Ok(Some(Granted::new(held)));
+        }
+        let fence = match attrs.get(ATTR_FENCING_TOKEN) {
+            Some(AttributeValue::N(n)) => n.parse::<u64>().ok(),
+            _ => None,
+        };
+        match fence {
+            Some(fence) => Ok(Some(Granted::new(held).with_fencing_token(fence))),
+            None => {
+                let other = attrs.get(ATTR_FENCING_TOKEN);
+                // Someone stored a fencing token that is not a u64: give the lock back.
+                let values = HashMap::from([(":acq".to_owned(), self.owner_value(req))]);
+                let _ = self.update("unlock", name, &RELEASE, values, ReturnValue::None).await;
+                Err(Error::backend(
+                    BACKEND,
+                    format!(
+                        "the item of lock {name:?} holds a {ATTR_FENCING_TOKEN} that is not an \
+                         unsigned 64-bit integer: {other:?}"
+                    ),
+                ))
+            }
+        }
+    }
+
+    async fn release(&self, req: &Request<'_>, held: &mut Held) -> Result<()> {
         // Held at least until lockedAt + lock_at_least_for (never past the current lockUntil,
         // since at-least <= at-most); after that, lockUntil and the owner id are removed, which
         // frees the name for every instance whatever its clock. Owner-checked either way: a
         // stale holder's condition fails and nothing changes.
-        let keep = self.locked_at.saturating_add(duration_millis_ceil(config.lock_at_least_for()));
+        let keep = held.locked_at.saturating_add(duration_millis_ceil(req.lock_at_least_for()));
         let (keep_expr, release_expr) =
-            if inner.compat { (&KEEP_COMPAT, &RELEASE_COMPAT) } else { (&KEEP, &RELEASE) };
-        let (expr, mut values) = if keep > inner.now_ms() {
-            (keep_expr, HashMap::from([(":until".to_owned(), inner.time(keep.min(self.until)))]))
+            if self.compat { (&KEEP_COMPAT, &RELEASE_COMPAT) } else { (&KEEP, &RELEASE) };
+        let (expr, mut values) = if keep > now_ms(req) {
+            (keep_expr, HashMap::from([(":until".to_owned(), self.time(keep.min(held.until)))]))
         } else {
             (release_expr, HashMap::new())
         };
-        values.insert(":acq".to_owned(), self.acq.clone());
-        let span = Operation::Unlock.span(BACKEND, &self.name);
-        let r = with_timeout(
-            "unlock",
-            inner.timeout,
-            inner.update("unlock", &self.name, expr, values, ReturnValue::None),
-        )
-        .instrument(span)
-        .await?;
+        values.insert(":acq".to_owned(), self.owner_value(req));
+        let r = self.update("unlock", req.name(), expr, values, ReturnValue::None).await?;
         if r.is_none() {
-            tracing::debug!(lock = %self.name, "unlock: no longer the holder; nothing changed");
+            tracing::debug!(lock = %req.name(), "unlock: no longer the holder; nothing changed");
         }
         Ok(())
     }
 
-    async fn extend(&mut self, config: &LockConfig) -> Result<()> {
-        let inner = &self.inner;
-        let now = inner.now_ms();
+    async fn extend(&self, req: &Request<'_>, held: &mut Held) -> Result<Extension> {
+        let now = now_ms(req);
         // An expired lock is not revived, by the same clock that judges expiry.
-        if self.until <= now {
-            return Err(Error::LockLost { name: config.name().to_owned() });
+        if held.until <= now {
+            return Ok(Extension::Lost);
         }
-        let until = now.saturating_add(duration_millis_ceil(config.lock_at_most_for()));
+        let until = now.saturating_add(duration_millis_ceil(req.lock_at_most_for()));
         let values = HashMap::from([
-            (":until".to_owned(), inner.time(until)),
-            (":now".to_owned(), inner.time(now)),
-            (":acq".to_owned(), self.acq.clone()),
+            (":until".to_owned(), self.time(until)),
+            (":now".to_owned(), self.time(now)),
+            (":acq".to_owned(), self.owner_value(req)),
         ]);
-        let expr = if inner.compat { &EXTEND_COMPAT } else { &EXTEND };
-        let span = Operation::Extend.span(BACKEND, &self.name);
-        let r = with_timeout(
-            "extend",
-            inner.timeout,
-            inner.update("extend", &self.name, expr, values, ReturnValue::None),
-        )
-        .instrument(span)
-        .await?;
-        match r {
+        let expr = if self.compat { &EXTEND_COMPAT } else { &EXTEND };
+        match self.update("extend", req.name(), expr, values, ReturnValue::None).await? {
             Some(_) => {
-                self.locked_at = now;
-                self.until = until;
-                Ok(())
+                held.locked_at = now;
+                held.until = until;
+                Ok(Extension::Extended)
             }
-            None => Err(Error::LockLost { name: config.name().to_owned() }),
+            None => Ok(Extension::Lost),
         }
-    }
-
-    fn fencing_token(&self) -> Option<u64> {
-        self.fence
     }
 }
 
@@ -666,18 +605,11 @@ impl LockProvider for DynamoDbLockProvider {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new()
-            .with_extend(true)
-            .with_fencing(!self.inner.compat)
-            // DynamoDB conditions cannot read a server clock: lockUntil is client time.
-            .with_server_time(false)
-            .with_owner_checked(true)
-            .with_granularity(Duration::from_millis(1))
-            .with_max_name_len(Some(MAX_NAME_LEN))
+        self.inner.capabilities()
     }
 
     fn backend_name(&self) -> &'static str {
-        BACKEND
+        self.inner.backend_name()
     }
 }
 
@@ -689,10 +621,7 @@ impl DynamoDbLockProvider {
         DynamoDbLockProviderBuilder {
             client,
             table: DEFAULT_TABLE.to_owned(),
-            operation_timeout: Some(DEFAULT_TIMEOUT),
-            clock: system_clock(),
-            locked_by: None,
-            compat: false,
+            settings: ProviderSettings::new(),
         }
     }
 
@@ -704,12 +633,12 @@ impl DynamoDbLockProvider {
 
     /// The table name.
     pub fn table(&self) -> &str {
-        &self.inner.table
+        &self.inner.store().table
     }
 
     /// The client the provider sends its requests through.
     pub fn client(&self) -> &Client {
-        &self.inner.client
+        &self.inner.store().client
     }
 
     /// Creates the table (string partition key `_id`, on-demand capacity) and waits until it is
@@ -718,7 +647,7 @@ impl DynamoDbLockProvider {
     ///
     /// [`check_table`]: Self::check_table
     pub async fn create_table(&self) -> Result<()> {
-        let i = &self.inner;
+        let i = self.inner.store();
         with_timeout("create_table", Some(CREATE_TABLE_TIMEOUT), async {
             let build = |e: aws_sdk_dynamodb::error::BuildError| Error::backend(BACKEND, e);
             let r = i
@@ -763,8 +692,8 @@ impl DynamoDbLockProvider {
     /// sort key. Otherwise [`Error::Setup`] says what to change. One
     /// `DescribeTable` request.
     pub async fn check_table(&self) -> Result<()> {
-        let i = &self.inner;
-        with_timeout("check_table", i.timeout, async {
+        let i = self.inner.store();
+        with_timeout("check_table", self.inner.settings().timeout(), async {
             match self.describe().await? {
                 Some(TableStatus::Active) | Some(TableStatus::Updating) => Ok(()),
                 Some(status) => {
@@ -778,7 +707,7 @@ impl DynamoDbLockProvider {
 
     /// The table's status after checking its key schema; `None` while it is being created.
     async fn describe(&self) -> Result<Option<TableStatus>> {
-        let i = &self.inner;
+        let i = self.inner.store();
         let out = i
             .client
             .describe_table()
@@ -824,11 +753,15 @@ mod tests {
 
     use super::*;
 
-    fn inner() -> Inner {
+    fn inner() -> DynamoStore {
         let conf =
             aws_sdk_dynamodb::Config::builder().behavior_version(BehaviorVersion::latest()).build();
-        let p = DynamoDbLockProvider::builder(Client::from_conf(conf)).build().unwrap();
-        Arc::try_unwrap(p.inner).ok().unwrap()
+        DynamoStore {
+            client: Client::from_conf(conf),
+            table: DEFAULT_TABLE.into(),
+            locked_by: AttributeValue::S("me".into()),
+            compat: false,
+        }
     }
 
     fn answered(code: &str, message: &str) -> SdkError<UpdateItemError, ()> {

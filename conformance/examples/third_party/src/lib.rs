@@ -10,6 +10,11 @@
 //!
 //! The server judges time by its own clock (server time) and keeps its records in a
 //! [`shedlock_memory::MemoryServer`].
+//!
+//! The provider is written the way core suggests for any backend that keeps a record per lock:
+//! its three storage calls are a [`LeaseStore`] ([`ToyStore`]), and core's [`StoreProvider`]
+//! turns them into a [`LockProvider`], adding the name check, owner ids, lease validity, time
+//! limits, spans and the `LockLost` of a failed extension.
 
 use std::{
     collections::HashMap,
@@ -24,7 +29,8 @@ use std::{
 
 use async_trait::async_trait;
 use shedlock::{
-    Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
+    Capabilities, Error, Lock, LockConfig, LockProvider, Result,
+    store::{Extension, Granted, LeaseStore, Request, Settings, StoreProvider},
 };
 use shedlock_memory::{MemoryLockProvider, MemoryServer};
 use tokio::{
@@ -216,28 +222,54 @@ type Conn = BufReader<TcpStream>;
 /// A shedlock provider talking to a [`ToyServer`]. Each instance has its own connection.
 #[derive(Clone)]
 pub struct ToyLockProvider {
-    addr: SocketAddr,
-    timeout: Duration,
-    conn: Arc<tokio::sync::Mutex<Option<Conn>>>,
+    inner: StoreProvider<ToyStore>,
 }
 
 impl ToyLockProvider {
     /// A provider for the server at `addr`; connects on first use, reconnects after errors.
     pub fn new(addr: SocketAddr) -> Self {
-        Self { addr, timeout: Duration::from_secs(2), conn: Arc::default() }
+        let settings = Settings::new(BACKEND).with_timeout(Some(Duration::from_secs(2)));
+        let store = ToyStore { addr, conn: Arc::default() };
+        Self { inner: StoreProvider::new(store, settings) }
     }
 
     /// Sets the timeout of each request (default 2 s).
     #[must_use]
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
+    pub fn with_timeout(self, timeout: Duration) -> Self {
+        let settings = self.inner.settings().clone().with_timeout(Some(timeout));
+        let store = self.inner.store();
+        let store = ToyStore { addr: store.addr, conn: Arc::clone(&store.conn) };
+        Self { inner: StoreProvider::new(store, settings) }
+    }
+}
+
+#[async_trait]
+impl LockProvider for ToyLockProvider {
+    async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
+        self.inner.try_lock(config).await
     }
 
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    fn backend_name(&self) -> &'static str {
+        self.inner.backend_name()
+    }
+}
+
+/// The toy's storage calls: one request line each, on the provider's one connection.
+pub struct ToyStore {
+    addr: SocketAddr,
+    conn: Arc<tokio::sync::Mutex<Option<Conn>>>,
+}
+
+impl ToyStore {
     /// Sends one request line and reads the reply. Cancel-safe: the connection is taken out of
     /// its slot for the call and put back only after a complete reply, so a call dropped midway
-    /// closes its connection instead of leaving a stale reply for the next call.
-    async fn call(&self, request: String, operation: &'static str) -> Result<String> {
+    /// (the driver's time limit, a cancelled task) closes its connection instead of leaving a
+    /// stale reply for the next call.
+    async fn call(&self, request: String) -> Result<String> {
         let mut slot = self.conn.lock().await;
         let conn = slot.take();
         let work = async {
@@ -259,53 +291,25 @@ impl ToyLockProvider {
             }
             Ok::<_, io::Error>((conn, reply.trim_end().to_owned()))
         };
-        match tokio::time::timeout(self.timeout, work).await {
-            Err(_) => Err(Error::Timeout { operation, after: self.timeout }),
-            Ok(Err(e)) => Err(Error::unavailable(BACKEND, e)),
-            Ok(Ok((conn, reply))) => {
-                *slot = Some(conn);
-                if let Some(msg) = reply.strip_prefix("ERR ") {
-                    return Err(Error::backend(BACKEND, msg.to_owned()));
-                }
-                Ok(reply)
-            }
+        let (conn, reply) = work.await.map_err(|e| Error::unavailable(BACKEND, e))?;
+        *slot = Some(conn);
+        if let Some(msg) = reply.strip_prefix("ERR ") {
+            return Err(Error::backend(BACKEND, msg.to_owned()));
         }
+        Ok(reply)
     }
 }
 
-#[async_trait]
-impl LockProvider for ToyLockProvider {
-    async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
-        if config.name().len() > MAX_NAME_LEN {
-            return Err(Error::InvalidName {
-                backend: BACKEND,
-                name: config.name().to_owned(),
-                reason: format!("longer than {MAX_NAME_LEN} bytes"),
-            });
-        }
-        let acquisition = Acquisition::begin(config);
-        let request = format!(
-            "LOCK {} {} {}",
-            config.lock_at_most_for().as_millis(),
-            config.lock_at_least_for().as_millis(),
-            hex(config.name())
-        );
-        let reply = self.call(request, "try_lock").await?;
-        if reply == "HELD" {
-            return Ok(None);
-        }
-        let mut parts = reply.split(' ').skip(1);
-        let id = parts.next().and_then(|s| s.parse().ok());
-        let token = parts.next().and_then(|s| s.parse().ok());
-        match (reply.starts_with("OK "), id, token) {
-            (true, Some(id), Some(token)) => {
-                acquisition.grant(ToyHandle { provider: self.clone(), id, token }).await.map(Some)
-            }
-            _ => Err(Error::backend(BACKEND, format!("unexpected reply {reply:?}"))),
-        }
-    }
+/// A held lock: the server's handle id.
+pub struct Held {
+    id: u64,
+}
 
-    fn capabilities(&self) -> Capabilities {
+#[async_trait]
+impl LeaseStore for ToyStore {
+    type Held = Held;
+
+    fn capabilities(&self, _: &Settings) -> Capabilities {
         Capabilities::new()
             .with_extend(true)
             .with_fencing(true)
@@ -314,24 +318,32 @@ impl LockProvider for ToyLockProvider {
             .with_granularity(Duration::from_millis(1))
             .with_max_name_len(Some(MAX_NAME_LEN))
     }
-}
 
-struct ToyHandle {
-    provider: ToyLockProvider,
-    id: u64,
-    token: u64,
-}
+    async fn acquire(&self, req: &Request<'_>) -> Result<Option<Granted<Held>>> {
+        let request = format!(
+            "LOCK {} {} {}",
+            req.lock_at_most_for().as_millis(),
+            req.lock_at_least_for().as_millis(),
+            hex(req.name())
+        );
+        let reply = self.call(request).await?;
+        if reply == "HELD" {
+            return Ok(None);
+        }
+        let mut parts = reply.split(' ').skip(1);
+        let id = parts.next().and_then(|s| s.parse().ok());
+        let token = parts.next().and_then(|s| s.parse().ok());
+        match (reply.starts_with("OK "), id, token) {
+            (true, Some(id), Some(token)) => {
+                Ok(Some(Granted::new(Held { id }).with_fencing_token(token)))
+            }
+            _ => Err(Error::backend(BACKEND, format!("unexpected reply {reply:?}"))),
+        }
+    }
 
-#[async_trait]
-impl LockHandle for ToyHandle {
-    async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
-        let reply = self
-            .provider
-            .call(
-                format!("UNLOCK {} {}", self.id, config.lock_at_least_for().as_millis()),
-                "unlock",
-            )
-            .await?;
+    async fn release(&self, req: &Request<'_>, held: &mut Held) -> Result<()> {
+        let at_least = req.lock_at_least_for().as_millis();
+        let reply = self.call(format!("UNLOCK {} {at_least}", held.id)).await?;
         if reply == "OK" {
             Ok(())
         } else {
@@ -339,21 +351,17 @@ impl LockHandle for ToyHandle {
         }
     }
 
-    async fn extend(&mut self, config: &LockConfig) -> Result<()> {
+    async fn extend(&self, req: &Request<'_>, held: &mut Held) -> Result<Extension> {
         let request = format!(
             "EXTEND {} {} {}",
-            self.id,
-            config.lock_at_most_for().as_millis(),
-            config.lock_at_least_for().as_millis()
+            held.id,
+            req.lock_at_most_for().as_millis(),
+            req.lock_at_least_for().as_millis()
         );
-        match self.provider.call(request, "extend").await?.as_str() {
-            "OK" => Ok(()),
-            "LOST" => Err(Error::LockLost { name: config.name().to_owned() }),
+        match self.call(request).await?.as_str() {
+            "OK" => Ok(Extension::Extended),
+            "LOST" => Ok(Extension::Lost),
             other => Err(Error::backend(BACKEND, format!("unexpected reply {other:?}"))),
         }
-    }
-
-    fn fencing_token(&self) -> Option<u64> {
-        Some(self.token)
     }
 }
