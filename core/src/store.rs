@@ -684,7 +684,9 @@ impl<S: LeaseStore> StoreProvider<S> {
     pub fn new(store: S, settings: Settings) -> Self {
         Self { inner: Arc::new(Inner { store, settings }) }
     }
+}
 
+impl<S> StoreProvider<S> {
     /// The store.
     pub fn store(&self) -> &S {
         &self.inner.store
@@ -723,6 +725,45 @@ impl<S: LeaseStore> LockProvider for StoreProvider<S> {
 
     fn backend_name(&self) -> &'static str {
         self.inner.settings.backend
+    }
+}
+
+/// A provider type of its own (with its own builder and inherent methods) that answers the
+/// [`LockProvider`] calls through another provider inside it, usually a [`StoreProvider`]:
+/// implementing this one method makes it a [`LockProvider`], so the forwarding is written once,
+/// here, and the store type stays private.
+///
+/// ```
+/// # use shedlock::{LockProvider, store::{DelegatingProvider, LeaseStore, StoreProvider}};
+/// # fn f<MyStore: LeaseStore>() {
+/// struct MyLockProvider {
+///     inner: StoreProvider<MyStore>,
+/// }
+///
+/// impl DelegatingProvider for MyLockProvider {
+///     fn delegate(&self) -> &dyn LockProvider {
+///         &self.inner
+///     }
+/// }
+/// # }
+/// ```
+pub trait DelegatingProvider: Send + Sync + 'static {
+    /// The provider that answers for this one.
+    fn delegate(&self) -> &dyn LockProvider;
+}
+
+#[async_trait]
+impl<T: DelegatingProvider> LockProvider for T {
+    async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
+        self.delegate().try_lock(config).await
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.delegate().capabilities()
+    }
+
+    fn backend_name(&self) -> &'static str {
+        self.delegate().backend_name()
     }
 }
 

@@ -52,8 +52,11 @@ use aws_sdk_dynamodb::{
     },
 };
 use shedlock::{
-    Capabilities, Error, Lock, LockConfig, LockProvider, Result, SharedClock, TimeSource,
-    store::{Extension, Granted, LeaseStore, ProviderSettings, Request, Settings, StoreProvider},
+    Capabilities, Error, LockProvider, Result, SharedClock, TimeSource,
+    store::{
+        DelegatingProvider, Extension, Granted, LeaseStore, ProviderSettings, Request, Settings,
+        StoreProvider,
+    },
     support::{
         duration_millis_ceil, from_unix_micros, iso8601_millis, unix_micros, unix_millis,
         with_timeout,
@@ -598,18 +601,9 @@ impl LeaseStore for DynamoStore {
     }
 }
 
-#[async_trait::async_trait]
-impl LockProvider for DynamoDbLockProvider {
-    async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
-        self.inner.try_lock(config).await
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    fn backend_name(&self) -> &'static str {
-        self.inner.backend_name()
+impl DelegatingProvider for DynamoDbLockProvider {
+    fn delegate(&self) -> &dyn LockProvider {
+        &self.inner
     }
 }
 

@@ -105,8 +105,11 @@ use std::{fmt, time::Duration};
 
 use async_trait::async_trait;
 use shedlock::{
-    Capabilities, Error, Lock, LockConfig, LockProvider, Result,
-    store::{Extension, Granted, LeaseStore, ProviderSettings, Request, Settings, StoreProvider},
+    Capabilities, Error, LockConfig, LockProvider, Result,
+    store::{
+        DelegatingProvider, Extension, Granted, LeaseStore, ProviderSettings, Request, Settings,
+        StoreProvider,
+    },
     support::check_lock_name,
 };
 use tokio::time::Instant;
@@ -444,18 +447,9 @@ impl MemcachedLockProvider {
     }
 }
 
-#[async_trait]
-impl LockProvider for MemcachedLockProvider {
-    async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
-        self.inner.try_lock(config).await
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    fn backend_name(&self) -> &'static str {
-        self.inner.backend_name()
+impl DelegatingProvider for MemcachedLockProvider {
+    fn delegate(&self) -> &dyn LockProvider {
+        &self.inner
     }
 }
 

@@ -34,8 +34,8 @@ use std::{
 
 use async_trait::async_trait;
 use shedlock::{
-    Capabilities, Lock, LockConfig, LockProvider, Result, SharedClock,
-    store::{Extension, Granted, LeaseStore, Request, Settings, StoreProvider},
+    Capabilities, LockProvider, Result, SharedClock,
+    store::{DelegatingProvider, Extension, Granted, LeaseStore, Request, Settings, StoreProvider},
     system_clock,
 };
 
@@ -187,18 +187,9 @@ impl MemoryLockProvider {
     }
 }
 
-#[async_trait]
-impl LockProvider for MemoryLockProvider {
-    async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
-        self.inner.try_lock(config).await
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    fn backend_name(&self) -> &'static str {
-        self.inner.backend_name()
+impl DelegatingProvider for MemoryLockProvider {
+    fn delegate(&self) -> &dyn LockProvider {
+        &self.inner
     }
 }
 

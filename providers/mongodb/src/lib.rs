@@ -39,10 +39,9 @@
 //! ```
 #![deny(missing_docs)]
 
-use std::{fmt, sync::Arc, time::Duration};
+use std::{fmt, time::Duration};
 
 use tokio::time::Instant;
-use tracing::Instrument;
 
 use mongodb::{
     Collection, Database,
@@ -51,14 +50,12 @@ use mongodb::{
     options::{Acknowledgment, ReturnDocument, WriteConcern},
 };
 use shedlock::{
-    Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
-    SharedClock,
-    store::Operation,
-    support::{
-        ACQUISITION_SUFFIX_LEN, acquisition_id, acquisition_locked_by, check_lock_name,
-        default_locked_by, duration_millis_ceil, unix_millis, with_timeout,
+    Capabilities, Error, LockProvider, Result, SharedClock,
+    store::{
+        DelegatingProvider, Extension, Granted, LeaseStore, ProviderSettings, Request, Settings,
+        StoreProvider,
     },
-    system_clock,
+    support::{acquisition_id, duration_millis_ceil, unix_millis, with_timeout},
 };
 
 pub use shedlock::TimeSource;
@@ -157,11 +154,7 @@ pub struct MongoLockProviderBuilder {
     database: Database,
     collection: String,
     write_concern: WriteConcern,
-    operation_timeout: Option<Duration>,
-    time_source: TimeSource,
-    clock: SharedClock,
-    locked_by: Option<String>,
-    compat: bool,
+    settings: ProviderSettings,
 }
 
 impl fmt::Debug for MongoLockProviderBuilder {
@@ -172,9 +165,7 @@ impl fmt::Debug for MongoLockProviderBuilder {
             .field("database", &self.database.name())
             .field("collection", &self.collection)
             .field("write_concern", &self.write_concern)
-            .field("operation_timeout", &self.operation_timeout)
-            .field("time_source", &self.time_source)
-            .field("shedlock_compatible", &self.compat)
+            .field("settings", &self.settings)
             .finish_non_exhaustive()
     }
 }
@@ -199,7 +190,7 @@ impl MongoLockProviderBuilder {
     /// own limits only, e.g. 30 s of server selection). On expiry the call returns
     /// [`Error::Timeout`], whose effect is unknown.
     pub fn operation_timeout(mut self, limit: Option<Duration>) -> Self {
-        self.operation_timeout = limit;
+        self.settings.set_timeout(limit);
         self
     }
 
@@ -207,21 +198,21 @@ impl MongoLockProviderBuilder {
     /// 4.2 or newer). [`TimeSource::Client`] computes `lockUntil` from this instance's
     /// [`clock`](Self::clock): unsafe beyond the clock skew between nodes.
     pub fn time_source(mut self, source: TimeSource) -> Self {
-        self.time_source = source;
+        self.settings.set_time_source(source);
         self
     }
 
     /// The wall clock of this instance (default: the system clock). Read only with
     /// [`TimeSource::Client`].
     pub fn clock(mut self, clock: SharedClock) -> Self {
-        self.clock = clock;
+        self.settings.set_clock(clock);
         self
     }
 
     /// The informational `lockedBy` stored with each lock (default `hostname/pid`). At most 255
     /// bytes.
     pub fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
-        self.locked_by = Some(locked_by.into());
+        self.settings.set_locked_by(locked_by);
         self
     }
 
@@ -237,7 +228,7 @@ impl MongoLockProviderBuilder {
     /// - The time source is unchanged: server time (`$$NOW`) by default, where ShedLock judges
     ///   by each JVM's clock, which must then agree with the server's.
     pub fn shedlock_compatible(mut self) -> Self {
-        self.compat = true;
+        self.settings.set_shedlock_compatible(true);
         self
     }
 
@@ -254,46 +245,15 @@ impl MongoLockProviderBuilder {
                  majority, the default, or w: 1)",
             ));
         }
-        let locked_by = self.locked_by.unwrap_or_else(|| {
-            let mut s = default_locked_by();
-            if self.compat {
-                // Room for the acquisition's suffix.
-                shedlock::support::truncate_at_char_boundary(
-                    &mut s,
-                    shedlock::support::MAX_LOCKED_BY_LEN - ACQUISITION_SUFFIX_LEN,
-                );
-            }
-            s
-        });
-        let max = if self.compat {
-            shedlock::support::MAX_LOCKED_BY_LEN - ACQUISITION_SUFFIX_LEN
-        } else {
-            shedlock::support::MAX_LOCKED_BY_LEN
-        };
-        if locked_by.len() > max {
-            return Err(setup(format!(
-                "locked_by is {} bytes long; at most {max} are allowed{}",
-                locked_by.len(),
-                if self.compat {
-                    " in the ShedLock-compatible mode, which appends each acquisition's id"
-                } else {
-                    ""
-                }
-            )));
-        }
+        let settings = self.settings.validate(BACKEND)?;
         let collection = self.database.collection::<Document>(&self.collection);
-        Ok(MongoLockProvider {
-            inner: Arc::new(Inner {
-                database: self.database,
-                collection,
-                write_concern: self.write_concern,
-                timeout: self.operation_timeout,
-                time: self.time_source,
-                clock: self.clock,
-                locked_by,
-                compat: self.compat,
-            }),
-        })
+        let store = MongoStore {
+            database: self.database,
+            collection,
+            write_concern: self.write_concern,
+            compat: settings.is_shedlock_compatible(),
+        };
+        Ok(MongoLockProvider { inner: StoreProvider::new(store, settings) })
     }
 }
 
@@ -301,33 +261,27 @@ impl MongoLockProviderBuilder {
 /// client (and its connection pool).
 #[derive(Clone)]
 pub struct MongoLockProvider {
-    inner: Arc<Inner>,
+    inner: StoreProvider<MongoStore>,
 }
 
 impl fmt::Debug for MongoLockProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // No client and no connection string: it may carry user:password.
-        let i = &self.inner;
+        let i = self.inner.store();
         f.debug_struct("MongoLockProvider")
             .field("database", &i.database.name())
             .field("collection", &i.collection.name())
             .field("write_concern", &i.write_concern)
-            .field("operation_timeout", &i.timeout)
-            .field("time_source", &i.time)
-            .field("locked_by", &i.locked_by)
-            .field("shedlock_compatible", &i.compat)
+            .field("settings", self.inner.settings())
             .finish_non_exhaustive()
     }
 }
 
-struct Inner {
+/// The lock documents of one collection: the [`LeaseStore`] of [`MongoLockProvider`].
+struct MongoStore {
     database: Database,
     collection: Collection<Document>,
     write_concern: WriteConcern,
-    timeout: Option<Duration>,
-    time: TimeSource,
-    clock: SharedClock,
-    locked_by: String,
     /// ShedLock's document: no `owner` or `token`, the owner in `lockedBy`.
     compat: bool,
 }
@@ -350,7 +304,7 @@ fn server_code(e: &mongodb::error::Error) -> Option<i32> {
 /// retryable [`Error::Unavailable`]; missing privileges and unsatisfiable write concerns are
 /// [`Error::Setup`] saying what to change; anything else is [`Error::Backend`]. The driver's
 /// errors name hosts, never the password of the connection string.
-fn map_err(inner: &Inner, operation: &'static str, e: mongodb::error::Error) -> Error {
+fn map_err(inner: &MongoStore, operation: &'static str, e: mongodb::error::Error) -> Error {
     let ns = || format!("{}.{}", inner.database.name(), inner.collection.name());
     match e.kind.as_ref() {
         ErrorKind::ServerSelection { .. }
@@ -399,11 +353,11 @@ fn duration_ms(d: Duration) -> i64 {
     duration_millis_ceil(d)
 }
 
-impl Inner {
+impl MongoStore {
     /// `now` for a filter: the server's (see [`server_now`]) or this instance's clock, as a
     /// literal date.
-    fn now_expr(&self) -> (Bson, Option<i64>) {
-        match self.time.client_now(&self.clock) {
+    fn now_expr(req: &Request<'_>) -> (Bson, Option<i64>) {
+        match req.client_now() {
             None => (server_now(), None),
             Some(t) => {
                 let ms = unix_millis(t);
@@ -437,17 +391,18 @@ impl Inner {
     ///   and the update pipeline itself decides: every field becomes the new holder's when the
     ///   stored `lockUntil` has passed by the server's clock (or is missing: a new document),
     ///   and stays as it is otherwise (a no-op). The returned owner tells which happened.
-    async fn acquire(&self, name: &str, owner: u64, at_most: Duration) -> Result<Option<u64>> {
-        let (now, client_now) = self.now_expr();
-        let (lock_until, locked_at) = self.lease_fields(client_now, at_most);
-        let by = self.owner_locked_by(owner);
+    async fn take(&self, req: &Request<'_>) -> Result<Option<u64>> {
+        let (name, owner) = (req.name(), req.owner().id());
+        let (now, client_now) = Self::now_expr(req);
+        let (lock_until, locked_at) = self.lease_fields(client_now, req.lock_at_most_for());
+        let by = req.owner().locked_by();
         let new = if self.compat {
-            doc! { "lockUntil": lock_until, "lockedAt": locked_at, "lockedBy": { "$literal": &by } }
+            doc! { "lockUntil": lock_until, "lockedAt": locked_at, "lockedBy": { "$literal": by } }
         } else {
             doc! {
                 "lockUntil": lock_until,
                 "lockedAt": locked_at,
-                "lockedBy": { "$literal": &by },
+                "lockedBy": { "$literal": by },
                 "owner": owner_value(owner),
                 "token": next_token(),
             }
@@ -461,7 +416,7 @@ impl Inner {
                 let free = if self.compat {
                     doc! { "$or": [
                         { "$lte": ["$lockUntil", now.clone()] },
-                        { "$eq": ["$lockedBy", { "$literal": &by }] },
+                        { "$eq": ["$lockedBy", { "$literal": by }] },
                     ] }
                 } else {
                     doc! { "$lte": ["$lockUntil", now] }
@@ -493,7 +448,7 @@ impl Inner {
             Ok(None) => return Ok(None),
         };
         if self.compat {
-            return Ok((doc.get_str("lockedBy").ok() == Some(by.as_str())).then_some(0));
+            return Ok((doc.get_str("lockedBy").ok() == Some(by)).then_some(0));
         }
         if doc.get("owner").and_then(Bson::as_i64) != Some(owner_value(owner)) {
             return Ok(None);
@@ -514,12 +469,13 @@ impl Inner {
     /// - Server time: `updateOne({_id, owner}, ...)` whose pipeline moves `lockUntil` and writes
     ///   a fresh `lease` nonce only while `lockUntil` is ahead of `$$NOW`; an expired lock is
     ///   left as it is, which the server reports as not modified.
-    async fn extend(&self, name: &str, owner: u64, at_most: Duration) -> Result<bool> {
+    async fn prolong(&self, req: &Request<'_>) -> Result<bool> {
         if self.compat {
-            return self.extend_compat(name, owner, at_most).await;
+            return self.prolong_compat(req).await;
         }
-        let (now, client_now) = self.now_expr();
-        let (lock_until, locked_at) = self.lease_fields(client_now, at_most);
+        let (name, owner) = (req.name(), req.owner().id());
+        let (now, client_now) = Self::now_expr(req);
+        let (lock_until, locked_at) = self.lease_fields(client_now, req.lock_at_most_for());
         let new = doc! {
             "lockUntil": lock_until,
             "lockedAt": locked_at,
@@ -559,15 +515,16 @@ impl Inner {
     /// The compatible mode's extend: ShedLock's (`{_id, lockedBy, lockUntil: {$gt: now}}`),
     /// with this acquisition's `lockedBy`; in server time the liveness test is an `$expr` on
     /// [`server_now`], so the match alone says whether the lock was still held.
-    async fn extend_compat(&self, name: &str, owner: u64, at_most: Duration) -> Result<bool> {
-        let (now, client_now) = self.now_expr();
-        let (lock_until, locked_at) = self.lease_fields(client_now, at_most);
-        let by = self.owner_locked_by(owner);
+    async fn prolong_compat(&self, req: &Request<'_>) -> Result<bool> {
+        let name = req.name();
+        let (now, client_now) = Self::now_expr(req);
+        let (lock_until, locked_at) = self.lease_fields(client_now, req.lock_at_most_for());
+        let by = req.owner().locked_by();
         let filter = match client_now {
-            Some(_) => doc! { "_id": id(name), "lockedBy": &by, "lockUntil": { "$gt": now } },
+            Some(_) => doc! { "_id": id(name), "lockedBy": by, "lockUntil": { "$gt": now } },
             None => doc! {
                 "_id": id(name),
-                "lockedBy": &by,
+                "lockedBy": by,
                 "$expr": { "$gt": ["$lockUntil", now] },
             },
         };
@@ -581,22 +538,12 @@ impl Inner {
         Ok(r.matched_count == 1)
     }
 
-    /// The `lockedBy` acquisition `owner` writes: the configured value, or (compatible mode)
-    /// that value tagged with the acquisition id.
-    fn owner_locked_by(&self, owner: u64) -> String {
+    /// The filter matching the document while this request's acquisition holds it.
+    fn owned(&self, req: &Request<'_>) -> Document {
         if self.compat {
-            acquisition_locked_by(&self.locked_by, owner)
+            doc! { "_id": id(req.name()), "lockedBy": req.owner().locked_by() }
         } else {
-            self.locked_by.clone()
-        }
-    }
-
-    /// The filter matching the document while acquisition `owner` holds it.
-    fn owned(&self, name: &str, owner: u64) -> Document {
-        if self.compat {
-            doc! { "_id": id(name), "lockedBy": self.owner_locked_by(owner) }
-        } else {
-            doc! { "_id": id(name), "owner": owner_value(owner) }
+            doc! { "_id": id(req.name()), "owner": req.owner().id_i64() }
         }
     }
 
@@ -605,14 +552,9 @@ impl Inner {
     /// document is deleted; before, `lockUntil` becomes `lockedAt + lock_at_least_for` when
     /// that is earlier, so the name frees when it passes, judged by the same clock as expiry.
     /// `false` when this owner no longer held it.
-    async fn release(
-        &self,
-        name: &str,
-        owner: u64,
-        at_least: Duration,
-        elapsed: Duration,
-    ) -> Result<bool> {
-        let filter = self.owned(name, owner);
+    async fn free(&self, req: &Request<'_>, elapsed: Duration) -> Result<bool> {
+        let at_least = req.lock_at_least_for();
+        let filter = self.owned(req);
         if elapsed >= at_least {
             let r = self
                 .collection
@@ -637,104 +579,59 @@ impl Inner {
             .map_err(|e| map_err(self, "unlock", e))?;
         Ok(r.matched_count == 1)
     }
-
-    async fn try_lock(self: &Arc<Self>, config: &LockConfig) -> Result<Option<Lock>> {
-        check_lock_name(BACKEND, config.name(), Some(MAX_NAME_LEN), false)?;
-        let owner = acquisition_id();
-        let acquisition = Acquisition::begin(config);
-        let span = Operation::TryLock.span(BACKEND, config.name());
-        let token = with_timeout(
-            "try_lock",
-            self.timeout,
-            self.acquire(config.name(), owner, config.lock_at_most_for()),
-        )
-        .instrument(span)
-        .await?;
-        let Some(token) = token else {
-            tracing::debug!(lock = config.name(), "mongodb lock held elsewhere");
-            return Ok(None);
-        };
-        tracing::debug!(lock = config.name(), token, "mongodb lock acquired");
-        let handle = MongoHandle {
-            inner: self.clone(),
-            name: config.name().to_owned(),
-            owner,
-            token,
-            since: Instant::now(),
-        };
-        acquisition.grant(handle).await.map(Some)
-    }
 }
 
-/// One held lock: its acquisition's owner id and fencing token.
-struct MongoHandle {
-    inner: Arc<Inner>,
-    name: String,
-    owner: u64,
-    token: u64,
-    /// When the answer of the acquire (or last extension) arrived, after the server stored
-    /// `lockedAt`: `lock_at_least_for` has surely passed on the server once it has passed here.
+/// One held lock: when the answer of the acquire (or last extension) arrived, after the server
+/// stored `lockedAt`: `lock_at_least_for` has surely passed on the server once it has passed
+/// here.
+struct Held {
     since: Instant,
 }
 
 #[async_trait::async_trait]
-impl LockHandle for MongoHandle {
-    async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
-        let inner = &self.inner;
-        let held = with_timeout(
-            "unlock",
-            inner.timeout,
-            inner.release(&self.name, self.owner, config.lock_at_least_for(), self.since.elapsed()),
-        )
-        .instrument(Operation::Unlock.span(BACKEND, &self.name))
-        .await?;
-        if !held {
-            // Taken over (or deleted) since it expired: the new holder's document is untouched.
-            tracing::debug!(lock = %self.name, "unlock: the lock was no longer held by this owner");
-        }
-        Ok(())
-    }
+impl LeaseStore for MongoStore {
+    type Held = Held;
 
-    async fn extend(&mut self, config: &LockConfig) -> Result<()> {
-        let inner = &self.inner;
-        let held = with_timeout(
-            "extend",
-            inner.timeout,
-            inner.extend(&self.name, self.owner, config.lock_at_most_for()),
-        )
-        .instrument(Operation::Extend.span(BACKEND, &self.name))
-        .await?;
-        if !held {
-            return Err(Error::LockLost { name: config.name().to_owned() });
-        }
-        self.since = Instant::now();
-        Ok(())
-    }
-
-    fn fencing_token(&self) -> Option<u64> {
-        (!self.inner.compat).then_some(self.token)
-    }
-}
-
-#[async_trait::async_trait]
-impl LockProvider for MongoLockProvider {
-    async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
-        self.inner.try_lock(config).await
-    }
-
-    fn capabilities(&self) -> Capabilities {
+    fn capabilities(&self, settings: &Settings) -> Capabilities {
         Capabilities::new()
             .with_extend(true)
-            .with_fencing(!self.inner.compat)
-            .with_server_time(self.inner.time.is_server())
+            .with_fencing(!self.compat)
+            .with_server_time(settings.time_source().is_server())
             .with_owner_checked(true)
             // BSON dates are milliseconds.
             .with_granularity(Duration::from_millis(1))
             .with_max_name_len(Some(MAX_NAME_LEN))
     }
 
-    fn backend_name(&self) -> &'static str {
-        BACKEND
+    async fn acquire(&self, req: &Request<'_>) -> Result<Option<Granted<Held>>> {
+        let Some(token) = self.take(req).await? else {
+            tracing::debug!(lock = req.name(), "mongodb lock held elsewhere");
+            return Ok(None);
+        };
+        let granted = Granted::new(Held { since: Instant::now() });
+        Ok(Some(if self.compat { granted } else { granted.with_fencing_token(token) }))
+    }
+
+    async fn release(&self, req: &Request<'_>, held: &mut Held) -> Result<()> {
+        if !self.free(req, held.since.elapsed()).await? {
+            // Taken over (or deleted) since it expired: the new holder's document is untouched.
+            tracing::debug!(lock = req.name(), "unlock: the lock was no longer held by this owner");
+        }
+        Ok(())
+    }
+
+    async fn extend(&self, req: &Request<'_>, held: &mut Held) -> Result<Extension> {
+        if !self.prolong(req).await? {
+            return Ok(Extension::Lost);
+        }
+        held.since = Instant::now();
+        Ok(Extension::Extended)
+    }
+}
+
+impl DelegatingProvider for MongoLockProvider {
+    fn delegate(&self) -> &dyn LockProvider {
+        &self.inner
     }
 }
 
@@ -746,18 +643,14 @@ impl MongoLockProvider {
             database,
             collection: DEFAULT_COLLECTION.to_owned(),
             write_concern: WriteConcern::majority(),
-            operation_timeout: Some(DEFAULT_TIMEOUT),
-            time_source: TimeSource::Server,
-            clock: system_clock(),
-            locked_by: None,
-            compat: false,
+            settings: ProviderSettings::new(),
         }
     }
 
     /// The collection holding the locks, on the caller's client (for inspection and tests; the
     /// lock documents are described in the [crate docs](crate)).
     pub fn collection(&self) -> &Collection<Document> {
-        &self.inner.collection
+        &self.inner.store().collection
     }
 
     /// Creates the lock collection if it does not exist yet (idempotent). Optional: MongoDB
@@ -766,8 +659,8 @@ impl MongoLockProvider {
     /// collections implicitly, or create the collection yourself
     /// (`db.createCollection("shedLock")` in mongosh).
     pub async fn create_collection(&self) -> Result<()> {
-        let i = &self.inner;
-        with_timeout("create_collection", i.timeout, async {
+        let i = self.inner.store();
+        with_timeout("create_collection", self.inner.settings().timeout(), async {
             match i
                 .database
                 .create_collection(i.collection.name())

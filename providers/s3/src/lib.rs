@@ -46,8 +46,11 @@ use aws_sdk_s3::{
 };
 use serde_json::{Value, json};
 use shedlock::{
-    Capabilities, Error, Lock, LockConfig, LockProvider, Result, SharedClock, TimeSource,
-    store::{Extension, Granted, LeaseStore, ProviderSettings, Request, Settings, StoreProvider},
+    Capabilities, Error, LockProvider, Result, SharedClock, TimeSource,
+    store::{
+        DelegatingProvider, Extension, Granted, LeaseStore, ProviderSettings, Request, Settings,
+        StoreProvider,
+    },
     support::{duration_millis_ceil, unix_micros, unix_millis, with_timeout},
 };
 
@@ -659,18 +662,9 @@ impl LeaseStore for S3Store {
     }
 }
 
-#[async_trait::async_trait]
-impl LockProvider for S3LockProvider {
-    async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
-        self.inner.try_lock(config).await
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    fn backend_name(&self) -> &'static str {
-        self.inner.backend_name()
+impl DelegatingProvider for S3LockProvider {
+    fn delegate(&self) -> &dyn LockProvider {
+        &self.inner
     }
 }
 

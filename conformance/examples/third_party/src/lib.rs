@@ -30,7 +30,7 @@ use std::{
 use async_trait::async_trait;
 use shedlock::{
     Capabilities, Error, Lock, LockConfig, LockProvider, Result,
-    store::{Extension, Granted, LeaseStore, Request, Settings, StoreProvider},
+    store::{DelegatingProvider, Extension, Granted, LeaseStore, Request, Settings, StoreProvider},
 };
 use shedlock_memory::{MemoryLockProvider, MemoryServer};
 use tokio::{
@@ -243,18 +243,9 @@ impl ToyLockProvider {
     }
 }
 
-#[async_trait]
-impl LockProvider for ToyLockProvider {
-    async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
-        self.inner.try_lock(config).await
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    fn backend_name(&self) -> &'static str {
-        self.inner.backend_name()
+impl DelegatingProvider for ToyLockProvider {
+    fn delegate(&self) -> &dyn LockProvider {
+        &self.inner
     }
 }
 
