@@ -29,6 +29,7 @@
 
 mod bench;
 mod conformance;
+mod docs;
 mod msrv;
 mod mutants;
 mod package;

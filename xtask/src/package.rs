@@ -57,7 +57,7 @@ fn str_of<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
 }
 
 /// `publish` in cargo metadata: `null` (anywhere), `[]` (`publish = false`) or a registry list.
-fn is_publishable(package: &Value) -> bool {
+pub(crate) fn is_publishable(package: &Value) -> bool {
     match package.get("publish") {
         None | Some(Value::Null) => true,
         Some(Value::Array(list)) => !list.is_empty(),

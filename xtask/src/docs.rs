@@ -1,0 +1,111 @@
+//! The lists in README.md and ARCHITECTURE.md that name workspace crates and checks, checked
+//! against the workspace manifest and the conformance catalogue, so that they cannot drift.
+//! Run by the workspace's tests (`cargo xtask test`).
+
+#[cfg(test)]
+mod tests {
+    use std::{collections::BTreeSet, path::Path};
+
+    use serde_json::Value;
+
+    use crate::{
+        package::is_publishable,
+        util::{metadata, root},
+    };
+
+    fn read(file: &str) -> String {
+        std::fs::read_to_string(root().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"))
+    }
+
+    /// The rows of the first Markdown table after the heading line `heading`.
+    fn table_rows<'a>(text: &'a str, heading: &str) -> Vec<Vec<&'a str>> {
+        let start = text.find(heading).unwrap_or_else(|| panic!("no heading {heading:?}"));
+        text[start..]
+            .lines()
+            .skip_while(|l| !l.starts_with('|'))
+            .take_while(|l| l.starts_with('|'))
+            .skip(2) // header and separator
+            .map(|l| l.trim_matches('|').split('|').map(str::trim).collect())
+            .collect()
+    }
+
+    /// The text between the first pair of backticks of `cell`.
+    fn code(cell: &str) -> &str {
+        cell.split('`').nth(1).unwrap_or_default()
+    }
+
+    /// Every backticked word of `cell`.
+    fn codes(cell: &str) -> BTreeSet<String> {
+        cell.split('`').skip(1).step_by(2).map(str::to_owned).collect()
+    }
+
+    /// (path relative to the root, crate name, publishable) of every workspace member.
+    fn members() -> Vec<(String, String, bool)> {
+        let meta = metadata().expect("cargo metadata");
+        let top = root();
+        meta.get("packages")
+            .and_then(Value::as_array)
+            .expect("packages")
+            .iter()
+            .map(|p| {
+                let manifest = p.get("manifest_path").and_then(Value::as_str).unwrap_or_default();
+                let dir = Path::new(manifest).parent().expect("a manifest has a directory");
+                let rel = dir.strip_prefix(&top).expect("members live in the workspace");
+                let name = p.get("name").and_then(Value::as_str).unwrap_or_default();
+                (rel.display().to_string(), name.to_owned(), is_publishable(p))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_readme_workspace_table_lists_every_member_once_and_nothing_else() {
+        let readme = read("README.md");
+        let listed: BTreeSet<(String, String)> = table_rows(&readme, "## Workspace")
+            .iter()
+            .map(|r| (code(r[0]).trim_end_matches('/').to_owned(), code(r[1]).to_owned()))
+            .collect();
+        let actual: BTreeSet<(String, String)> =
+            members().into_iter().map(|(path, name, _)| (path, name)).collect();
+        assert_eq!(listed, actual, "README.md's Workspace table (left) against the manifest");
+    }
+
+    #[test]
+    fn the_readme_msrv_table_names_exactly_the_published_crates() {
+        let readme = read("README.md");
+        let listed: BTreeSet<String> = table_rows(&readme, "### Rust versions and sqlx")
+            .iter()
+            .flat_map(|r| codes(r[0]))
+            .collect();
+        let published: BTreeSet<String> =
+            members().into_iter().filter(|m| m.2).map(|(_, name, _)| name).collect();
+        assert_eq!(listed, published, "README.md's MSRV table (left) against the published crates");
+    }
+
+    #[test]
+    fn the_docs_name_the_catalogue_as_it_is() {
+        let catalogue = shedlock_conformance::checks::catalogue();
+        let last = catalogue.last().expect("the catalogue has checks").id;
+        let range = format!("C01–{last}");
+        let meta = metadata().expect("cargo metadata");
+        let description = meta
+            .get("packages")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|p| p.get("name").and_then(Value::as_str) == Some("shedlock-conformance"))
+            .and_then(|p| p.get("description").and_then(Value::as_str))
+            .unwrap_or_default()
+            .replace("C01-", "C01–");
+        assert!(description.contains(&range), "conformance's description must name {range}");
+        let readme = read("README.md");
+        assert!(readme.contains(&range), "README.md must name the catalogue as {range}");
+        let catalogue_doc = read("conformance/README.md");
+        for check in catalogue {
+            assert!(
+                catalogue_doc.contains(check.id),
+                "conformance/README.md does not mention {}",
+                check.id
+            );
+        }
+    }
+}
