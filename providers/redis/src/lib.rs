@@ -48,19 +48,17 @@
 //! Fencing tokens are not safe across such a fail-over either, unless `WAIT` is used; the clock
 //! term keeps them increasing as long as the new master's clock is not behind.
 
-use std::{fmt, sync::Arc, time::Duration};
+use std::{fmt, time::Duration};
 
 use async_trait::async_trait;
 use redis::{ErrorKind, FromRedisValue, RedisError, Script, ServerErrorKind, aio::ConnectionLike};
 use shedlock::{
-    Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
-    store::{Operation, ProviderSettings},
+    Capabilities, Error, Lock, LockConfig, LockProvider, Result,
+    store::{Extension, Granted, LeaseStore, ProviderSettings, Request, Settings, StoreProvider},
     support::{
-        acquisition_id, check_lock_name, duration_micros, duration_millis_ceil, iso8601_millis,
-        with_timeout,
+        acquisition_id, duration_micros, duration_millis_ceil, iso8601_millis, with_timeout,
     },
 };
-use tracing::Instrument;
 
 const BACKEND: &str = "redis";
 
@@ -239,11 +237,10 @@ pub trait RedisConnection: ConnectionLike + Clone + Send + Sync + 'static {}
 
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisConnection for C {}
 
-struct Inner<C> {
+/// The lock keys on one Redis (or cluster): the [`LeaseStore`] of [`RedisLockProvider`].
+struct RedisStore<C> {
     conn: C,
     prefix: String,
-    locked_by: String,
-    timeout: Option<Duration>,
     scripts: Scripts,
     /// ShedLock's key layout and value format, no fencing.
     compat: bool,
@@ -251,7 +248,7 @@ struct Inner<C> {
 
 /// Locks in Redis, Valkey or Redis Cluster. Cheap to clone; clones share the connection.
 pub struct RedisLockProvider<C = redis::aio::ConnectionManager> {
-    inner: Arc<Inner<C>>,
+    inner: StoreProvider<RedisStore<C>>,
 }
 
 impl<C> Clone for RedisLockProvider<C> {
@@ -263,11 +260,11 @@ impl<C> Clone for RedisLockProvider<C> {
 impl<C> fmt::Debug for RedisLockProvider<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The connection (which may carry credentials) is deliberately left out.
+        let store = self.inner.store();
         f.debug_struct("RedisLockProvider")
-            .field("prefix", &self.inner.prefix)
-            .field("locked_by", &self.inner.locked_by)
-            .field("operation_timeout", &self.inner.timeout)
-            .field("shedlock_compatible", &self.inner.compat)
+            .field("prefix", &store.prefix)
+            .field("shedlock_compatible", &store.compat)
+            .field("settings", self.inner.settings())
             .finish_non_exhaustive()
     }
 }
@@ -385,16 +382,13 @@ impl<C: RedisConnection> RedisLockProviderBuilder<C> {
         // ShedLock's value carries its own UUID, so `locked_by` needs no room for a suffix: the
         // settings' compatible mode (a `locked_by` unique to each acquisition) stays off.
         let settings = self.settings.validate(BACKEND)?;
-        let provider = RedisLockProvider {
-            inner: Arc::new(Inner {
-                conn: self.conn,
-                prefix,
-                locked_by: settings.locked_by().to_owned(),
-                timeout: settings.timeout(),
-                scripts: Scripts::new(self.compat),
-                compat: self.compat,
-            }),
+        let store = RedisStore {
+            conn: self.conn,
+            prefix,
+            scripts: Scripts::new(self.compat),
+            compat: self.compat,
         };
+        let provider = RedisLockProvider { inner: StoreProvider::new(store, settings) };
         provider.verify().await?;
         Ok(provider)
     }
@@ -476,37 +470,34 @@ impl RedisLockProvider<redis::aio::ConnectionManager> {
 impl<C: RedisConnection> RedisLockProvider<C> {
     /// The key that holds lock `name`.
     pub fn key(&self, name: &str) -> String {
-        if self.inner.compat {
-            format!("{}{name}", self.inner.prefix)
-        } else {
-            format!("{}{{{}}}", self.inner.prefix, escape(name))
-        }
+        self.inner.store().key(name)
     }
 
     /// Whether this provider runs in the [ShedLock-compatible mode](RedisLockProviderBuilder::shedlock_compatible).
     pub fn is_shedlock_compatible(&self) -> bool {
-        self.inner.compat
+        self.inner.store().compat
     }
 
     /// The key that holds the fencing counter of lock `name` (same hash slot as [`key`](Self::key);
     /// not used in the ShedLock-compatible mode).
     pub fn fence_key(&self, name: &str) -> String {
-        format!("{}:fence", self.key(name))
+        self.inner.store().fence_key(name)
     }
 
     /// The `locked_by` this provider writes.
     pub fn locked_by(&self) -> &str {
-        &self.inner.locked_by
+        self.inner.settings().locked_by()
     }
 
     /// A clone of the connection, for reading the keys (e.g. in tests or tools).
     pub fn connection(&self) -> C {
-        self.inner.conn.clone()
+        self.inner.store().conn.clone()
     }
 
     async fn verify(&self) -> Result<()> {
-        let mut conn = self.inner.conn.clone();
-        let s = &self.inner.scripts;
+        let store = self.inner.store();
+        let mut conn = store.conn.clone();
+        let s = &store.scripts;
         let run = async {
             for lua in [&s.acquire, &s.unlock, &s.extend] {
                 lua.script.load_async(&mut conn).await.map_err(map_err)?;
@@ -520,28 +511,43 @@ impl<C: RedisConnection> RedisLockProvider<C> {
             }
             Ok(())
         };
-        with_timeout("redis setup", self.inner.timeout, run).await
+        with_timeout("redis setup", self.inner.settings().timeout(), run).await
+    }
+}
+
+impl<C: RedisConnection> RedisStore<C> {
+    fn key(&self, name: &str) -> String {
+        if self.compat {
+            format!("{}{name}", self.prefix)
+        } else {
+            format!("{}{{{}}}", self.prefix, escape(name))
+        }
     }
 
-    async fn acquire(&self, config: &LockConfig, owner: &str) -> Result<Option<(u64, u64)>> {
-        let key = self.key(config.name());
-        let fence = self.fence_key(config.name());
-        let px = duration_millis_ceil(config.lock_at_most_for()).max(1).to_string();
+    fn fence_key(&self, name: &str) -> String {
+        format!("{}:fence", self.key(name))
+    }
+
+    /// The native acquire: `Some((token, locked_at_µs))` when `owner` now holds the key.
+    async fn take(&self, req: &Request<'_>, owner: &str) -> Result<Option<(u64, u64)>> {
+        let key = self.key(req.name());
+        let fence = self.fence_key(req.name());
+        let px = duration_millis_ceil(req.lock_at_most_for()).max(1).to_string();
         // The script is idempotent for one acquisition (a retry finds its own value), so a
         // request whose answer was lost with the connection can be sent once more.
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let mut conn = self.inner.conn.clone();
+            let mut conn = self.conn.clone();
             let r: RedisResult =
-                self.inner.scripts.acquire.run(&mut conn, &[&key, &fence], &[owner, &px]).await;
+                self.scripts.acquire.run(&mut conn, &[&key, &fence], &[owner, &px]).await;
             match r {
                 Ok(None) => return Ok(None),
                 Ok(Some((tok, at))) => {
                     return Ok(Some((parse_u64("acquire", &tok)?, parse_u64("acquire", &at)?)));
                 }
                 Err(e) if attempt < 2 && (e.is_connection_dropped() || e.is_io_error()) => {
-                    tracing::debug!(lock = %config.name(), error = %e, "redis acquire: connection lost, retrying once");
+                    tracing::debug!(lock = %req.name(), error = %e, "redis acquire: connection lost, retrying once");
                 }
                 Err(e) => return Err(map_err(e)),
             }
@@ -549,20 +555,20 @@ impl<C: RedisConnection> RedisLockProvider<C> {
     }
 
     /// The ShedLock-compatible acquire: true iff `value` is now the key's.
-    async fn acquire_compat(&self, config: &LockConfig, value: &str) -> Result<bool> {
-        let key = self.key(config.name());
-        let px = duration_millis_ceil(config.lock_at_most_for()).max(1).to_string();
+    async fn take_compat(&self, req: &Request<'_>, value: &str) -> Result<bool> {
+        let key = self.key(req.name());
+        let px = duration_millis_ceil(req.lock_at_most_for()).max(1).to_string();
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let mut conn = self.inner.conn.clone();
+            let mut conn = self.conn.clone();
             let r: redis::RedisResult<i64> =
-                self.inner.scripts.acquire.run(&mut conn, &[&key], &[value, &px]).await;
+                self.scripts.acquire.run(&mut conn, &[&key], &[value, &px]).await;
             match r {
                 Ok(won) => return Ok(won == 1),
                 // Idempotent like the native script: a retry finds its own value.
                 Err(e) if attempt < 2 && (e.is_connection_dropped() || e.is_io_error()) => {
-                    tracing::debug!(lock = %config.name(), error = %e, "redis acquire: connection lost, retrying once");
+                    tracing::debug!(lock = %req.name(), error = %e, "redis acquire: connection lost, retrying once");
                 }
                 Err(e) => return Err(map_err(e)),
             }
@@ -587,29 +593,92 @@ fn shedlock_value(locked_by: &str) -> String {
     )
 }
 
-impl<C: RedisConnection> RedisLockProvider<C> {
-    /// `try_lock` in the ShedLock-compatible mode.
-    async fn try_lock_compat(&self, config: &LockConfig) -> Result<Option<Lock>> {
-        let value = shedlock_value(&self.inner.locked_by);
-        let acquisition = Acquisition::begin(config);
-        let won = with_timeout(
-            Operation::TryLock.label(),
-            self.inner.timeout,
-            self.acquire_compat(config, &value),
-        )
-        .instrument(Operation::TryLock.span(BACKEND, config.name()))
-        .await?;
-        if !won {
-            return Ok(None);
+/// A held lock: its key, the value this acquisition wrote (the owner check) and, in the
+/// compatible mode, the PX it last set (at-least is judged by the key's own TTL).
+struct Held {
+    key: String,
+    value: String,
+    px: i64,
+}
+
+#[async_trait]
+impl<C: RedisConnection> LeaseStore for RedisStore<C> {
+    type Held = Held;
+
+    fn capabilities(&self, _: &Settings) -> Capabilities {
+        Capabilities::new()
+            .with_extend(true)
+            .with_fencing(!self.compat)
+            .with_server_time(true)
+            .with_owner_checked(true)
+            .with_granularity(Duration::from_millis(1))
+            .with_max_name_len(Some(MAX_NAME_LEN))
+    }
+
+    async fn acquire(&self, req: &Request<'_>) -> Result<Option<Granted<Held>>> {
+        let key = self.key(req.name());
+        if self.compat {
+            let value = shedlock_value(req.owner().locked_by());
+            if !self.take_compat(req, &value).await? {
+                return Ok(None);
+            }
+            let px = duration_millis_ceil(req.lock_at_most_for()).max(1);
+            return Ok(Some(Granted::new(Held { key, value, px })));
         }
-        let handle = RedisHandle {
-            provider: self.clone(),
-            key: self.key(config.name()),
-            value,
-            token: 0,
-            px: duration_millis_ceil(config.lock_at_most_for()).max(1),
+        let owner = format!("{}|{}", req.owner().hex(), req.owner().locked_by());
+        let Some((token, at)) = self.take(req, &owner).await? else {
+            return Ok(None);
         };
-        acquisition.grant(handle).await.map(Some)
+        let held = Held { key, value: format!("{owner}|{token}|{at}"), px: 0 };
+        Ok(Some(Granted::new(held).with_fencing_token(token)))
+    }
+
+    async fn release(&self, req: &Request<'_>, held: &mut Held) -> Result<()> {
+        let at_least = if self.compat {
+            duration_millis_ceil(req.lock_at_least_for()).to_string()
+        } else {
+            duration_micros(req.lock_at_least_for()).to_string()
+        };
+        let px = held.px.to_string();
+        let mut conn = self.conn.clone();
+        let args: &[&str] =
+            if self.compat { &[&held.value, &at_least, &px] } else { &[&held.value, &at_least] };
+        let r: i64 =
+            self.scripts.unlock.run(&mut conn, &[&held.key], args).await.map_err(map_err)?;
+        if r == 0 {
+            tracing::debug!(lock = %req.name(), "redis unlock: no longer the holder; nothing changed");
+        }
+        Ok(())
+    }
+
+    async fn extend(&self, req: &Request<'_>, held: &mut Held) -> Result<Extension> {
+        let px_ms = duration_millis_ceil(req.lock_at_most_for()).max(1);
+        let px = px_ms.to_string();
+        let mut conn = self.conn.clone();
+        if self.compat {
+            let r: i64 = self
+                .scripts
+                .extend
+                .run(&mut conn, &[&held.key], &[&held.value, &px])
+                .await
+                .map_err(map_err)?;
+            if r != 1 {
+                return Ok(Extension::Lost);
+            }
+            held.px = px_ms;
+            return Ok(Extension::Extended);
+        }
+        let r: Option<String> = self
+            .scripts
+            .extend
+            .run(&mut conn, &[&held.key], &[&held.value, &px])
+            .await
+            .map_err(map_err)?;
+        let Some(at) = r else { return Ok(Extension::Lost) };
+        parse_u64("extend", &at)?;
+        let head = held.value.rsplit_once('|').map_or("", |(h, _)| h);
+        held.value = format!("{head}|{at}");
+        Ok(Extension::Extended)
     }
 }
 
@@ -618,134 +687,15 @@ type RedisResult = redis::RedisResult<Option<(String, String)>>;
 #[async_trait]
 impl<C: RedisConnection> LockProvider for RedisLockProvider<C> {
     async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
-        check_lock_name(BACKEND, config.name(), Some(MAX_NAME_LEN), false)?;
-        if self.inner.compat {
-            return self.try_lock_compat(config).await;
-        }
-        let owner = format!("{:016x}|{}", acquisition_id(), self.inner.locked_by);
-        let acquisition = Acquisition::begin(config);
-        let acquired = with_timeout(
-            Operation::TryLock.label(),
-            self.inner.timeout,
-            self.acquire(config, &owner),
-        )
-        .instrument(Operation::TryLock.span(BACKEND, config.name()))
-        .await?;
-        let Some((token, at)) = acquired else {
-            return Ok(None);
-        };
-        let handle = RedisHandle {
-            provider: self.clone(),
-            key: self.key(config.name()),
-            value: format!("{owner}|{token}|{at}"),
-            token,
-            px: 0,
-        };
-        acquisition.grant(handle).await.map(Some)
+        self.inner.try_lock(config).await
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new()
-            .with_extend(true)
-            .with_fencing(!self.inner.compat)
-            .with_server_time(true)
-            .with_owner_checked(true)
-            .with_granularity(Duration::from_millis(1))
-            .with_max_name_len(Some(MAX_NAME_LEN))
+        self.inner.capabilities()
     }
 
     fn backend_name(&self) -> &'static str {
-        BACKEND
-    }
-}
-
-/// The holder's side of one acquisition.
-struct RedisHandle<C> {
-    provider: RedisLockProvider<C>,
-    key: String,
-    /// The key's value as this holder wrote it: the owner check compares it whole.
-    value: String,
-    token: u64,
-    /// ShedLock-compatible mode: the PX (ms) of this holder's last write.
-    px: i64,
-}
-
-#[async_trait]
-impl<C: RedisConnection> LockHandle for RedisHandle<C> {
-    async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
-        let inner = &self.provider.inner;
-        let at_least = if inner.compat {
-            duration_millis_ceil(config.lock_at_least_for()).to_string()
-        } else {
-            duration_micros(config.lock_at_least_for()).to_string()
-        };
-        let px = self.px.to_string();
-        let run = async {
-            let mut conn = inner.conn.clone();
-            let args: &[&str] = if inner.compat {
-                &[&self.value, &at_least, &px]
-            } else {
-                &[&self.value, &at_least]
-            };
-            let r: i64 =
-                inner.scripts.unlock.run(&mut conn, &[&self.key], args).await.map_err(map_err)?;
-            if r == 0 {
-                tracing::debug!(lock = %config.name(), "redis unlock: no longer the holder; nothing changed");
-            }
-            Ok(())
-        };
-        with_timeout(Operation::Unlock.label(), inner.timeout, run)
-            .instrument(Operation::Unlock.span(BACKEND, config.name()))
-            .await
-    }
-
-    async fn extend(&mut self, config: &LockConfig) -> Result<()> {
-        let inner = self.provider.inner.clone();
-        let px_ms = duration_millis_ceil(config.lock_at_most_for()).max(1);
-        let px = px_ms.to_string();
-        if inner.compat {
-            let run = async {
-                let mut conn = inner.conn.clone();
-                let r: i64 = inner
-                    .scripts
-                    .extend
-                    .run(&mut conn, &[&self.key], &[&self.value, &px])
-                    .await
-                    .map_err(map_err)?;
-                if r != 1 {
-                    return Err(Error::LockLost { name: config.name().to_owned() });
-                }
-                Ok(())
-            };
-            with_timeout(Operation::Extend.label(), inner.timeout, run)
-                .instrument(Operation::Extend.span(BACKEND, config.name()))
-                .await?;
-            self.px = px_ms;
-            return Ok(());
-        }
-        let run = async {
-            let mut conn = inner.conn.clone();
-            let r: Option<String> = inner
-                .scripts
-                .extend
-                .run(&mut conn, &[&self.key], &[&self.value, &px])
-                .await
-                .map_err(map_err)?;
-            let Some(at) = r else {
-                return Err(Error::LockLost { name: config.name().to_owned() });
-            };
-            parse_u64("extend", &at)?;
-            let head = self.value.rsplit_once('|').map_or("", |(h, _)| h);
-            self.value = format!("{head}|{at}");
-            Ok(())
-        };
-        with_timeout(Operation::Extend.label(), inner.timeout, run)
-            .instrument(Operation::Extend.span(BACKEND, config.name()))
-            .await
-    }
-
-    fn fencing_token(&self) -> Option<u64> {
-        (!self.provider.inner.compat).then_some(self.token)
+        self.inner.backend_name()
     }
 }
 
