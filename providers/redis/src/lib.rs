@@ -53,8 +53,11 @@ use std::{fmt, time::Duration};
 use async_trait::async_trait;
 use redis::{ErrorKind, FromRedisValue, RedisError, Script, ServerErrorKind, aio::ConnectionLike};
 use shedlock::{
-    Capabilities, Error, Lock, LockConfig, LockProvider, Result,
-    store::{Extension, Granted, LeaseStore, ProviderSettings, Request, Settings, StoreProvider},
+    Capabilities, Error, LockProvider, Result,
+    store::{
+        DelegatingProvider, Extension, Granted, LeaseStore, ProviderSettings, Request, Settings,
+        StoreProvider,
+    },
     support::{
         acquisition_id, duration_micros, duration_millis_ceil, iso8601_millis, with_timeout,
     },
@@ -684,18 +687,9 @@ impl<C: RedisConnection> LeaseStore for RedisStore<C> {
 
 type RedisResult = redis::RedisResult<Option<(String, String)>>;
 
-#[async_trait]
-impl<C: RedisConnection> LockProvider for RedisLockProvider<C> {
-    async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
-        self.inner.try_lock(config).await
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    fn backend_name(&self) -> &'static str {
-        self.inner.backend_name()
+impl<C: RedisConnection> DelegatingProvider for RedisLockProvider<C> {
+    fn delegate(&self) -> &dyn LockProvider {
+        &self.inner
     }
 }
 
