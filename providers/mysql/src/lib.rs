@@ -190,7 +190,7 @@ impl MySqlLockProviderBuilder {
     ///   [`Error::Setup`](shedlock::Error::Setup) (and the native mode refuses a ShedLock
     ///   table the same way).
     pub fn shedlock_compatible(mut self) -> Self {
-        self.core.compat = true;
+        self.core.settings.set_shedlock_compatible(true);
         self
     }
 
@@ -198,7 +198,7 @@ impl MySqlLockProviderBuilder {
     /// or `max_name_len` give [`Error::Setup`](shedlock::Error::Setup). Does no I/O.
     pub fn build(self) -> Result<MySqlLockProvider> {
         let settings = self.core.validate(BACKEND, '`', MAX_NAME_LEN_LIMIT)?;
-        let mode = Mode { database: settings.time.is_server(), compat: settings.compat };
+        let mode = Mode { database: settings.database_time(), compat: settings.compat() };
         let stmts = OnceCell::new();
         // The compatible mode checks the session time zone on first use, with the statements.
         if self.flavor != Flavor::Detect && !mode.compat {

@@ -150,7 +150,7 @@ impl PostgresLockProviderBuilder {
     ///   [`Error::Setup`](shedlock::Error::Setup) (and the native mode refuses a ShedLock
     ///   table the same way).
     pub fn shedlock_compatible(mut self) -> Self {
-        self.core.compat = true;
+        self.core.settings.set_shedlock_compatible(true);
         self
     }
 
@@ -158,9 +158,9 @@ impl PostgresLockProviderBuilder {
     /// or `max_name_len` give [`Error::Setup`](shedlock::Error::Setup). Does no I/O.
     pub fn build(self) -> Result<PostgresLockProvider> {
         let settings = self.core.validate(BACKEND, '"', MAX_NAME_LEN_LIMIT)?;
-        let mode = Mode { database: settings.time.is_server(), compat: settings.compat };
+        let mode = Mode { database: settings.database_time(), compat: settings.compat() };
         let stmts = Statements::new(&settings.names, mode);
-        let ddl = if settings.compat {
+        let ddl = if settings.compat() {
             compat_ddl(&settings.names, settings.max_name_len)
         } else {
             ddl(&settings.names, settings.max_name_len)
@@ -441,23 +441,13 @@ impl Dialect for PgDialect {
 
     /// `CREATE TABLE IF NOT EXISTS` is not atomic in PostgreSQL: nodes creating the table at
     /// once can fail on the catalog's unique indexes (42710 duplicate_object for the row type,
-    /// 23505, 42P07) although the table then exists. Such a failure is repeated, and the
-    /// repeat finds the table.
+    /// 23505, 42P07) although the table then exists.
+    fn is_ddl_race(e: &dyn DatabaseError) -> bool {
+        matches!(e.code().as_deref(), Some("42710" | "23505" | "42P07"))
+    }
+
     async fn run_ddl(&self, ddl: &str) -> Result<(), sqlx::Error> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let r = sqlx::raw_sql(AssertSqlSafe(ddl.to_owned())).execute(self.conn.pool()).await;
-            match r {
-                Err(sqlx::Error::Database(e))
-                    if attempt < 3
-                        && matches!(e.code().as_deref(), Some("42710" | "23505" | "42P07")) =>
-                {
-                    tracing::debug!(error = %e, "create_table raced another node; repeating");
-                }
-                other => return other.map(|_| ()),
-            }
-        }
+        sqlx::raw_sql(AssertSqlSafe(ddl.to_owned())).execute(self.conn.pool()).await.map(|_| ())
     }
 }
 

@@ -55,7 +55,7 @@ macro_rules! sql_builder_setters {
             /// What to store in `locked_by` (informational; default `hostname/pid`). At most 255
             /// bytes. Ownership never depends on it: every acquisition has its own random id.
             pub fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
-                self.core.locked_by = Some(locked_by.into());
+                self.core.settings.set_locked_by(locked_by);
                 self
             }
 
@@ -67,7 +67,7 @@ macro_rules! sql_builder_setters {
 
             $(#[$time_doc])*
             pub fn time_source(mut self, time: $crate::__private::shedlock::TimeSource) -> Self {
-                self.core.time = time;
+                self.core.settings.set_time_source(time);
                 self
             }
 
@@ -75,13 +75,13 @@ macro_rules! sql_builder_setters {
             /// with [`TimeSource::Client`](shedlock::TimeSource::Client); with server time it is
             /// never consulted, so a skewed clock changes nothing.
             pub fn clock(mut self, clock: $crate::__private::shedlock::SharedClock) -> Self {
-                self.core.clock = clock;
+                self.core.settings.set_clock(clock);
                 self
             }
 
             $(#[$timeout_doc])*
             pub fn operation_timeout(mut self, timeout: Option<::std::time::Duration>) -> Self {
-                self.core.timeout = timeout;
+                self.core.settings.set_timeout(timeout);
                 self
             }
         }
@@ -174,32 +174,14 @@ pub use error::{DbErrorKind, ErrorContext, map_sqlx_error};
 pub use ident::{Columns, MAX_IDENT_LEN, QuotedNames, TableName, validate_ident};
 pub use provider::{
     BuilderCore, DEFAULT_TIMEOUT, Dialect, OWNER_SUFFIX_LEN, Op, RecordAdmin, Settings,
-    SqlProvider, TRANSIENT_ATTEMPTS, bind, owner, record_from_row, retry_transient,
+    SqlProvider, TRANSIENT_ATTEMPTS, bind, record_from_row, retry_transient,
 };
 pub use stmt::{Arg, ArgValues, Placeholder, Stmt, StmtBuilder, Value};
 
-use shedlock::{
-    Error,
-    support::{MAX_LOCKED_BY_LEN, from_unix_micros},
-};
+use shedlock::{Error, support::from_unix_micros};
 
 /// The default longest lock name, in bytes (the DDL's name column holds this many characters).
 pub const DEFAULT_MAX_NAME_LEN: usize = 255;
-
-/// Checks a configured `locked_by` value.
-pub fn check_locked_by(backend: &'static str, locked_by: &str) -> Result<(), Error> {
-    if locked_by.len() > MAX_LOCKED_BY_LEN || locked_by.contains('\0') {
-        return Err(Error::Setup {
-            backend,
-            message: format!(
-                "locked_by must be at most {MAX_LOCKED_BY_LEN} bytes and contain no NUL \
-                 character (got {} bytes)",
-                locked_by.len()
-            ),
-        });
-    }
-    Ok(())
-}
 
 /// Checks a configured maximum name length against the SQL column size limit used in the DDL.
 pub fn check_max_name_len(backend: &'static str, max: usize, limit: usize) -> Result<(), Error> {
@@ -262,10 +244,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn locked_by_and_max_name_len_are_checked() {
-        assert!(check_locked_by("x", &shedlock::support::default_locked_by()).is_ok());
-        assert!(check_locked_by("x", &"a".repeat(256)).is_err());
-        assert!(check_locked_by("x", "a\0b").is_err());
+    fn max_name_len_is_checked() {
         assert!(check_max_name_len("x", 0, 255).is_err());
         assert!(check_max_name_len("x", 256, 255).is_err());
         assert!(check_max_name_len("x", 255, 255).is_ok());

@@ -6,24 +6,18 @@ use std::{fmt, sync::Arc, time::Duration, time::SystemTime};
 
 use async_trait::async_trait;
 use shedlock::{
-    Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, Result, SharedClock,
-    TimeSource,
-    store::Operation,
-    support::{
-        MAX_LOCKED_BY_LEN, acquisition_id, check_lock_name, default_locked_by, unix_micros,
-        with_timeout,
-    },
-    system_clock,
+    Capabilities, Error, Lock, LockConfig, LockProvider, Result,
+    store::{self, Extension, Granted, LeaseStore, ProviderSettings, Request, StoreProvider},
+    support::{check_lock_name, unix_micros, with_timeout},
 };
 use sqlx::{
     AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Row, Type, error::DatabaseError,
     query::Query,
 };
-use tracing::Instrument;
 
 use crate::{
     ArgValues, Columns, DEFAULT_MAX_NAME_LEN, DbErrorKind, ErrorContext, LockRecord, QuotedNames,
-    Stmt, TableName, Value, check_locked_by, check_max_name_len, map_sqlx_error, token_u64,
+    Stmt, TableName, Value, check_max_name_len, map_sqlx_error, token_u64,
 };
 
 /// The default time limit of each lock operation: 10 s, as for every provider.
@@ -81,6 +75,12 @@ pub trait Dialect: Send + Sync + Sized + 'static {
         &self,
         values: &ArgValues<'_>,
     ) -> impl Future<Output = std::result::Result<Option<LockRecord>, sqlx::Error>> + Send;
+
+    /// Whether a failed DDL lost a race with another node creating the same table (the table
+    /// exists now; running the DDL again finds it). Default: a unique violation.
+    fn is_ddl_race(e: &dyn DatabaseError) -> bool {
+        e.is_unique_violation()
+    }
 
     /// Runs the DDL (one or more statements, no parameters).
     fn run_ddl(
@@ -148,19 +148,11 @@ pub struct BuilderCore {
     pub table: String,
     /// The column names.
     pub columns: Columns,
-    /// `locked_by`; `None`: [`default_locked_by`].
-    pub locked_by: Option<String>,
     /// The longest lock name in bytes.
     pub max_name_len: usize,
-    /// Whose clock judges expiry.
-    pub time: TimeSource,
-    /// The instance's clock (consulted only with [`TimeSource::Client`]).
-    pub clock: SharedClock,
-    /// The time limit of each operation.
-    pub timeout: Option<Duration>,
-    /// ShedLock-compatible mode: ShedLock's four-column table, no fencing, the owner checked
-    /// through a `locked_by` unique to each acquisition.
-    pub compat: bool,
+    /// What every provider's builder holds: `locked_by`, timeout, time source, clock and the
+    /// ShedLock-compatible mode.
+    pub settings: ProviderSettings,
 }
 
 impl Default for BuilderCore {
@@ -168,12 +160,8 @@ impl Default for BuilderCore {
         Self {
             table: "shedlock".into(),
             columns: Columns::default(),
-            locked_by: None,
             max_name_len: DEFAULT_MAX_NAME_LEN,
-            time: TimeSource::Server,
-            clock: system_clock(),
-            timeout: Some(DEFAULT_TIMEOUT),
-            compat: false,
+            settings: ProviderSettings::new(),
         }
     }
 }
@@ -183,18 +171,22 @@ impl Default for BuilderCore {
 pub struct Settings {
     /// The quoted table and column names.
     pub names: QuotedNames,
-    /// `locked_by`.
-    pub locked_by: String,
     /// The longest lock name in bytes.
     pub max_name_len: usize,
-    /// Whose clock judges expiry.
-    pub time: TimeSource,
-    /// The instance's clock.
-    pub clock: SharedClock,
-    /// The time limit of each operation.
-    pub timeout: Option<Duration>,
-    /// ShedLock-compatible mode.
-    pub compat: bool,
+    /// The validated settings every provider shares.
+    pub provider: store::Settings,
+}
+
+impl Settings {
+    /// Whether the database's clock judges expiry.
+    pub fn database_time(&self) -> bool {
+        self.provider.time_source().is_server()
+    }
+
+    /// Whether the ShedLock-compatible mode is on.
+    pub fn compat(&self) -> bool {
+        self.provider.is_shedlock_compatible()
+    }
 }
 
 impl BuilderCore {
@@ -208,38 +200,9 @@ impl BuilderCore {
     ) -> Result<Settings> {
         let table = TableName::parse(backend, &self.table)?;
         let names = QuotedNames::new(backend, &table, &self.columns, quote)?;
-        let locked_by = self.locked_by.unwrap_or_else(|| {
-            let mut s = default_locked_by();
-            if self.compat {
-                // Room for the acquisition's suffix (see `owner`).
-                while s.len() > MAX_LOCKED_BY_LEN - OWNER_SUFFIX_LEN {
-                    s.pop();
-                }
-            }
-            s
-        });
-        check_locked_by(backend, &locked_by)?;
-        if self.compat && locked_by.len() > MAX_LOCKED_BY_LEN - OWNER_SUFFIX_LEN {
-            return Err(Error::Setup {
-                backend,
-                message: format!(
-                    "locked_by must be at most {} bytes in the ShedLock-compatible mode, which \
-                     appends \" #\" and the acquisition's 16 hex digits to it (got {} bytes)",
-                    MAX_LOCKED_BY_LEN - OWNER_SUFFIX_LEN,
-                    locked_by.len()
-                ),
-            });
-        }
+        let provider = self.settings.validate(backend)?;
         check_max_name_len(backend, self.max_name_len, max_name_len_limit)?;
-        Ok(Settings {
-            names,
-            locked_by,
-            max_name_len: self.max_name_len,
-            time: self.time,
-            clock: self.clock,
-            timeout: self.timeout,
-            compat: self.compat,
-        })
+        Ok(Settings { names, max_name_len: self.max_name_len, provider })
     }
 }
 
@@ -247,40 +210,20 @@ impl BuilderCore {
 /// digits.
 pub const OWNER_SUFFIX_LEN: usize = shedlock::support::ACQUISITION_SUFFIX_LEN;
 
-/// The `locked_by` an acquisition writes in the ShedLock-compatible mode: core's
-/// [`acquisition_locked_by`](shedlock::support::acquisition_locked_by) of the configured value
-/// and the acquisition id (the id's bits, as stored in the row).
-pub fn owner(locked_by: &str, acquisition_id: i64) -> String {
-    shedlock::support::acquisition_locked_by(
-        locked_by,
-        u64::from_ne_bytes(acquisition_id.to_ne_bytes()),
-    )
-}
+/// How often a `CREATE TABLE IF NOT EXISTS` that lost a catalog race is run in all.
+const DDL_ATTEMPTS: usize = 3;
 
-struct Inner<D> {
+/// The rows of one lock table: the [`LeaseStore`] every SQL provider runs through core's
+/// [`StoreProvider`].
+struct SqlStore<D> {
     dialect: D,
     table: String,
     ddl: String,
-    locked_by: String,
     max_name_len: usize,
-    time: TimeSource,
-    clock: SharedClock,
-    timeout: Option<Duration>,
     compat: bool,
 }
 
-/// A SQL lock provider over dialect `D`. Cheap to clone.
-pub struct SqlProvider<D> {
-    inner: Arc<Inner<D>>,
-}
-
-impl<D> Clone for SqlProvider<D> {
-    fn clone(&self) -> Self {
-        Self { inner: Arc::clone(&self.inner) }
-    }
-}
-
-impl<D: Dialect> Inner<D> {
+impl<D: Dialect> SqlStore<D> {
     fn err(&self, name: Option<&str>, e: sqlx::Error) -> Error {
         let ctx = ErrorContext {
             backend: D::BACKEND,
@@ -292,60 +235,138 @@ impl<D: Dialect> Inner<D> {
         map_sqlx_error(&ctx, e, D::classify)
     }
 
-    fn values<'a>(&'a self, name: &'a str) -> ArgValues<'a> {
+    /// The values of a statement on `name` outside an acquisition (record helpers).
+    fn values<'a>(&self, settings: &'a store::Settings, name: &'a str) -> ArgValues<'a> {
         ArgValues {
             name,
-            locked_by: &self.locked_by,
-            now: D::time(self.time.client_now(&self.clock).map_or(0, unix_micros)),
-            clock_micros: unix_micros(std::time::SystemTime::now()),
+            locked_by: settings.locked_by(),
+            now: D::time(settings.client_now().map_or(0, unix_micros)),
+            clock_micros: unix_micros(SystemTime::now()),
             ..Default::default()
         }
     }
 
-    async fn execute(
-        &self,
-        operation: &'static str,
-        op: Op,
-        values: &ArgValues<'_>,
-    ) -> Result<u64> {
-        with_timeout(operation, self.timeout, async {
-            self.dialect.execute(op, values).await.map_err(|e| self.err(Some(values.name), e))
-        })
-        .await
+    /// The values of a statement of `req`'s acquisition (its owner id and `locked_by`).
+    fn owned_values<'a>(&self, req: &Request<'a>, fencing_token: i64) -> ArgValues<'a> {
+        ArgValues {
+            name: req.name(),
+            locked_by: req.owner().locked_by(),
+            acquisition_id: req.owner().id_i64(),
+            fencing_token,
+            now: D::time(req.client_now().map_or(0, unix_micros)),
+            clock_micros: unix_micros(SystemTime::now()),
+            ..Default::default()
+        }
+    }
+
+    async fn execute(&self, op: Op, values: &ArgValues<'_>) -> Result<u64> {
+        self.dialect.execute(op, values).await.map_err(|e| self.err(Some(values.name), e))
+    }
+}
+
+/// One acquisition's fencing token, as stored (the owner id is the request's).
+struct Held {
+    token: i64,
+}
+
+#[async_trait]
+impl<D: Dialect> LeaseStore for SqlStore<D> {
+    type Held = Held;
+
+    fn capabilities(&self, settings: &store::Settings) -> Capabilities {
+        Capabilities::new()
+            .with_extend(true)
+            // ShedLock's table has no column for a token.
+            .with_fencing(!self.compat)
+            .with_owner_checked(true)
+            .with_server_time(settings.time_source().is_server())
+            .with_granularity(Duration::from_millis(1))
+            .with_max_name_len(Some(self.max_name_len))
+    }
+
+    fn rejects_nul(&self) -> bool {
+        D::REJECT_NUL
+    }
+
+    /// One acquire statement.
+    async fn acquire(&self, req: &Request<'_>) -> Result<Option<Granted<Held>>> {
+        let values =
+            ArgValues { at_most: D::duration(req.lock_at_most_for()), ..self.owned_values(req, 0) };
+        let token =
+            self.dialect.acquire(&values).await.map_err(|e| self.err(Some(req.name()), e))?;
+        Ok(token.map(|token| {
+            let granted = Granted::new(Held { token });
+            if self.compat { granted } else { granted.with_fencing_token(token_u64(token)) }
+        }))
+    }
+
+    async fn release(&self, req: &Request<'_>, held: &mut Held) -> Result<()> {
+        let values = ArgValues {
+            at_least: D::duration(req.lock_at_least_for()),
+            ..self.owned_values(req, held.token)
+        };
+        if self.execute(Op::Unlock, &values).await? == 0 {
+            tracing::debug!(
+                lock = req.name(),
+                "{} unlock by a stale holder changed nothing",
+                D::BACKEND
+            );
+        }
+        Ok(())
+    }
+
+    async fn extend(&self, req: &Request<'_>, held: &mut Held) -> Result<Extension> {
+        let values = ArgValues {
+            at_most: D::duration(req.lock_at_most_for()),
+            ..self.owned_values(req, held.token)
+        };
+        let n = self.execute(Op::Extend, &values).await?;
+        Ok(if n == 1 { Extension::Extended } else { Extension::Lost })
+    }
+}
+
+/// A SQL lock provider over dialect `D`: its table's rows as a [`LeaseStore`], run by core's
+/// [`StoreProvider`]. Cheap to clone.
+pub struct SqlProvider<D> {
+    inner: StoreProvider<SqlStore<D>>,
+}
+
+impl<D> Clone for SqlProvider<D> {
+    fn clone(&self) -> Self {
+        Self { inner: self.inner.clone() }
     }
 }
 
 impl<D: Dialect> SqlProvider<D> {
     /// A provider on `dialect` with the validated settings and the table's DDL.
     pub fn new(dialect: D, settings: Settings, ddl: String) -> Self {
-        Self {
-            inner: Arc::new(Inner {
-                dialect,
-                table: settings.names.table_display.clone(),
-                ddl,
-                locked_by: settings.locked_by,
-                max_name_len: settings.max_name_len,
-                time: settings.time,
-                clock: settings.clock,
-                timeout: settings.timeout,
-                compat: settings.compat,
-            }),
-        }
+        let store = SqlStore {
+            dialect,
+            table: settings.names.table_display.clone(),
+            ddl,
+            max_name_len: settings.max_name_len,
+            compat: settings.compat(),
+        };
+        Self { inner: StoreProvider::new(store, settings.provider) }
+    }
+
+    fn store(&self) -> &SqlStore<D> {
+        self.inner.store()
     }
 
     /// Whether this provider runs in the ShedLock-compatible mode.
     pub fn is_compat(&self) -> bool {
-        self.inner.compat
+        self.store().compat
     }
 
     /// The dialect.
     pub fn dialect(&self) -> &D {
-        &self.inner.dialect
+        &self.store().dialect
     }
 
     /// The `CREATE TABLE IF NOT EXISTS` statement.
     pub fn ddl(&self) -> &str {
-        &self.inner.ddl
+        &self.store().ddl
     }
 
     /// Writes the provider's `Debug` fields; `extra` goes right after the table.
@@ -355,41 +376,41 @@ impl<D: Dialect> SqlProvider<D> {
         type_name: &str,
         extra: Option<(&str, &dyn fmt::Debug)>,
     ) -> fmt::Result {
-        let inner = &self.inner;
+        let store = self.store();
         let mut d = f.debug_struct(type_name);
-        d.field("table", &inner.table);
+        d.field("table", &store.table);
         if let Some((name, value)) = extra {
             d.field(name, value);
         }
-        d.field("locked_by", &inner.locked_by)
-            .field("max_name_len", &inner.max_name_len)
-            .field("time", &inner.time)
-            .field("timeout", &inner.timeout)
-            .field("shedlock_compatible", &inner.compat)
+        d.field("max_name_len", &store.max_name_len)
+            .field("settings", self.inner.settings())
             .finish_non_exhaustive()
     }
 
     /// Creates the lock table if it does not exist (runs the DDL). Safe when every node of a
-    /// fleet calls it at start-up at once: PostgreSQL's `CREATE TABLE IF NOT EXISTS` is not
-    /// atomic, and a node that loses the race gets a unique violation on the catalog; it then
-    /// runs the DDL once more, which finds the table.
+    /// fleet calls it at start-up at once: `CREATE TABLE IF NOT EXISTS` is not atomic in every
+    /// database (PostgreSQL), and a node that loses the race fails on the catalog
+    /// ([`Dialect::is_ddl_race`]); it then runs the DDL again, which finds the table.
     pub async fn create_table(&self) -> Result<()> {
-        let inner = &self.inner;
-        with_timeout("create_table", inner.timeout, async {
-            let first = inner.dialect.run_ddl(&inner.ddl).await;
-            let result = match first {
-                Err(sqlx::Error::Database(db))
-                    if db.is_unique_violation() || db.code().as_deref() == Some("42P07") =>
-                {
-                    tracing::debug!(
-                        table = %inner.table,
-                        "another node created the lock table concurrently; running the DDL again"
-                    );
-                    inner.dialect.run_ddl(&inner.ddl).await
+        let store = self.store();
+        with_timeout("create_table", self.inner.settings().timeout(), async {
+            let mut attempt = 1;
+            let result = loop {
+                match store.dialect.run_ddl(&store.ddl).await {
+                    Err(sqlx::Error::Database(db))
+                        if attempt < DDL_ATTEMPTS && D::is_ddl_race(db.as_ref()) =>
+                    {
+                        tracing::debug!(
+                            table = %store.table,
+                            error = %db,
+                            "another node created the lock table concurrently; running the DDL again"
+                        );
+                        attempt += 1;
+                    }
+                    other => break other,
                 }
-                other => other,
             };
-            result.map_err(|e| match inner.err(None, e) {
+            result.map_err(|e| match store.err(None, e) {
                 e @ Error::Unavailable { .. } => e,
                 Error::Setup { message, .. } => Error::backend(D::BACKEND, message),
                 e => e,
@@ -400,68 +421,43 @@ impl<D: Dialect> SqlProvider<D> {
 
     /// The stored row of `name`, if any.
     pub async fn record(&self, name: &str) -> Result<Option<LockRecord>> {
-        let inner = &self.inner;
-        let values = inner.values(name);
-        with_timeout("record", inner.timeout, async {
-            inner.dialect.record(&values).await.map_err(|e| inner.err(Some(name), e))
+        let store = self.store();
+        let values = store.values(self.inner.settings(), name);
+        with_timeout("record", self.inner.settings().timeout(), async {
+            store.dialect.record(&values).await.map_err(|e| store.err(Some(name), e))
         })
         .await
     }
 
     /// Deletes the row of `name`; returns whether there was one.
     pub async fn delete_record(&self, name: &str) -> Result<bool> {
-        let values = self.inner.values(name);
-        self.inner.execute("delete_record", Op::Delete, &values).await.map(|n| n > 0)
+        let store = self.store();
+        let values = store.values(self.inner.settings(), name);
+        with_timeout("delete_record", self.inner.settings().timeout(), async {
+            store.execute(Op::Delete, &values).await.map(|n| n > 0)
+        })
+        .await
     }
 
     /// Creates or overwrites the row of `name` with `lock_until` (and `locked_at`) set to the
     /// given time (in the dialect's units), a fresh owner nobody holds, and a larger token.
     pub async fn write_record(&self, name: &str, lock_until: SystemTime) -> Result<()> {
-        let inner = &self.inner;
-        check_lock_name(D::BACKEND, name, Some(inner.max_name_len), D::REJECT_NUL)?;
+        let store = self.store();
+        check_lock_name(D::BACKEND, name, Some(store.max_name_len), D::REJECT_NUL)?;
         let values = ArgValues {
             until: D::time(unix_micros(lock_until)),
-            acquisition_id: acquisition_id() as i64,
-            ..inner.values(name)
+            acquisition_id: self.inner.settings().new_owner().id_i64(),
+            ..store.values(self.inner.settings(), name)
         };
-        inner.execute("write_record", Op::Write, &values).await.map(|_| ())
+        with_timeout("write_record", self.inner.settings().timeout(), async {
+            store.execute(Op::Write, &values).await.map(|_| ())
+        })
+        .await
     }
 
     /// [`LockProvider::try_lock`](shedlock::LockProvider::try_lock): one acquire statement.
     pub async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
-        let inner = &self.inner;
-        let name = config.name();
-        check_lock_name(D::BACKEND, name, Some(inner.max_name_len), D::REJECT_NUL)?;
-        let id = acquisition_id() as i64;
-        let owner = inner.compat.then(|| owner(&inner.locked_by, id));
-        let values = ArgValues {
-            acquisition_id: id,
-            at_most: D::duration(config.lock_at_most_for()),
-            locked_by: owner.as_deref().unwrap_or(&inner.locked_by),
-            ..inner.values(name)
-        };
-        let acquisition = Acquisition::begin(config);
-        let token = with_timeout(Operation::TryLock.label(), inner.timeout, async {
-            inner.dialect.acquire(&values).await.map_err(|e| inner.err(Some(name), e))
-        })
-        .instrument(Operation::TryLock.span(D::BACKEND, name))
-        .await?;
-        match token {
-            Some(token) => {
-                tracing::debug!(lock = name, token, "{} lock acquired", D::BACKEND);
-                let handle = SqlHandle {
-                    inner: Arc::clone(inner),
-                    acquisition_id: values.acquisition_id,
-                    token,
-                    owner: owner.clone(),
-                };
-                acquisition.grant(handle).await.map(Some)
-            }
-            None => {
-                tracing::trace!(lock = name, "{} lock held elsewhere", D::BACKEND);
-                Ok(None)
-            }
-        }
+        self.inner.try_lock(config).await
     }
 
     /// [`LockProvider::backend_name`](shedlock::LockProvider::backend_name): `postgres`, `mysql`
@@ -472,14 +468,7 @@ impl<D: Dialect> SqlProvider<D> {
 
     /// [`LockProvider::capabilities`](shedlock::LockProvider::capabilities).
     pub fn capabilities(&self) -> Capabilities {
-        Capabilities::new()
-            .with_extend(true)
-            // ShedLock's table has no column for a token.
-            .with_fencing(!self.inner.compat)
-            .with_owner_checked(true)
-            .with_server_time(self.inner.time.is_server())
-            .with_granularity(Duration::from_millis(1))
-            .with_max_name_len(Some(self.inner.max_name_len))
+        self.inner.capabilities()
     }
 }
 
@@ -514,62 +503,5 @@ impl<D: Dialect> SqlProvider<D> {
     /// The record helpers as a shareable object.
     pub fn records(&self) -> Arc<dyn RecordAdmin> {
         Arc::new(self.clone())
-    }
-}
-
-/// One acquisition: its owner id and fencing token (and, in the ShedLock-compatible mode, the
-/// `locked_by` that identifies it).
-struct SqlHandle<D> {
-    inner: Arc<Inner<D>>,
-    acquisition_id: i64,
-    token: i64,
-    owner: Option<String>,
-}
-
-impl<D: Dialect> SqlHandle<D> {
-    fn values<'a>(&'a self, name: &'a str) -> ArgValues<'a> {
-        let mut v = ArgValues {
-            acquisition_id: self.acquisition_id,
-            fencing_token: self.token,
-            ..self.inner.values(name)
-        };
-        if let Some(owner) = &self.owner {
-            v.locked_by = owner;
-        }
-        v
-    }
-}
-
-#[async_trait]
-impl<D: Dialect> LockHandle for SqlHandle<D> {
-    async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
-        let inner = &self.inner;
-        let name = config.name();
-        let values =
-            ArgValues { at_least: D::duration(config.lock_at_least_for()), ..self.values(name) };
-        let n = inner
-            .execute(Operation::Unlock.label(), Op::Unlock, &values)
-            .instrument(Operation::Unlock.span(D::BACKEND, name))
-            .await?;
-        if n == 0 {
-            tracing::debug!(lock = name, "{} unlock by a stale holder changed nothing", D::BACKEND);
-        }
-        Ok(())
-    }
-
-    async fn extend(&mut self, config: &LockConfig) -> Result<()> {
-        let inner = &self.inner;
-        let name = config.name();
-        let values =
-            ArgValues { at_most: D::duration(config.lock_at_most_for()), ..self.values(name) };
-        let n = inner
-            .execute(Operation::Extend.label(), Op::Extend, &values)
-            .instrument(Operation::Extend.span(D::BACKEND, name))
-            .await?;
-        if n == 1 { Ok(()) } else { Err(Error::LockLost { name: name.to_owned() }) }
-    }
-
-    fn fencing_token(&self) -> Option<u64> {
-        if self.inner.compat { None } else { Some(token_u64(self.token)) }
     }
 }

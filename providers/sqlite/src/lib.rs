@@ -122,7 +122,7 @@ impl SqliteLockProviderBuilder {
     /// or `max_name_len` give [`Error::Setup`](shedlock::Error::Setup). Does no I/O.
     pub fn build(self) -> Result<SqliteLockProvider> {
         let settings = self.core.validate(BACKEND, '"', MAX_NAME_LEN_LIMIT)?;
-        let stmts = Statements::new(&settings.names, settings.time.is_server());
+        let stmts = Statements::new(&settings.names, settings.database_time());
         let ddl = ddl(&settings.names);
         let dialect = SqliteDialect { pool: self.pool, stmts };
         Ok(SqliteLockProvider { inner: SqlProvider::new(dialect, settings, ddl) })
