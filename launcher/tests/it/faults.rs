@@ -2,7 +2,7 @@
 //! servers left behind by a process that dies (SIGKILL, Ctrl-C).
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::{
     io::{BufRead, BufReader},
@@ -14,7 +14,7 @@ use std::{
 
 use common::*;
 use nix::{sys::signal::Signal, unistd::Pid};
-use shedlock_launcher::{Backend, LaunchError, LaunchOptions, Mode, Service, Via};
+use shedlock_launcher::{Backend, LaunchError, LaunchOptions, Mode, Service};
 
 #[test]
 fn a_taken_port_makes_the_launcher_choose_another() {
@@ -128,21 +128,16 @@ fn without_docker_auto_mode_says_what_is_missing_and_why_docker_cannot_stand_in(
     std::fs::remove_dir_all(&empty).unwrap();
 }
 
-/// Set to `1` to run the tests that need a running Docker engine (they start containers).
-const DOCKER_OPT_IN: &str = "SHEDLOCK_TEST_DOCKER";
-
+/// Needs a running Docker engine (it starts containers): compiled only with the feature
+/// `docker-tests`.
+#[cfg(feature = "docker-tests")]
 #[test]
 fn with_docker_auto_mode_falls_back_to_docker() {
-    if std::env::var(DOCKER_OPT_IN).as_deref() != Ok("1") {
-        eprintln!(
-            "\n!!!!! SKIPPED with_docker_auto_mode_falls_back_to_docker: it needs a Docker \
-             engine; set {DOCKER_OPT_IN}=1 to run it !!!!!\n"
-        );
-        return;
-    }
+    use shedlock_launcher::Via;
+
     assert!(
         shedlock_launcher::docker_available(),
-        "{DOCKER_OPT_IN}=1 but no Docker engine answers `docker info`"
+        "the feature docker-tests is on, but no Docker engine answers `docker info`"
     );
     let empty =
         std::env::temp_dir().join(format!("shedlock-docker-backends-{}", std::process::id()));

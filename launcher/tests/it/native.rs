@@ -2,7 +2,7 @@
 //! where cheap), restarted (same port, data kept where the server persists it) and stopped.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! `SHEDLOCK_DYNAMODB_URL`): the stored item, setup errors, credentials hygiene.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

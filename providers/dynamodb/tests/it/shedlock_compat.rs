@@ -11,7 +11,7 @@
 //!   with no condition (ShedLock's DynamoDB unlock is not owner-checked). It has no extend.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::{
     collections::HashMap,

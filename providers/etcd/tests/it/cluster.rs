@@ -11,7 +11,7 @@
 //! instead of answers) and prints it; the README states these figures.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::{
     sync::{

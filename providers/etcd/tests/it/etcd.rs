@@ -3,7 +3,7 @@
 //! clusters, and a lease revoked by an operator.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::{sync::Arc, time::Duration};
 

@@ -11,7 +11,7 @@
 //!   lockAtLeastFor)}})`, by name only (ShedLock's Mongo unlock is not owner-checked).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::{
     sync::Arc,

@@ -8,7 +8,7 @@
 //! how long locking is unavailable around the fail-over.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::{
     sync::{Arc, Mutex},

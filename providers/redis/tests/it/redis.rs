@@ -4,7 +4,7 @@
 //! themselves are the conformance suite's (`tests/conformance*.rs`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -9,7 +9,7 @@
 //! ShedLock's two compare-by-value Lua scripts instead of `DEL` and `SET XX`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::{
     sync::Arc,

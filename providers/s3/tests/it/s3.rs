@@ -2,7 +2,7 @@
 //! launcher, or `SHEDLOCK_S3_URL`): the stored object, setup errors, credentials hygiene.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

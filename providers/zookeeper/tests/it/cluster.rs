@@ -15,8 +15,6 @@
 //! from the fault to the first successful acquisition of a call that started after it).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::{
     io::{Read, Write},
     net::{SocketAddr, TcpStream},

@@ -2,7 +2,7 @@
 //! already cover (session expiry, round trips per path, unreachable ensembles, the node layout).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

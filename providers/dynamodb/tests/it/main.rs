@@ -1,0 +1,10 @@
+//! The integration tests of this crate, one module per file, linked into one test binary
+//! (`tests/it`); the conformance suites run as their own harness binaries.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod dynamodb;
+mod shedlock_compat;
