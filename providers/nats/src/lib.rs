@@ -54,12 +54,11 @@ use serde_json::{Value, json};
 use shedlock::{
     Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
     SharedClock,
-    store::Operation,
+    store::{Operation, ProviderSettings, Settings},
     support::{
-        MAX_DURATION, check_lock_name, default_locked_by, duration_micros, duration_secs_ceil,
-        unix_micros, with_timeout,
+        MAX_DURATION, check_lock_name, duration_micros, duration_secs_ceil, unix_micros,
+        with_timeout,
     },
-    system_clock,
 };
 use tokio::{sync::OnceCell, time::Instant};
 use tracing::Instrument;
@@ -131,10 +130,7 @@ pub struct NatsLockProviderBuilder {
     client: Client,
     bucket: String,
     domain: Option<String>,
-    operation_timeout: Option<Duration>,
-    time_source: TimeSource,
-    clock: SharedClock,
-    locked_by: Option<String>,
+    settings: ProviderSettings,
 }
 
 impl fmt::Debug for NatsLockProviderBuilder {
@@ -143,8 +139,7 @@ impl fmt::Debug for NatsLockProviderBuilder {
         f.debug_struct("NatsLockProviderBuilder")
             .field("bucket", &self.bucket)
             .field("domain", &self.domain)
-            .field("operation_timeout", &self.operation_timeout)
-            .field("time_source", &self.time_source)
+            .field("settings", &self.settings)
             .finish_non_exhaustive()
     }
 }
@@ -168,7 +163,7 @@ impl NatsLockProviderBuilder {
     /// own request timeout only). On expiry the call returns
     /// [`Error::Timeout`](shedlock::Error::Timeout), whose effect is unknown.
     pub fn operation_timeout(mut self, limit: Option<Duration>) -> Self {
-        self.operation_timeout = limit;
+        self.settings.set_timeout(limit);
         self
     }
 
@@ -177,21 +172,21 @@ impl NatsLockProviderBuilder {
     /// the message instead: for buckets without per-message TTL (servers before 2.11), and unsafe
     /// beyond the clock skew between nodes.
     pub fn time_source(mut self, source: TimeSource) -> Self {
-        self.time_source = source;
+        self.settings.set_time_source(source);
         self
     }
 
     /// The wall clock of this instance (default: the system clock). Read only with
     /// [`TimeSource::Client`].
     pub fn clock(mut self, clock: SharedClock) -> Self {
-        self.clock = clock;
+        self.settings.set_clock(clock);
         self
     }
 
     /// The informational `locked_by` stored with each lock (default `hostname/pid`). At most 255
     /// bytes.
     pub fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
-        self.locked_by = Some(locked_by.into());
+        self.settings.set_locked_by(locked_by);
         self
     }
 
@@ -215,14 +210,7 @@ impl NatsLockProviderBuilder {
                 "JetStream domain {d:?} is invalid: use ASCII letters, digits, '-' or '_'"
             )));
         }
-        let locked_by = self.locked_by.unwrap_or_else(default_locked_by);
-        if locked_by.len() > shedlock::support::MAX_LOCKED_BY_LEN {
-            return Err(setup(format!(
-                "locked_by is {} bytes long; at most {} are allowed",
-                locked_by.len(),
-                shedlock::support::MAX_LOCKED_BY_LEN
-            )));
-        }
+        let settings = self.settings.validate(BACKEND)?;
         let api = match &self.domain {
             Some(d) => format!("$JS.{d}.API"),
             None => "$JS.API".to_owned(),
@@ -238,10 +226,7 @@ impl NatsLockProviderBuilder {
                 client: self.client,
                 bucket: self.bucket,
                 stream,
-                timeout: self.operation_timeout,
-                time: self.time_source,
-                clock: self.clock,
-                locked_by,
+                settings,
                 seen: Mutex::default(),
                 checked: OnceCell::new(),
             }),
@@ -262,9 +247,7 @@ impl fmt::Debug for NatsLockProvider {
         f.debug_struct("NatsLockProvider")
             .field("bucket", &self.inner.bucket)
             .field("stream", &self.inner.stream)
-            .field("operation_timeout", &self.inner.timeout)
-            .field("time_source", &self.inner.time)
-            .field("locked_by", &self.inner.locked_by)
+            .field("settings", &self.inner.settings)
             .finish_non_exhaustive()
     }
 }
@@ -278,10 +261,8 @@ struct Inner {
     purge: String,
     info: String,
     create: String,
-    timeout: Option<Duration>,
-    time: TimeSource,
-    clock: SharedClock,
-    locked_by: String,
+    /// `locked_by`, the time limit, whose clock judges expiry and this instance's clock.
+    settings: Settings,
     /// Per subject, the sequence of the last lock message a direct get found there (and its
     /// `lock_until` in client time): a publish that trips over it again is answered "held"
     /// without a second look.
@@ -403,7 +384,7 @@ impl Inner {
         if let Some(h) = headers {
             req = req.headers(h);
         }
-        if let Some(t) = self.timeout {
+        if let Some(t) = self.settings.timeout() {
             req = req.timeout(Some(t));
         }
         // A connection lost while the request is out fails the call within a poll interval
@@ -432,7 +413,10 @@ impl Inner {
         match e.kind() {
             RequestErrorKind::TimedOut => Error::Timeout {
                 operation,
-                after: self.timeout.unwrap_or_else(|| self.client.timeout().unwrap_or_default()),
+                after: self
+                    .settings
+                    .timeout()
+                    .unwrap_or_else(|| self.client.timeout().unwrap_or_default()),
             },
             // No stream listens on the subject: the bucket is missing, or JetStream is not
             // (yet) available. `classify_no_responders` tells them apart where it matters.
@@ -468,13 +452,13 @@ impl Inner {
     }
 
     fn now_us(&self) -> Option<i64> {
-        self.time.client_now(&self.clock).map(unix_micros)
+        self.settings.client_now().map(unix_micros)
     }
 
     /// The message of a held lock: `locked_by`, and in client time `lock_until` and
     /// `locked_at` (µs since the epoch).
     fn record(&self, until_us: Option<i64>, at_us: Option<i64>) -> Vec<u8> {
-        let mut v = json!({ "locked_by": self.locked_by });
+        let mut v = json!({ "locked_by": self.settings.locked_by() });
         if let (Some(until), Some(at)) = (until_us, at_us) {
             v["lock_until_us"] = json!(until);
             v["locked_at_us"] = json!(at);
@@ -624,7 +608,7 @@ impl Inner {
                     .to_owned(),
             );
         }
-        if i.time.is_server() && !flag("allow_msg_ttl") {
+        if i.settings.time_source().is_server() && !flag("allow_msg_ttl") {
             return Err(i.no_ttl());
         }
         if wrong.is_empty() {
@@ -644,7 +628,7 @@ impl Inner {
         let at_most = config.lock_at_most_for();
         let acquisition = Acquisition::begin(config);
         let at_us = self.now_us();
-        let won = with_timeout("try_lock", self.timeout, async {
+        let won = with_timeout(Operation::TryLock.label(), self.settings.timeout(), async {
             // Once per provider: the bucket exists and is fit for locks (one request, on the
             // first call only; a failure is not remembered, so the next call checks again).
             self.checked.get_or_try_init(|| self.check_bucket()).await?;
@@ -729,7 +713,7 @@ struct NatsHandle {
 impl LockHandle for NatsHandle {
     async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
         let inner = &self.inner;
-        with_timeout("unlock", inner.timeout, async {
+        with_timeout(Operation::Unlock.label(), inner.settings.timeout(), async {
             let at_least = config.lock_at_least_for();
             // While lock_at_least_for lasts, republish (owner-checked) to hold the key until it
             // ends; after it, remove the message. A stale holder's republish fails the sequence
@@ -770,7 +754,7 @@ impl LockHandle for NatsHandle {
         {
             return Err(Error::LockLost { name: config.name().to_owned() });
         }
-        with_timeout("extend", inner.timeout, async {
+        with_timeout(Operation::Extend.label(), inner.settings.timeout(), async {
             match inner
                 .publish("extend", &self.subject, self.rev, config.lock_at_most_for(), at_us)
                 .await?
@@ -805,11 +789,11 @@ impl LockProvider for NatsLockProvider {
         Capabilities::new()
             .with_extend(true)
             .with_fencing(true)
-            .with_server_time(self.inner.time.is_server())
+            .with_server_time(self.inner.settings.time_source().is_server())
             .with_owner_checked(true)
             // Nats-TTL takes whole seconds (the server truncates fractions; the minimum is 1 s),
             // and the server's expiry timer adds up to about a quarter second.
-            .with_granularity(if self.inner.time.is_server() {
+            .with_granularity(if self.inner.settings.time_source().is_server() {
                 Duration::from_secs(1)
             } else {
                 Duration::from_millis(1)
@@ -830,10 +814,7 @@ impl NatsLockProvider {
             client,
             bucket: DEFAULT_BUCKET.to_owned(),
             domain: None,
-            operation_timeout: Some(DEFAULT_TIMEOUT),
-            time_source: TimeSource::Server,
-            clock: system_clock(),
-            locked_by: None,
+            settings: ProviderSettings::new(),
         }
     }
 
@@ -878,7 +859,7 @@ impl NatsLockProvider {
             "deny_purge": false,
             "allow_direct": true,
         });
-        if i.time.is_server() {
+        if i.settings.time_source().is_server() {
             v["allow_msg_ttl"] = json!(true);
         }
         v.to_string()
@@ -889,7 +870,7 @@ impl NatsLockProvider {
     /// ([`check_bucket`](Self::check_bucket)). Idempotent.
     pub async fn create_bucket(&self) -> Result<()> {
         let i = &self.inner;
-        with_timeout("create_bucket", i.timeout, async {
+        with_timeout("create_bucket", i.settings.timeout(), async {
             let m = i
                 .request("create_bucket", i.create.clone(), None, self.bucket_config().into_bytes())
                 .await?;
@@ -912,7 +893,7 @@ impl NatsLockProvider {
     /// needs nats-server 2.11 or newer). Otherwise [`Error::Setup`](shedlock::Error::Setup)
     /// says what to change.
     pub async fn check_bucket(&self) -> Result<()> {
-        with_timeout("check_bucket", self.inner.timeout, self.inner.check_bucket()).await
+        with_timeout("check_bucket", self.inner.settings.timeout(), self.inner.check_bucket()).await
     }
 }
 

@@ -54,10 +54,8 @@ use std::{
 
 use shedlock::{
     Acquisition, Capabilities, Error, Lease, Lock, LockConfig, LockHandle, LockProvider, Result,
-    store::Operation,
-    support::{
-        MAX_LOCKED_BY_LEN, check_lock_name, default_locked_by, duration_millis_ceil, with_timeout,
-    },
+    store::{Operation, ProviderSettings},
+    support::{check_lock_name, duration_millis_ceil, with_timeout},
 };
 use tokio::{
     sync::{Mutex, oneshot},
@@ -154,8 +152,7 @@ pub struct ZooKeeperLockProviderBuilder {
     root: String,
     session_timeout: Duration,
     connection_timeout: Option<Duration>,
-    operation_timeout: Option<Duration>,
-    locked_by: Option<String>,
+    settings: ProviderSettings,
 }
 
 impl fmt::Debug for ZooKeeperLockProviderBuilder {
@@ -166,7 +163,7 @@ impl fmt::Debug for ZooKeeperLockProviderBuilder {
             .field("root", &self.root)
             .field("session_timeout", &self.session_timeout)
             .field("connection_timeout", &self.connection_timeout)
-            .field("operation_timeout", &self.operation_timeout)
+            .field("settings", &self.settings)
             .finish_non_exhaustive()
     }
 }
@@ -198,14 +195,14 @@ impl ZooKeeperLockProviderBuilder {
     /// `None`: unbounded). On expiry the call returns
     /// [`Error::Timeout`], whose effect is unknown.
     pub fn operation_timeout(mut self, limit: Option<Duration>) -> Self {
-        self.operation_timeout = limit;
+        self.settings.set_timeout(limit);
         self
     }
 
     /// The informational `locked_by` stored in each lock node (default `hostname/pid`). At most
     /// 255 bytes.
     pub fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
-        self.locked_by = Some(locked_by.into());
+        self.settings.set_locked_by(locked_by);
         self
     }
 
@@ -228,13 +225,7 @@ impl ZooKeeperLockProviderBuilder {
                  instead",
             ));
         }
-        let locked_by = self.locked_by.unwrap_or_else(default_locked_by);
-        if locked_by.len() > MAX_LOCKED_BY_LEN {
-            return Err(setup(format!(
-                "locked_by is {} bytes long; at most {MAX_LOCKED_BY_LEN} are allowed",
-                locked_by.len()
-            )));
-        }
+        let settings = self.settings.validate(BACKEND)?;
         Ok(ZooKeeperLockProvider {
             inner: Arc::new(Inner {
                 clock_path: format!("{}/{CLOCK_CHILD}", self.root),
@@ -242,8 +233,8 @@ impl ZooKeeperLockProviderBuilder {
                 root: self.root,
                 session_timeout: self.session_timeout,
                 connection_timeout: self.connection_timeout,
-                timeout: self.operation_timeout,
-                locked_by,
+                timeout: settings.timeout(),
+                locked_by: settings.locked_by().to_owned(),
                 client: Mutex::new(None),
                 live: std::sync::Mutex::default(),
             }),
@@ -884,8 +875,7 @@ impl ZooKeeperLockProvider {
             root: DEFAULT_ROOT.to_owned(),
             session_timeout: DEFAULT_SESSION_TIMEOUT,
             connection_timeout: None,
-            operation_timeout: Some(DEFAULT_TIMEOUT),
-            locked_by: None,
+            settings: ProviderSettings::new(),
         }
     }
 
