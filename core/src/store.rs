@@ -734,10 +734,13 @@ impl<S: LeaseStore> LockProvider for StoreProvider<S> {
 /// here, and the store type stays private.
 ///
 /// ```
-/// # use shedlock::{LockProvider, store::{DelegatingProvider, LeaseStore, StoreProvider}};
-/// # fn f<MyStore: LeaseStore>() {
+/// use shedlock::{LockProvider, store::DelegatingProvider};
+/// use shedlock_memory::{MemoryLockProvider, MemoryServer};
+///
+/// /// A provider type with an API of its own, answering through the provider inside it (a
+/// /// `StoreProvider<YourStore>` in a real provider crate).
 /// struct MyLockProvider {
-///     inner: StoreProvider<MyStore>,
+///     inner: MemoryLockProvider,
 /// }
 ///
 /// impl DelegatingProvider for MyLockProvider {
@@ -745,7 +748,9 @@ impl<S: LeaseStore> LockProvider for StoreProvider<S> {
 ///         &self.inner
 ///     }
 /// }
-/// # }
+///
+/// let p = MyLockProvider { inner: MemoryLockProvider::new(&MemoryServer::new()) };
+/// assert_eq!(p.backend_name(), "memory");
 /// ```
 pub trait DelegatingProvider: Send + Sync + 'static {
     /// The provider that answers for this one.
