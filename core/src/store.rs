@@ -584,7 +584,8 @@ pub trait LeaseStore: Send + Sync + 'static {
     type Held: Send + Sync + 'static;
 
     /// What this store guarantees, with these settings (e.g. no fencing in the
-    /// ShedLock-compatible mode, `server_time` per the time source).
+    /// ShedLock-compatible mode, `server_time` per the time source). Asked once, when the
+    /// [`StoreProvider`] is made.
     /// [`max_name_len`](Capabilities::max_name_len) is enforced before any call.
     fn capabilities(&self, settings: &Settings) -> Capabilities;
 
@@ -621,6 +622,9 @@ pub trait LeaseStore: Send + Sync + 'static {
 struct Inner<S> {
     store: S,
     settings: Settings,
+    /// The store's capabilities with these settings, fixed for the provider's life: computed
+    /// once, not on every call.
+    capabilities: Capabilities,
 }
 
 impl<S: LeaseStore> Inner<S> {
@@ -682,7 +686,8 @@ impl<S: fmt::Debug> fmt::Debug for StoreProvider<S> {
 impl<S: LeaseStore> StoreProvider<S> {
     /// A provider over `store` with `settings`.
     pub fn new(store: S, settings: Settings) -> Self {
-        Self { inner: Arc::new(Inner { store, settings }) }
+        let capabilities = store.capabilities(&settings);
+        Self { inner: Arc::new(Inner { store, settings, capabilities }) }
     }
 }
 
@@ -704,7 +709,7 @@ impl<S: LeaseStore> LockProvider for StoreProvider<S> {
         let inner = &self.inner;
         let backend = inner.settings.backend;
         let name = config.name();
-        let max_len = inner.store.capabilities(&inner.settings).max_name_len;
+        let max_len = inner.capabilities.max_name_len;
         check_lock_name(backend, name, max_len, inner.store.rejects_nul())?;
         let owner = inner.settings.new_owner();
         let acquisition = Acquisition::begin(config);
@@ -720,7 +725,7 @@ impl<S: LeaseStore> LockProvider for StoreProvider<S> {
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.inner.store.capabilities(&self.inner.settings)
+        self.inner.capabilities.clone()
     }
 
     fn backend_name(&self) -> &'static str {
