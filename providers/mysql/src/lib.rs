@@ -31,7 +31,7 @@
 //! let pool = shedlock_mysql::recommended_pool_options()
 //!     .connect("mysql://app@127.0.0.1/app")
 //!     .await?;
-//! let provider = MySqlLockProvider::builder(pool).flavor(Flavor::MariaDb).build()?;
+//! let provider = MySqlLockProvider::builder(pool).option(Flavor::MariaDb).build()?;
 //! provider.create_table().await?; // or run provider.ddl() in a migration
 //!
 //! let cfg = LockConfig::new("nightly-report", Duration::from_secs(600), Duration::from_secs(30))?;
@@ -57,7 +57,7 @@
 //! since it may have run. A call cancelled mid-statement drops the connection. The connection
 //! follows the pool's `max_lifetime` and `idle_timeout` (10 minutes by default, well under the
 //! server's `wait_timeout`) and goes when the pool is closed.
-//! [`dedicated_connection(false)`](MySqlLockProviderBuilder::dedicated_connection) runs every
+//! [`dedicated_connection(false)`](SqlLockProviderBuilder::dedicated_connection) runs every
 //! statement on a pooled connection instead (one server connection fewer, two or three round
 //! trips per operation).
 //!
@@ -71,9 +71,9 @@ use std::{fmt, time::Duration};
 
 use shedlock::Result;
 use shedlock::support::duration_millis_ceil;
-use shedlock_sql_common::{
-    Arg, ArgValues, BuilderCore, DbErrorKind, Dialect, LockConn, Op, Placeholder, QuotedNames,
-    SqlProvider, Stmt, StmtBuilder, record_from_row, retry_transient,
+use shedlock_sql::{
+    Arg, ArgValues, DbErrorKind, DedicatedConnection, DialectOption, LockConn, Op, Placeholder,
+    QuotedNames, Settings, ShedlockTable, Stmt, StmtBuilder, record_from_row, retry_transient,
 };
 use sqlx::{
     AssertSqlSafe, Row,
@@ -83,7 +83,9 @@ use sqlx::{
 use tokio::sync::OnceCell;
 
 pub use shedlock::TimeSource;
-pub use shedlock_sql_common::{Columns, DEFAULT_MAX_NAME_LEN, LockRecord};
+pub use shedlock_sql::{
+    Columns, DEFAULT_MAX_NAME_LEN, Dialect, LockRecord, SqlLockProvider, SqlLockProviderBuilder,
+};
 
 const BACKEND: &str = "mysql";
 /// The largest `max_name_len` accepted: the name is an InnoDB primary key, limited to 3072
@@ -119,115 +121,54 @@ pub fn recommended_pool_options() -> MySqlPoolOptions {
         .acquire_timeout(Duration::from_secs(5))
 }
 
-/// Builds a [`MySqlLockProvider`].
-#[must_use]
-pub struct MySqlLockProviderBuilder {
-    pool: MySqlPool,
-    core: BuilderCore,
+/// A [`LockProvider`](shedlock::LockProvider) on a MySQL or MariaDB table: the generic
+/// [`SqlLockProvider`] over [`MySqlDialect`]. Cheap to clone.
+pub type MySqlLockProvider = SqlLockProvider<MySqlDialect>;
+
+/// Builds a [`MySqlLockProvider`]: [`MySqlLockProvider::builder`] on your pool. Besides the
+/// shared settings it has [`option`](SqlLockProviderBuilder::option)`(`[`Flavor`]`)`,
+/// [`dedicated_connection`](SqlLockProviderBuilder::dedicated_connection) (see
+/// [Connections](crate#connections)) and
+/// [`shedlock_compatible`](SqlLockProviderBuilder::shedlock_compatible): the table of
+/// ShedLock's JDBC providers for MySQL and MariaDB, times as `TIMESTAMP(3)`, database time
+/// `UTC_TIMESTAMP(3)`. MySQL converts `TIMESTAMP` values through the **session** `time_zone`, so
+/// every node of the fleet must use the same one; the first call in that mode checks that this
+/// pool's session zone has the server default's offset (what a JDBC node uses unless configured
+/// otherwise) and fails with [`Error::Setup`](shedlock::Error::Setup) if not (sqlx sets
+/// `+00:00`, which matches a server whose `time_zone` is UTC, or `SYSTEM` on a UTC host). The
+/// compatible table has a `VARBINARY` name (byte-exact names; ShedLock's statements work on it
+/// unchanged), and the acquire knows it won by reading its own `locked_by` back. See the README's
+/// "Joining a ShedLock fleet".
+pub type MySqlLockProviderBuilder = SqlLockProviderBuilder<MySqlDialect>;
+
+/// The builder settings of [`MySqlDialect`] (set through the builder).
+#[derive(Debug, Clone)]
+pub struct MySqlOptions {
     flavor: Flavor,
     dedicated: bool,
 }
 
-shedlock_sql_common::sql_builder_setters!(MySqlLockProviderBuilder {
-    /// The lock table, `table` or `database.table` (default `shedlock`). Each part must be a plain
-    /// identifier (`[A-Za-z_][A-Za-z0-9_]*`, at most 63 bytes); it is quoted with backticks.
-    table;
-    /// The longest lock name in bytes (default 255, at most [`MAX_NAME_LEN_LIMIT`]); it sizes
-    /// the `VARBINARY` name column in [`MySqlLockProvider::ddl`]. Longer names get
-    /// [`Error::InvalidName`](shedlock::Error::InvalidName), never truncated.
-    max_name_len;
-    /// Whose clock judges expiry (default [`TimeSource::Server`]).
-    time_source;
-    /// The time limit of each lock operation, including waiting for a pooled connection
-    /// (default 10 s; `None`: no limit). On expiry the call returns [`Error::Timeout`](shedlock::Error::Timeout).
-    operation_timeout;
-});
-
-impl MySqlLockProviderBuilder {
-    /// The server flavor (default [`Flavor::Detect`]).
-    pub fn flavor(mut self, flavor: Flavor) -> Self {
-        self.flavor = flavor;
-        self
-    }
-
-    /// Whether lock statements run on a connection of the provider's own (default `true`) or
-    /// each on a connection checked out of the pool (`false`). See
-    /// [Connections](crate#connections).
-    ///
-    /// `true`: one round trip per lock operation (two for the MySQL flavor's acquire), nothing after it, and one server
-    /// connection more than the pool's own (the dedicated one is detached from the pool).
-    /// `false`: no extra connection, but sqlx 0.9 pings each pooled connection when it returns
-    /// to the pool, and with `test_before_acquire(true)` before checkout too: two or three
-    /// round trips per operation. Both are equally safe: a statement never runs on a connection
-    /// left in an unknown state, and every call runs in autocommit.
-    pub fn dedicated_connection(mut self, dedicated: bool) -> Self {
-        self.dedicated = dedicated;
-        self
-    }
-
-    /// ShedLock-compatible mode: read and write exactly the table of ShedLock's JDBC providers
-    /// for MySQL and MariaDB (`name`, `lock_until`, `locked_at`, `locked_by`, times as
-    /// `TIMESTAMP(3)`; the column names are the configured [`columns`](Self::columns)), so that
-    /// this provider and Java ShedLock nodes lock the same jobs on the same table. See the
-    /// README's "Joining a ShedLock fleet".
-    ///
-    /// - Database time is ShedLock's `usingDbTime()`: `UTC_TIMESTAMP(3)`, written into the
-    ///   `TIMESTAMP(3)` columns as ShedLock writes it. MySQL converts `TIMESTAMP` values through
-    ///   the **session** `time_zone`, so every node of the fleet must use the same one; the
-    ///   first call checks that this pool's session zone has the server default's offset (what
-    ///   a JDBC node uses unless configured otherwise) and fails with
-    ///   [`Error::Setup`](shedlock::Error::Setup) if not. sqlx sets `+00:00` by default, which
-    ///   matches a server whose `time_zone` is UTC (or `SYSTEM` on a UTC host).
-    /// - No fencing (ShedLock's table has no column for it): [`Lock::fencing_token`](shedlock::Lock::fencing_token)
-    ///   is `None`.
-    /// - Owner-checked through `locked_by`: each acquisition writes the configured value
-    ///   followed by ` #` and its own 16 hex digits (so `locked_by` may be at most 237 bytes),
-    ///   the acquire knows it won by reading that value back (`RETURNING`, or the MySQL
-    ///   flavor's `SELECT`), and unlock and extend change the row only while it carries it.
-    /// - [`ddl`](MySqlLockProvider::ddl) and `create_table` give ShedLock's documented table,
-    ///   with a `VARBINARY` name (byte-exact names; ShedLock's statements work on it unchanged).
-    ///   A table in the native schema is refused at the first call with
-    ///   [`Error::Setup`](shedlock::Error::Setup) (and the native mode refuses a ShedLock
-    ///   table the same way).
-    pub fn shedlock_compatible(mut self) -> Self {
-        self.core.settings.set_shedlock_compatible(true);
-        self
-    }
-
-    /// Validates the configuration and builds the provider. Invalid identifiers, `locked_by`
-    /// or `max_name_len` give [`Error::Setup`](shedlock::Error::Setup). Does no I/O.
-    pub fn build(self) -> Result<MySqlLockProvider> {
-        let settings = self.core.validate(BACKEND, '`', MAX_NAME_LEN_LIMIT)?;
-        let mode = Mode { database: settings.database_time(), compat: settings.compat() };
-        let stmts = OnceCell::new();
-        // The compatible mode checks the session time zone on first use, with the statements.
-        if self.flavor != Flavor::Detect && !mode.compat {
-            let _ = stmts.set(Statements::new(&settings.names, mode, self.flavor));
-        }
-        let ddl = if mode.compat {
-            compat_ddl(&settings.names, settings.max_name_len)
-        } else {
-            ddl(&settings.names, settings.max_name_len)
-        };
-        let conn = LockConn::new(self.pool, self.dedicated);
-        let dialect =
-            MySqlDialect { conn, names: settings.names.clone(), mode, flavor: self.flavor, stmts };
-        Ok(MySqlLockProvider { inner: SqlProvider::new(dialect, settings, ddl) })
+impl Default for MySqlOptions {
+    fn default() -> Self {
+        Self { flavor: Flavor::Detect, dedicated: true }
     }
 }
 
-/// A [`LockProvider`](shedlock::LockProvider) on a MySQL or MariaDB table. Cheap to clone.
-#[derive(Clone)]
-pub struct MySqlLockProvider {
-    inner: SqlProvider<MySqlDialect>,
-}
-
-impl fmt::Debug for MySqlLockProvider {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let flavor = self.flavor();
-        self.inner.fmt_debug(f, "MySqlLockProvider", Some(("flavor", &flavor)))
+/// The server flavor, given to the builder's [`option`](SqlLockProviderBuilder::option)
+/// (default [`Flavor::Detect`]).
+impl DialectOption<MySqlDialect> for Flavor {
+    fn apply(self, options: &mut MySqlOptions) {
+        options.flavor = self;
     }
 }
+
+impl DedicatedConnection for MySqlDialect {
+    fn set_dedicated_connection(options: &mut MySqlOptions, dedicated: bool) {
+        options.dedicated = dedicated;
+    }
+}
+
+impl ShedlockTable for MySqlDialect {}
 
 struct Statements {
     flavor: Flavor,
@@ -479,7 +420,10 @@ fn floor_ms_micros(micros: i64) -> i64 {
 /// The MySQL / MariaDB primitives: where lock statements run, and the statements of the flavor
 /// (built on first use when the flavor is detected). Times are microseconds on millisecond
 /// boundaries.
-struct MySqlDialect {
+/// The MySQL and MariaDB [`Dialect`]: where lock statements run, the configured flavor, and the
+/// statements (built on first use when the flavor is detected). Used through
+/// [`MySqlLockProvider`].
+pub struct MySqlDialect {
     conn: LockConn<MySql>,
     names: QuotedNames,
     mode: Mode,
@@ -488,7 +432,26 @@ struct MySqlDialect {
     stmts: OnceCell<Statements>,
 }
 
+impl fmt::Debug for MySqlDialect {
+    /// The flavor and connection mode only: the pool's options may hold credentials.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MySqlDialect")
+            .field("flavor", &self.flavor())
+            .field("dedicated_connection", &self.conn.is_dedicated())
+            .finish_non_exhaustive()
+    }
+}
+
 impl MySqlDialect {
+    /// The flavor in use: the configured one, or the detected one once the provider has talked
+    /// to the server (`None` before that).
+    pub fn flavor(&self) -> Option<Flavor> {
+        self.stmts
+            .get()
+            .map(|s| s.flavor)
+            .or((self.flavor != Flavor::Detect).then_some(self.flavor))
+    }
+
     async fn stmts(&self) -> Result<&Statements, sqlx::Error> {
         self.stmts
             .get_or_try_init(|| async {
@@ -557,7 +520,31 @@ impl MySqlDialect {
 impl Dialect for MySqlDialect {
     const BACKEND: &'static str = BACKEND;
     /// VARBINARY stores any bytes, NUL included: only the length is checked.
+    const PROVIDER: &'static str = "MySqlLockProvider";
     const REJECT_NUL: bool = false;
+    const QUOTE: char = '`';
+    const MAX_NAME_LEN_LIMIT: usize = MAX_NAME_LEN_LIMIT;
+    type Pool = MySqlPool;
+    type Options = MySqlOptions;
+
+    fn new(pool: MySqlPool, options: MySqlOptions, settings: &Settings) -> Result<Self> {
+        let mode = Mode { database: settings.database_time(), compat: settings.compat() };
+        let stmts = OnceCell::new();
+        // The compatible mode checks the session time zone on first use, with the statements.
+        if options.flavor != Flavor::Detect && !mode.compat {
+            let _ = stmts.set(Statements::new(&settings.names, mode, options.flavor));
+        }
+        let conn = LockConn::new(pool, options.dedicated);
+        Ok(Self { conn, names: settings.names.clone(), mode, flavor: options.flavor, stmts })
+    }
+
+    fn ddl(settings: &Settings) -> String {
+        if settings.compat() {
+            compat_ddl(&settings.names, settings.max_name_len)
+        } else {
+            ddl(&settings.names, settings.max_name_len)
+        }
+    }
 
     fn classify(e: &dyn DatabaseError) -> DbErrorKind {
         classify(e)
@@ -628,32 +615,10 @@ impl Dialect for MySqlDialect {
     }
 }
 
-impl MySqlLockProvider {
-    /// Starts a builder on the caller's pool. Lock statements run on a connection taken from it
-    /// (see [Connections](crate#connections)).
-    pub fn builder(pool: MySqlPool) -> MySqlLockProviderBuilder {
-        MySqlLockProviderBuilder {
-            pool,
-            core: BuilderCore::default(),
-            flavor: Flavor::Detect,
-            dedicated: true,
-        }
-    }
-
-    /// The flavor in use: the configured one, or the detected one once the provider has talked
-    /// to the server (`None` before that).
-    pub fn flavor(&self) -> Option<Flavor> {
-        let d = self.inner.dialect();
-        d.stmts.get().map(|s| s.flavor).or((d.flavor != Flavor::Detect).then_some(d.flavor))
-    }
-}
-
-shedlock_sql_common::sql_provider_api!(MySqlLockProvider, " (floored to the millisecond)");
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shedlock_sql_common::TableName;
+    use shedlock_sql::TableName;
 
     fn names() -> QuotedNames {
         let table = TableName::parse(BACKEND, "shedlock").unwrap();

@@ -49,7 +49,7 @@
 //! that one call with the retryable [`Error::Unavailable`](shedlock::Error::Unavailable),
 //! because the statement may have run. A call cancelled mid-statement drops the connection. The
 //! connection follows the pool's `max_lifetime` and `idle_timeout` and goes when the pool is
-//! closed. [`dedicated_connection(false)`](PostgresLockProviderBuilder::dedicated_connection)
+//! closed. [`dedicated_connection(false)`](SqlLockProviderBuilder::dedicated_connection)
 //! runs every statement on a pooled connection instead (one server connection fewer, two or
 //! three round trips per operation).
 //!
@@ -63,9 +63,9 @@ use std::{fmt, time::Duration};
 
 use shedlock::Result;
 use shedlock::support::duration_micros;
-use shedlock_sql_common::{
-    Arg, ArgValues, BuilderCore, DbErrorKind, Dialect, LockConn, Op, Placeholder, QuotedNames,
-    SqlProvider, Stmt, StmtBuilder, record_from_row, retry_transient,
+use shedlock_sql::{
+    Arg, ArgValues, DbErrorKind, DedicatedConnection, LockConn, Op, Placeholder, QuotedNames,
+    Settings, ShedlockTable, Stmt, StmtBuilder, record_from_row, retry_transient,
 };
 use sqlx::{
     AssertSqlSafe, Row,
@@ -74,7 +74,9 @@ use sqlx::{
 };
 
 pub use shedlock::TimeSource;
-pub use shedlock_sql_common::{Columns, DEFAULT_MAX_NAME_LEN, LockRecord};
+pub use shedlock_sql::{
+    Columns, DEFAULT_MAX_NAME_LEN, Dialect, LockRecord, SqlLockProvider, SqlLockProviderBuilder,
+};
 
 const BACKEND: &str = "postgres";
 /// The largest `max_name_len` accepted: names are a b-tree key, which PostgreSQL limits to
@@ -92,93 +94,28 @@ pub fn recommended_pool_options() -> PgPoolOptions {
         .acquire_timeout(Duration::from_secs(5))
 }
 
-/// Builds a [`PostgresLockProvider`].
-#[must_use]
-pub struct PostgresLockProviderBuilder {
-    pool: PgPool,
-    core: BuilderCore,
+/// A [`LockProvider`](shedlock::LockProvider) on a PostgreSQL table: the generic
+/// [`SqlLockProvider`] over [`PostgresDialect`]. Cheap to clone.
+pub type PostgresLockProvider = SqlLockProvider<PostgresDialect>;
+
+/// Builds a [`PostgresLockProvider`]: [`PostgresLockProvider::builder`] on your pool. Besides
+/// the shared settings it has
+/// [`dedicated_connection`](SqlLockProviderBuilder::dedicated_connection) (see
+/// [Connections](crate#connections)) and
+/// [`shedlock_compatible`](SqlLockProviderBuilder::shedlock_compatible): PostgreSQL's
+/// ShedLock table has times as `TIMESTAMP` in UTC; database time is ShedLock's `usingDbTime()`,
+/// `timezone('utc', now())`. See the README's "Joining a ShedLock fleet".
+pub type PostgresLockProviderBuilder = SqlLockProviderBuilder<PostgresDialect>;
+
+/// The builder settings of [`PostgresDialect`] (set through the builder).
+#[derive(Debug, Clone)]
+pub struct PostgresOptions {
     dedicated: bool,
 }
 
-shedlock_sql_common::sql_builder_setters!(PostgresLockProviderBuilder {
-    /// The lock table, `table` or `schema.table` (default `shedlock`). Each part must be a plain
-    /// identifier (`[A-Za-z_][A-Za-z0-9_]*`, at most 63 bytes); it is quoted in SQL, so it is
-    /// case-sensitive: use lower case to match a table created with unquoted DDL.
-    table;
-    /// The longest lock name in bytes (default 255, at most [`MAX_NAME_LEN_LIMIT`]); it sizes
-    /// the name column in [`PostgresLockProvider::ddl`]. Longer names get
-    /// [`Error::InvalidName`](shedlock::Error::InvalidName), never truncated.
-    max_name_len;
-    /// Whose clock judges expiry (default [`TimeSource::Server`]).
-    time_source;
-    /// The time limit of each lock operation, including waiting for a pooled connection
-    /// (default 10 s; `None`: no limit). On expiry the call returns [`Error::Timeout`](shedlock::Error::Timeout).
-    operation_timeout;
-});
-
-impl PostgresLockProviderBuilder {
-    /// Whether lock statements run on a connection of the provider's own (default `true`) or
-    /// each on a connection checked out of the pool (`false`). See
-    /// [Connections](crate#connections).
-    ///
-    /// `true`: one round trip per lock operation, nothing after it, and one server
-    /// connection more than the pool's own (the dedicated one is detached from the pool).
-    /// `false`: no extra connection, but sqlx 0.9 pings each pooled connection when it returns
-    /// to the pool, and with `test_before_acquire(true)` before checkout too: two or three
-    /// round trips per operation. Both are equally safe: a statement never runs on a connection
-    /// left in an unknown state, and every call runs in autocommit.
-    pub fn dedicated_connection(mut self, dedicated: bool) -> Self {
-        self.dedicated = dedicated;
-        self
-    }
-
-    /// ShedLock-compatible mode: read and write exactly ShedLock's PostgreSQL table (`name`,
-    /// `lock_until`, `locked_at`, `locked_by`, times as `TIMESTAMP` in UTC; the column names are
-    /// the configured [`columns`](Self::columns)), so that this provider and Java ShedLock nodes
-    /// lock the same jobs on the same table. See the README's "Joining a ShedLock fleet".
-    ///
-    /// - Database time is ShedLock's `usingDbTime()`: `timezone('utc', now())`. With
-    ///   [`TimeSource::Client`] the times are this instance's clock in UTC, as ShedLock's
-    ///   default mode writes them with `withTimeZone(UTC)`.
-    /// - No fencing (ShedLock's table has no column for it): [`Lock::fencing_token`](shedlock::Lock::fencing_token)
-    ///   is `None`.
-    /// - Owner-checked through `locked_by`: each acquisition writes the configured value
-    ///   followed by ` #` and its own 16 hex digits (so `locked_by` may be at most 237 bytes),
-    ///   and unlock and extend change the row only while it carries that value.
-    /// - [`ddl`](PostgresLockProvider::ddl) and `create_table` give ShedLock's documented table.
-    ///   A table in the native schema is refused at the first call with
-    ///   [`Error::Setup`](shedlock::Error::Setup) (and the native mode refuses a ShedLock
-    ///   table the same way).
-    pub fn shedlock_compatible(mut self) -> Self {
-        self.core.settings.set_shedlock_compatible(true);
-        self
-    }
-
-    /// Validates the configuration and builds the provider. Invalid identifiers, `locked_by`
-    /// or `max_name_len` give [`Error::Setup`](shedlock::Error::Setup). Does no I/O.
-    pub fn build(self) -> Result<PostgresLockProvider> {
-        let settings = self.core.validate(BACKEND, '"', MAX_NAME_LEN_LIMIT)?;
-        let mode = Mode { database: settings.database_time(), compat: settings.compat() };
-        let stmts = Statements::new(&settings.names, mode);
-        let ddl = if settings.compat() {
-            compat_ddl(&settings.names, settings.max_name_len)
-        } else {
-            ddl(&settings.names, settings.max_name_len)
-        };
-        let dialect = PgDialect { conn: LockConn::new(self.pool, self.dedicated), stmts };
-        Ok(PostgresLockProvider { inner: SqlProvider::new(dialect, settings, ddl) })
-    }
-}
-
-/// A [`LockProvider`](shedlock::LockProvider) on a PostgreSQL table. Cheap to clone.
-#[derive(Clone)]
-pub struct PostgresLockProvider {
-    inner: SqlProvider<PgDialect>,
-}
-
-impl fmt::Debug for PostgresLockProvider {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.inner.fmt_debug(f, "PostgresLockProvider", None)
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        Self { dedicated: true }
     }
 }
 
@@ -393,15 +330,52 @@ fn classify(e: &dyn DatabaseError) -> DbErrorKind {
     }
 }
 
-/// The PostgreSQL primitives: where lock statements run, and the statements built for it.
-struct PgDialect {
+/// The PostgreSQL [`Dialect`]: where lock statements run, and the statements built for the
+/// configured table. Used through [`PostgresLockProvider`].
+pub struct PostgresDialect {
     conn: LockConn<Postgres>,
     stmts: Statements,
 }
 
-impl Dialect for PgDialect {
+impl fmt::Debug for PostgresDialect {
+    /// The connection mode only: the pool's options may hold credentials.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresDialect")
+            .field("dedicated_connection", &self.conn.is_dedicated())
+            .finish_non_exhaustive()
+    }
+}
+
+impl DedicatedConnection for PostgresDialect {
+    fn set_dedicated_connection(options: &mut PostgresOptions, dedicated: bool) {
+        options.dedicated = dedicated;
+    }
+}
+
+impl ShedlockTable for PostgresDialect {}
+
+impl Dialect for PostgresDialect {
     const BACKEND: &'static str = BACKEND;
+    const PROVIDER: &'static str = "PostgresLockProvider";
     const REJECT_NUL: bool = true;
+    const QUOTE: char = '"';
+    const MAX_NAME_LEN_LIMIT: usize = MAX_NAME_LEN_LIMIT;
+    type Pool = PgPool;
+    type Options = PostgresOptions;
+
+    fn new(pool: PgPool, options: PostgresOptions, settings: &Settings) -> Result<Self> {
+        let mode = Mode { database: settings.database_time(), compat: settings.compat() };
+        let stmts = Statements::new(&settings.names, mode);
+        Ok(Self { conn: LockConn::new(pool, options.dedicated), stmts })
+    }
+
+    fn ddl(settings: &Settings) -> String {
+        if settings.compat() {
+            compat_ddl(&settings.names, settings.max_name_len)
+        } else {
+            ddl(&settings.names, settings.max_name_len)
+        }
+    }
 
     fn classify(e: &dyn DatabaseError) -> DbErrorKind {
         classify(e)
@@ -451,20 +425,10 @@ impl Dialect for PgDialect {
     }
 }
 
-impl PostgresLockProvider {
-    /// Starts a builder on the caller's pool. Lock statements run on a connection taken from it
-    /// (see [Connections](crate#connections)).
-    pub fn builder(pool: PgPool) -> PostgresLockProviderBuilder {
-        PostgresLockProviderBuilder { pool, core: BuilderCore::default(), dedicated: true }
-    }
-}
-
-shedlock_sql_common::sql_provider_api!(PostgresLockProvider, "");
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shedlock_sql_common::TableName;
+    use shedlock_sql::TableName;
 
     fn names() -> QuotedNames {
         let table = TableName::parse(BACKEND, "shedlock").unwrap();

@@ -54,9 +54,9 @@ use std::{fmt, path::Path, time::Duration};
 
 use shedlock::Result;
 use shedlock::support::duration_millis_ceil;
-use shedlock_sql_common::{
-    Arg, ArgValues, BuilderCore, DbErrorKind, Dialect, Op, Placeholder, QuotedNames, SqlProvider,
-    Stmt, StmtBuilder, bind, record_from_row,
+use shedlock_sql::{
+    Arg, ArgValues, DbErrorKind, Op, Placeholder, QuotedNames, Settings, Stmt, StmtBuilder, bind,
+    record_from_row,
 };
 use sqlx::{
     AssertSqlSafe, Row,
@@ -68,7 +68,9 @@ use sqlx::{
 };
 
 pub use shedlock::TimeSource;
-pub use shedlock_sql_common::{Columns, DEFAULT_MAX_NAME_LEN, LockRecord};
+pub use shedlock_sql::{
+    Columns, DEFAULT_MAX_NAME_LEN, Dialect, LockRecord, SqlLockProvider, SqlLockProviderBuilder,
+};
 
 const BACKEND: &str = "sqlite";
 /// The largest `max_name_len` accepted.
@@ -94,52 +96,14 @@ pub fn recommended_pool_options() -> SqlitePoolOptions {
         .acquire_timeout(Duration::from_secs(5))
 }
 
-/// Builds a [`SqliteLockProvider`].
-#[must_use]
-pub struct SqliteLockProviderBuilder {
-    pool: SqlitePool,
-    core: BuilderCore,
-}
+/// A [`LockProvider`](shedlock::LockProvider) on a SQLite table: the generic
+/// [`SqlLockProvider`] over [`SqliteDialect`]. Cheap to clone.
+pub type SqliteLockProvider = SqlLockProvider<SqliteDialect>;
 
-shedlock_sql_common::sql_builder_setters!(SqliteLockProviderBuilder {
-    /// The lock table, `table` or `schema.table` (an attached database; default `shedlock`).
-    /// Each part must be a plain identifier (`[A-Za-z_][A-Za-z0-9_]*`, at most 63 bytes).
-    table;
-    /// The longest lock name in bytes (default 255, at most [`MAX_NAME_LEN_LIMIT`]). SQLite
-    /// text has no declared length, so this limit is enforced by the provider: longer names get
-    /// [`Error::InvalidName`](shedlock::Error::InvalidName), never truncated.
-    max_name_len;
-    /// Whose clock judges expiry (default [`TimeSource::Server`]: SQLite's `'now'`).
-    time_source;
-    /// The time limit of each lock operation, including waiting for a pooled connection and for
-    /// SQLite's write lock (default 10 s; `None`: no limit). On expiry the call returns
-    /// [`Error::Timeout`](shedlock::Error::Timeout).
-    operation_timeout;
-});
-
-impl SqliteLockProviderBuilder {
-    /// Validates the configuration and builds the provider. Invalid identifiers, `locked_by`
-    /// or `max_name_len` give [`Error::Setup`](shedlock::Error::Setup). Does no I/O.
-    pub fn build(self) -> Result<SqliteLockProvider> {
-        let settings = self.core.validate(BACKEND, '"', MAX_NAME_LEN_LIMIT)?;
-        let stmts = Statements::new(&settings.names, settings.database_time());
-        let ddl = ddl(&settings.names);
-        let dialect = SqliteDialect { pool: self.pool, stmts };
-        Ok(SqliteLockProvider { inner: SqlProvider::new(dialect, settings, ddl) })
-    }
-}
-
-/// A [`LockProvider`](shedlock::LockProvider) on a SQLite table. Cheap to clone.
-#[derive(Clone)]
-pub struct SqliteLockProvider {
-    inner: SqlProvider<SqliteDialect>,
-}
-
-impl fmt::Debug for SqliteLockProvider {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.inner.fmt_debug(f, "SqliteLockProvider", None)
-    }
-}
+/// Builds a [`SqliteLockProvider`]: [`SqliteLockProvider::builder`] on your pool. SQLite text has
+/// no declared length, so [`max_name_len`](SqlLockProviderBuilder::max_name_len) is enforced by
+/// the provider; the operation timeout includes waiting for SQLite's write lock.
+pub type SqliteLockProviderBuilder = SqlLockProviderBuilder<SqliteDialect>;
 
 struct Statements {
     acquire: Stmt,
@@ -282,14 +246,35 @@ fn classify(e: &dyn DatabaseError) -> DbErrorKind {
 /// The SQLite primitives: the pool and the statements built for it. Times are integer
 /// milliseconds. SQLite reports no deadlocks or serialization failures (a busy database waits
 /// for the busy timeout), so nothing is retried.
-struct SqliteDialect {
+/// The SQLite [`Dialect`]: the pool lock statements take their connections from, and the
+/// statements built for the configured table. Used through [`SqliteLockProvider`].
+pub struct SqliteDialect {
     pool: SqlitePool,
     stmts: Statements,
 }
 
+impl fmt::Debug for SqliteDialect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteDialect").finish_non_exhaustive()
+    }
+}
+
 impl Dialect for SqliteDialect {
     const BACKEND: &'static str = BACKEND;
+    const PROVIDER: &'static str = "SqliteLockProvider";
     const REJECT_NUL: bool = false;
+    const QUOTE: char = '"';
+    const MAX_NAME_LEN_LIMIT: usize = MAX_NAME_LEN_LIMIT;
+    type Pool = SqlitePool;
+    type Options = ();
+
+    fn new(pool: SqlitePool, (): (), settings: &Settings) -> Result<Self> {
+        Ok(Self { pool, stmts: Statements::new(&settings.names, settings.database_time()) })
+    }
+
+    fn ddl(settings: &Settings) -> String {
+        ddl(&settings.names)
+    }
 
     fn classify(e: &dyn DatabaseError) -> DbErrorKind {
         classify(e)
@@ -329,19 +314,10 @@ impl Dialect for SqliteDialect {
     }
 }
 
-impl SqliteLockProvider {
-    /// Starts a builder on the caller's pool. Lock statements take their own connection from it.
-    pub fn builder(pool: SqlitePool) -> SqliteLockProviderBuilder {
-        SqliteLockProviderBuilder { pool, core: BuilderCore::default() }
-    }
-}
-
-shedlock_sql_common::sql_provider_api!(SqliteLockProvider, " (floored to the millisecond)");
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shedlock_sql_common::TableName;
+    use shedlock_sql::TableName;
 
     fn names() -> QuotedNames {
         let table = TableName::parse(BACKEND, "shedlock").unwrap();

@@ -162,7 +162,7 @@ impl StmtBuilder {
     }
 
     /// Appends the owner check of the ShedLock-compatible mode: ` WHERE name = ? AND locked_by
-    /// = ?` (each acquisition writes a `locked_by` of its own there; see [`crate::owner`]).
+    /// = ?` (each acquisition writes a `locked_by` of its own there; see [`shedlock::store::Owner`]).
     pub fn locked_by_check(&mut self, n: &QuotedNames) -> &mut Self {
         self.sql(&format!(" WHERE {} = ", n.name)).arg(Arg::Name);
         self.sql(&format!(" AND {} = ", n.locked_by)).arg(Arg::LockedBy)
