@@ -8,11 +8,13 @@ use std::{
 use shedlock::{LockConfig, LockProvider};
 
 use crate::{
-    checks::percentile,
     factory::InstanceOptions,
-    report::Figures,
+    outcome::Figures,
     suite::Suite,
-    tools::proxy::{FaultProxy, round_trips_per_cycle},
+    tools::{
+        proxy::{FaultProxy, round_trips_per_cycle},
+        stats::percentile,
+    },
 };
 
 const LONG: Duration = Duration::from_secs(120);

@@ -1,9 +1,13 @@
 //! The libtest harness: each check is one test of the provider crate's `cargo test`.
 
 use std::{
+    fmt,
     future::Future,
     process::ExitCode,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::Duration,
 };
 
@@ -14,8 +18,11 @@ use crate::{
     checks,
     factory::ProviderFactory,
     options::Options,
-    report::{CheckResult, Outcome, Report, report_dir},
-    suite::{Suite, setup_failed_report},
+    outcome::{CheckResult, Outcome, Report},
+    report::report_dir,
+    runner::setup_failed_report,
+    soak::SOAK_CHECKS,
+    suite::Suite,
 };
 
 type Setup = Box<
@@ -23,6 +30,80 @@ type Setup = Box<
             Box<dyn Future<Output = Result<Arc<dyn ProviderFactory>, BoxError>>>,
         > + Send,
 >;
+
+/// A setup as C28's node processes call it (each node sets up its own factory).
+type NodeMain = Box<dyn FnOnce() -> Option<ExitCode>>;
+
+/// One suite of a test binary that proves several variants of a provider (client time,
+/// ShedLock-compatible mode, a cluster, …): see [`harness_suites`].
+pub struct SuiteSpec {
+    name: String,
+    options: Options,
+    plan: Plan,
+}
+
+enum Plan {
+    Run { setup: Setup, node: NodeMain },
+    Skip(String),
+}
+
+impl fmt::Debug for SuiteSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let skipped = match &self.plan {
+            Plan::Run { .. } => None,
+            Plan::Skip(why) => Some(why),
+        };
+        f.debug_struct("SuiteSpec")
+            .field("name", &self.name)
+            .field("skipped", &skipped)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SuiteSpec {
+    /// The suite `name` — the provider name its factory reports, its report's file name and
+    /// the prefix of its tests (`redis-valkey::C05_expires_after_at_most`) — with `options`
+    /// and a `setup` as [`harness`] takes it. A factory whose [`ProviderFactory::name`] is not
+    /// `name` fails the suite's setup.
+    pub fn new<P, F, Fut>(name: impl Into<String>, options: Options, setup: F) -> Self
+    where
+        P: ProviderFactory,
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<P, BoxError>> + 'static,
+    {
+        let name = name.into();
+        let setup = Arc::new(setup);
+        let for_node = setup.clone();
+        let expected = name.clone();
+        let setup: Setup = Box::new(move || {
+            Box::pin(async move {
+                let p = setup().await?;
+                if p.name() != expected {
+                    return Err(format!(
+                        "the suite {expected:?} set up a factory named {:?}",
+                        p.name()
+                    )
+                    .into());
+                }
+                Ok(Arc::new(p) as Arc<dyn ProviderFactory>)
+            })
+        });
+        let node: NodeMain = Box::new(move || checks::node_main_if_requested(move || for_node()));
+        Self { name, options, plan: Plan::Run { setup, node } }
+    }
+
+    /// A suite that cannot run here (its backend is absent, or skipped on request), and says
+    /// why: each of its tests is reported *ignored* with the reason, no report file is
+    /// written, and the binary's summary counts them as ignored — never as passed.
+    pub fn skipped(name: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self { name: name.into(), options: Options::new(), plan: Plan::Skip(reason.into()) }
+    }
+
+    /// The suite's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
 
 enum State {
     NotStarted(Option<Setup>),
@@ -33,16 +114,18 @@ enum State {
 struct Shared {
     state: Mutex<State>,
     results: Mutex<Vec<CheckResult>>,
-    rt: tokio::runtime::Runtime,
+    /// The suite's tests that ran (its report is written only when all of them did).
+    ran: AtomicUsize,
+    options: Options,
 }
 
 impl Shared {
-    fn suite(&self, options: &Options) -> Result<Arc<Suite>, String> {
+    fn suite(&self, rt: &tokio::runtime::Runtime) -> Result<Arc<Suite>, String> {
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if let State::NotStarted(setup) = &mut *st {
             let Some(setup) = setup.take() else { return Err("setup already consumed".into()) };
-            let options = options.clone();
-            let r = self.rt.block_on(async move {
+            let options = self.options.clone();
+            let r = rt.block_on(async move {
                 let factory = setup().await?;
                 Suite::from_arc(factory, options).await
             });
@@ -113,7 +196,65 @@ where
     if std::env::var_os(checks::NODE_ENV).is_some() {
         return checks::node_main_if_requested(setup).unwrap_or(ExitCode::FAILURE);
     }
-    let run = run_trials(Arguments::from_args(), options, setup);
+    let setup: Setup = Box::new(move || {
+        Box::pin(async move {
+            let p = setup().await?;
+            Ok(Arc::new(p) as Arc<dyn ProviderFactory>)
+        })
+    });
+    let node: NodeMain = Box::new(|| None);
+    let suite = SuiteSpec { name: String::new(), options, plan: Plan::Run { setup, node } };
+    exit_code(run_trials(Arguments::from_args(), vec![suite], false))
+}
+
+/// [`harness`] for a binary that proves several variants of one provider, one [`SuiteSpec`]
+/// each, so that a provider crate has one conformance test binary:
+///
+/// ```no_run
+/// # use shedlock_conformance::{Options, SuiteSpec};
+/// # #[derive(Debug)] struct MyFactory(&'static str);
+/// # #[async_trait::async_trait]
+/// # impl shedlock_conformance::ProviderFactory for MyFactory {
+/// #     fn name(&self) -> &str { self.0 }
+/// #     async fn create(&self, _: shedlock_conformance::InstanceOptions)
+/// #         -> Result<std::sync::Arc<dyn shedlock::LockProvider>, shedlock::BoxError> { unimplemented!() }
+/// # }
+/// // tests/conformance.rs, with `harness = false`
+/// fn main() -> std::process::ExitCode {
+///     shedlock_conformance::harness_suites(vec![
+///         SuiteSpec::new("mine", Options::from_env(), || async { Ok(MyFactory("mine")) }),
+///         SuiteSpec::new("mine-client-time", Options::from_env(), || async {
+///             Ok(MyFactory("mine-client-time"))
+///         }),
+///         SuiteSpec::skipped("mine-cluster", "no cluster on this machine"),
+///     ])
+/// }
+/// ```
+///
+/// Each check is one test per suite, named `<suite>::<check>`
+/// (`mine-client-time::C05_expires_after_at_most`), so `cargo test --test conformance --
+/// mine-client-time::` runs one suite. Suites run one after another, each set up when its
+/// first test runs; a suite's report is written when all of its tests ran. Everything else is
+/// as in [`harness`], per suite.
+pub fn harness_suites(suites: Vec<SuiteSpec>) -> ExitCode {
+    // A node process of C28 runs the node of the suite that started it.
+    if let Ok(spec) = std::env::var(checks::NODE_ENV) {
+        let provider =
+            serde_json::from_str::<checks::NodeSpec>(&spec).map(|s| s.provider).unwrap_or_default();
+        for suite in suites {
+            if let Plan::Run { node, .. } = suite.plan
+                && suite.name == provider
+            {
+                return node().unwrap_or(ExitCode::FAILURE);
+            }
+        }
+        eprintln!("shedlock-conformance node: no suite named {provider:?} in this binary");
+        return ExitCode::FAILURE;
+    }
+    exit_code(run_trials(Arguments::from_args(), suites, true))
+}
+
+fn exit_code(run: Result<HarnessRun, String>) -> ExitCode {
     match run {
         Ok(run) if run.write_error.is_none() => run.conclusion.exit_code(),
         Ok(_) => ExitCode::FAILURE,
@@ -128,125 +269,157 @@ where
 struct HarnessRun {
     /// libtest's tally: a check whose outcome is not the expected one is a failed test.
     conclusion: libtest_mimic::Conclusion,
-    /// The report of the checks that ran (`None` for `--list` or when the setup failed).
+    /// The reports of the suites that ran (none for `--list`, or a suite whose setup failed).
     #[cfg_attr(not(test), allow(dead_code))]
-    report: Option<Report>,
-    /// Why the report files could not be written (an unfiltered run writes them).
+    reports: Vec<Report>,
+    /// Why a report file could not be written (a suite all of whose tests ran writes one).
     write_error: Option<String>,
 }
 
-/// The harness with explicit libtest arguments. `Err` when nothing could run (invalid
-/// declarations in `options`, no tokio runtime).
-fn run_trials<P, F, Fut>(
+/// The harness with explicit libtest arguments, over `suites`; `prefixed`: tests are named
+/// `<suite>::<check>`. `Err` when nothing could run (invalid declarations, no tokio runtime).
+fn run_trials(
     mut args: Arguments,
-    options: Options,
-    setup: F,
-) -> Result<HarnessRun, String>
-where
-    P: ProviderFactory,
-    F: FnOnce() -> Fut + Send + 'static,
-    Fut: Future<Output = Result<P, BoxError>> + 'static,
-{
-    options.validate_expectations()?;
+    suites: Vec<SuiteSpec>,
+    prefixed: bool,
+) -> Result<HarnessRun, String> {
+    for suite in &suites {
+        suite
+            .options
+            .validate_expectations()
+            .map_err(|e| if prefixed { format!("suite {}: {e}", suite.name) } else { e })?;
+    }
     if args.test_threads.is_none() {
         args.test_threads = Some(1);
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start a tokio runtime: {e}"))?;
-    let setup: Setup = Box::new(move || {
-        Box::pin(async move {
-            let p = setup().await?;
-            Ok(Arc::new(p) as Arc<dyn ProviderFactory>)
-        })
-    });
-    let shared = Arc::new(Shared {
-        state: Mutex::new(State::NotStarted(Some(setup))),
-        results: Mutex::new(Vec::new()),
-        rt,
-    });
+    let rt = Arc::new(
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start a tokio runtime: {e}"))?,
+    );
 
     let mut trials = Vec::new();
-    for check in checks::catalogue() {
-        // A soak run ([`Options::soak_for`]) is only its checks.
-        if options.soak_for.is_some() && !checks::SOAK_CHECKS.contains(&check.id) {
-            continue;
+    let mut runs: Vec<(String, Arc<Shared>, usize)> = Vec::new();
+    for suite in suites {
+        let SuiteSpec { name, options, plan } = suite;
+        let test_name = |base: String| if prefixed { format!("{name}::{base}") } else { base };
+        let mut names: Vec<String> = checks::catalogue()
+            .iter()
+            // A soak run ([`Options::soak_for`]) is only its checks.
+            .filter(|c| options.soak_for.is_none() || SOAK_CHECKS.contains(&c.id))
+            .map(|c| test_name(c.test_name()))
+            .collect();
+        if options.figures {
+            names.push(test_name("figures".to_owned()));
         }
-        let shared = shared.clone();
-        let options = options.clone();
-        trials.push(Trial::test(check.test_name(), move || {
-            let suite = shared.suite(&options).map_err(Failed::from)?;
-            let result = shared.rt.block_on(suite.run_check(check));
-            if let Some(line) = expected_line(&result) {
-                println!("{line}");
+        let setup = match plan {
+            Plan::Skip(why) => {
+                println!("suite {name} SKIPPED: {why}");
+                for n in names {
+                    let why = why.clone();
+                    trials.push(
+                        Trial::test(n, move || Err(Failed::from(why))).with_ignored_flag(true),
+                    );
+                }
+                continue;
             }
-            let unexpected = result.unexpected();
-            shared.results.lock().unwrap_or_else(PoisonError::into_inner).push(result);
-            match unexpected {
-                Some(why) => Err(Failed::from(why)),
-                None => Ok(()),
+            Plan::Run { setup, .. } => setup,
+        };
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::NotStarted(Some(setup))),
+            results: Mutex::new(Vec::new()),
+            ran: AtomicUsize::new(0),
+            options: options.clone(),
+        });
+        let total = names.len();
+        let mut names = names.into_iter();
+        for check in checks::catalogue() {
+            if options.soak_for.is_some() && !SOAK_CHECKS.contains(&check.id) {
+                continue;
             }
-        }));
-    }
-    if options.figures {
-        let shared = shared.clone();
-        let options = options.clone();
-        trials.push(Trial::test("figures", move || {
-            let suite = shared.suite(&options).map_err(Failed::from)?;
-            shared.rt.block_on(suite.measure_figures());
-            Ok(())
-        }));
+            let Some(test) = names.next() else { break };
+            let (shared, rt) = (shared.clone(), rt.clone());
+            trials.push(Trial::test(test, move || {
+                shared.ran.fetch_add(1, Ordering::SeqCst);
+                let suite = shared.suite(&rt).map_err(Failed::from)?;
+                let result = rt.block_on(suite.run_check(check));
+                if let Some(line) = expected_line(&result) {
+                    println!("{line}");
+                }
+                let unexpected = result.unexpected();
+                shared.results.lock().unwrap_or_else(PoisonError::into_inner).push(result);
+                match unexpected {
+                    Some(why) => Err(Failed::from(why)),
+                    None => Ok(()),
+                }
+            }));
+        }
+        if let Some(test) = names.next() {
+            let (shared, rt) = (shared.clone(), rt.clone());
+            trials.push(Trial::test(test, move || {
+                shared.ran.fetch_add(1, Ordering::SeqCst);
+                let suite = shared.suite(&rt).map_err(Failed::from)?;
+                rt.block_on(suite.measure_figures());
+                Ok(())
+            }));
+        }
+        runs.push((name, shared, total));
     }
 
     let listing = args.list;
-    let unfiltered = args.filter.is_none() && args.skip.is_empty() && !args.ignored;
     let conclusion = libtest_mimic::run(&args, trials);
 
-    let mut run = HarnessRun { conclusion, report: None, write_error: None };
+    let mut run = HarnessRun { conclusion, reports: Vec::new(), write_error: None };
     if !listing {
-        let results =
-            std::mem::take(&mut *shared.results.lock().unwrap_or_else(PoisonError::into_inner));
-        let state = std::mem::replace(
-            &mut *shared.state.lock().unwrap_or_else(PoisonError::into_inner),
-            State::NotStarted(None),
-        );
-        let report = match &state {
-            State::Ready(suite) => Some(suite.report(results)),
-            State::Failed(e) => {
-                // The provider's name is unknown: print, but write no file (an old report must
-                // not be mistaken for this run's; the test run itself fails).
-                println!("\n{}", setup_failed_report("provider", e).to_text());
-                None
-            }
-            State::NotStarted(_) => None,
-        };
-        if let Some(report) = &report {
-            println!("\n{}", report.to_text());
-            if unfiltered {
-                match report.write_to(&report_dir()) {
-                    Ok((md, json)) => {
-                        println!("report written to {} and {}", md.display(), json.display())
-                    }
-                    Err(e) => {
-                        let e =
-                            format!("cannot write the report to {}: {e}", report_dir().display());
-                        eprintln!("shedlock-conformance: {e}");
-                        run.write_error = Some(e);
-                    }
+        for (name, shared, total) in &runs {
+            let results =
+                std::mem::take(&mut *shared.results.lock().unwrap_or_else(PoisonError::into_inner));
+            let state = std::mem::replace(
+                &mut *shared.state.lock().unwrap_or_else(PoisonError::into_inner),
+                State::NotStarted(None),
+            );
+            let report = match &state {
+                State::Ready(suite) => Some(suite.report(results)),
+                State::Failed(e) => {
+                    // The provider's name may be unknown: print, but write no file (an old
+                    // report must not be mistaken for this run's; the test run itself fails).
+                    let provider = if name.is_empty() { "provider" } else { name };
+                    println!("\n{}", setup_failed_report(provider, e).to_text());
+                    None
                 }
-            } else {
-                println!("filtered run: report files not written");
+                State::NotStarted(_) => None,
+            };
+            if let Some(report) = report {
+                println!("\n{}", report.to_text());
+                if shared.ran.load(Ordering::SeqCst) == *total {
+                    match report.write_to(&report_dir()) {
+                        Ok((md, json)) => {
+                            println!("report written to {} and {}", md.display(), json.display())
+                        }
+                        Err(e) => {
+                            let e = format!(
+                                "cannot write the report to {}: {e}",
+                                report_dir().display()
+                            );
+                            eprintln!("shedlock-conformance: {e}");
+                            run.write_error = Some(e);
+                        }
+                    }
+                } else {
+                    println!("filtered run: report files not written");
+                }
+                run.reports.push(report);
             }
-        }
-        run.report = report;
-        if let State::Ready(suite) = state {
-            shared.rt.block_on(suite.factory().teardown());
+            if let State::Ready(suite) = state {
+                rt.block_on(suite.factory().teardown());
+            }
         }
     }
-    if let Ok(shared) = Arc::try_unwrap(shared) {
-        shared.rt.shutdown_timeout(Duration::from_secs(2));
+    drop(runs);
+    if let Ok(rt) = Arc::try_unwrap(rt) {
+        rt.shutdown_timeout(Duration::from_secs(2));
     }
     Ok(run)
 }
@@ -274,7 +447,7 @@ mod tests {
     };
 
     use super::*;
-    use crate::{options::Expectation, test_support::MemoryFactory};
+    use crate::{outcome::Expectation, test_support::MemoryFactory};
 
     /// Runs the harness on the checks whose test name is exactly `test`. libtest's own output
     /// (with its "FAILED" lines for the cases meant to fail) goes to a temp file, not among
@@ -293,15 +466,19 @@ mod tests {
             logfile: Some(log.to_string_lossy().into_owned()),
             ..Arguments::default()
         };
-        let run = run_trials(args, options, || async { Ok(MemoryFactory::new()) }).unwrap();
+        let run = run_trials(args, vec![memory_suite(options)], false).unwrap();
         let _ = std::fs::remove_file(&log);
         assert_eq!(run.conclusion.num_passed + run.conclusion.num_failed, 1, "{test} ran");
         assert!(run.write_error.is_none(), "a filtered run writes no report");
         run
     }
 
+    fn memory_suite(options: Options) -> SuiteSpec {
+        SuiteSpec::new("kit-unit-test", options, || async { Ok(MemoryFactory::new()) })
+    }
+
     fn only_result(run: &HarnessRun) -> &CheckResult {
-        let report = run.report.as_ref().unwrap();
+        let report = &run.reports[0];
         assert_eq!(report.results.len(), 1);
         &report.results[0]
     }
@@ -313,7 +490,7 @@ mod tests {
         let r = only_result(&run);
         assert_eq!(r.outcome, Outcome::NotApplicable);
         assert!(!r.as_expected());
-        assert!(!run.report.as_ref().unwrap().as_expected());
+        assert!(!run.reports[0].as_expected());
     }
 
     #[test]
@@ -325,8 +502,7 @@ mod tests {
         let r = only_result(&run);
         assert_eq!(r.outcome, Outcome::NotApplicable);
         assert!(r.as_expected());
-        let json: serde_json::Value =
-            serde_json::from_str(&run.report.as_ref().unwrap().to_json()).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&run.reports[0].to_json()).unwrap();
         assert_eq!(json["results"][0]["as_expected"], true);
         assert_eq!(json["results"][0]["expected"]["reason"], "in-process: no address");
     }
@@ -360,18 +536,68 @@ mod tests {
     fn invalid_declarations_run_nothing() {
         let started = Arc::new(AtomicBool::new(false));
         let s = started.clone();
-        let err = run_trials(
-            Arguments { list: true, ..Arguments::default() },
+        let suite = SuiteSpec::new(
+            "kit-unit-test",
             Options::new().expect_not_applicable("C99", "no such check"),
-            move || async move {
-                s.store(true, Ordering::SeqCst);
-                Ok(MemoryFactory::new())
+            move || {
+                let s = s.clone();
+                async move {
+                    s.store(true, Ordering::SeqCst);
+                    Ok(MemoryFactory::new())
+                }
             },
-        )
-        .err()
-        .unwrap();
+        );
+        let err = run_trials(Arguments { list: true, ..Arguments::default() }, vec![suite], false)
+            .err()
+            .unwrap();
         assert!(err.contains("\"C99\" is not a check id"), "{err}");
         assert!(!started.load(Ordering::SeqCst));
+    }
+
+    fn quiet_args(filter: &str) -> (Arguments, std::path::PathBuf) {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let log = std::env::temp_dir().join(format!(
+            "shedlock-harness-suites-{}-{}.log",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        let args = Arguments {
+            filter: Some(filter.to_owned()),
+            exact: true,
+            quiet: true,
+            logfile: Some(log.to_string_lossy().into_owned()),
+            ..Arguments::default()
+        };
+        (args, log)
+    }
+
+    #[test]
+    fn suites_are_named_by_prefix_and_a_skipped_one_is_ignored_never_passed() {
+        let suites = || {
+            vec![
+                memory_suite(Options::new()),
+                SuiteSpec::skipped("kit-unit-test-cluster", "no cluster here"),
+            ]
+        };
+        let (args, log) = quiet_args("kit-unit-test::C01_lock_is_held");
+        let run = run_trials(args, suites(), true).unwrap();
+        assert_eq!((run.conclusion.num_passed, run.conclusion.num_failed), (1, 0));
+        assert_eq!(run.reports.len(), 1, "one suite ran");
+        let (args, log2) = quiet_args("kit-unit-test-cluster::C01_lock_is_held");
+        let run = run_trials(Arguments { ignored: false, ..args }, suites(), true).unwrap();
+        assert_eq!(run.conclusion.num_passed, 0, "a skipped suite passes nothing");
+        assert_eq!(run.conclusion.num_ignored, 1, "it is shown as ignored");
+        assert!(run.reports.is_empty(), "and writes no report");
+        let _ = (std::fs::remove_file(log), std::fs::remove_file(log2));
+    }
+
+    #[test]
+    fn a_suite_whose_factory_has_another_name_fails() {
+        let suite = SuiteSpec::new("redis", Options::new(), || async { Ok(MemoryFactory::new()) });
+        let (args, log) = quiet_args("redis::C01_lock_is_held");
+        let run = run_trials(args, vec![suite], true).unwrap();
+        let _ = std::fs::remove_file(log);
+        assert_eq!(run.conclusion.num_failed, 1, "the report would carry the wrong name");
     }
 
     #[test]

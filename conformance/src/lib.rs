@@ -150,33 +150,55 @@
 //! and interval-overlap checker ([`tools::history`]), the fenced register
 //! ([`tools::fenced`]), the TCP fault proxy ([`tools::proxy`]), skewed clocks
 //! ([`tools::clocks`]) and the model-based property test ([`tools::model`]).
+//!
+//! ## Layers
+//!
+//! The kit is built in layers; a module imports only from layers below it, never from one that
+//! imports it back (and no module imports this root's re-exports):
+//!
+//! 1. `outcome`: [`Outcome`], [`Verdict`], [`Expectation`], [`CheckResult`], [`Figures`] and
+//!    [`Report`] as data, with the verdict logic ([`CheckResult::as_expected`]). Imports nothing
+//!    from the crate.
+//! 2. `options` ([`Options`]) and `factory` ([`ProviderFactory`], [`Hooks`], ...); the
+//!    self-contained [`tools`]: history, fenced register, fault proxy, clocks, the `Stalling`
+//!    wrapper, percentiles.
+//! 3. `suite`: [`Suite`] and [`Timing`].
+//! 4. What works on a suite or a factory: the [`tools`] that call a provider on a suite
+//!    (bounded calls and polling, the history workload, the model-based test), `node` (C28's node
+//!    protocol, re-exported in [`checks`]), `check` (the [`checks::Check`] type), `soak`.
+//! 5. [`checks`]: one file per check, `checks/c05_expires_after_at_most.rs` for
+//!    [`checks::c05_expires_after_at_most`], helpers shared by several checks in
+//!    `checks/common.rs` (which imports no check file; no check file imports another), and the
+//!    catalogue in `checks/mod.rs`.
+//! 6. `figures` (the measurements) and `runner` ([`Suite::run_check`], [`Suite::run_all`],
+//!    [`Suite::report`], [`run`], [`Options::validate_expectations`]).
+//! 7. `report`: rendering only ([`Report::to_json`], [`Report::to_markdown`],
+//!    [`Report::to_text`], the files of [`report_dir`]).
+//! 8. `harness`: [`harness()`], the libtest front end.
 #![forbid(unsafe_code)]
 
+#[macro_use]
+pub mod tools;
+mod check;
 pub mod checks;
 mod factory;
 mod figures;
 mod harness;
+mod node;
 mod options;
+mod outcome;
 mod report;
+mod runner;
+mod soak;
 mod suite;
 #[cfg(test)]
 mod test_support;
-pub mod tools;
 
-pub use checks::node_main_if_requested;
 pub use factory::{Hooks, InstanceOptions, ProviderFactory, RecordHooks, RestartHook};
-pub use harness::harness;
-pub use options::{Expectation, Options};
-pub use report::{CheckResult, Figures, Outcome, Report, Verdict, report_dir};
-pub use suite::{Suite, Timing, run};
-
-/// The id of this conformance run: the parent process's id, inherited by the node processes of
-/// C28 (through `SHEDLOCK_CONFORMANCE_RUN_ID`). A factory that namespaces its records per run
-/// (a table, a key prefix) should use it instead of its own process id, so that node processes
-/// address the same records as the instances of the parent.
-pub fn run_id() -> String {
-    std::env::var(checks::RUN_ID_ENV)
-        .ok()
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| std::process::id().to_string())
-}
+pub use harness::{SuiteSpec, harness, harness_suites};
+pub use node::{node_main_if_requested, run_id};
+pub use options::Options;
+pub use outcome::{CheckResult, Expectation, Figures, Outcome, Report, Verdict};
+pub use report::report_dir;
+pub use runner::run;
+pub use suite::{Suite, Timing};

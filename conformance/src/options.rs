@@ -1,8 +1,8 @@
 //! Sizes and limits of a conformance run, and the outcomes a provider's test expects.
 
-use std::{fmt, time::Duration};
+use std::time::Duration;
 
-use crate::{checks, report::Outcome};
+use crate::outcome::{Expectation, Outcome};
 
 /// Sizes, limits and filters of a run. The defaults keep one provider's suite within about three
 /// minutes on a 2-core machine for a 1 ms-granularity backend; raise them (or use
@@ -88,26 +88,6 @@ pub struct Options {
     /// The outcomes other than "pass" the provider's test expects, at most one per check (see
     /// [`expect_not_applicable`](Self::expect_not_applicable)). Empty: every check must pass.
     pub expected: Vec<Expectation>,
-}
-
-/// A provider's declaration that one check is expected to end "not applicable" or
-/// "unsupported", and why. Built by [`Options::expect_not_applicable`] and
-/// [`Options::expect_unsupported`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Expectation {
-    /// The check's id, e.g. `C24`.
-    pub id: String,
-    /// The expected outcome: [`Outcome::NotApplicable`] or [`Outcome::Unsupported`].
-    pub outcome: Outcome,
-    /// Why the provider cannot do better, e.g. "SQLite is embedded: no network address to cut".
-    pub reason: String,
-}
-
-impl fmt::Display for Expectation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} expected {}: {}", self.id, self.outcome.label(), self.reason)
-    }
 }
 
 impl Default for Options {
@@ -313,86 +293,5 @@ impl Options {
     /// The declaration for check `id`, if any (ids compare case-insensitively).
     pub fn expectation(&self, id: &str) -> Option<&Expectation> {
         self.expected.iter().find(|e| e.id.eq_ignore_ascii_case(id.trim()))
-    }
-
-    /// Checks the declarations: every id names a check of the catalogue, every reason says
-    /// something, every outcome is "not applicable" or "unsupported", at most one per check.
-    /// The harness runs nothing when this fails.
-    pub fn validate_expectations(&self) -> Result<(), String> {
-        let mut problems = Vec::new();
-        for (i, e) in self.expected.iter().enumerate() {
-            if checks::by_id(&e.id).is_none() {
-                problems.push(format!("{:?} is not a check id of the catalogue (C01-C27)", e.id));
-            }
-            if e.reason.trim().is_empty() {
-                problems.push(format!(
-                    "{}: the expected {} has no reason",
-                    e.id,
-                    e.outcome.label()
-                ));
-            }
-            if matches!(e.outcome, Outcome::Pass | Outcome::Fail) {
-                problems.push(format!(
-                    "{}: only \"not applicable\" or \"unsupported\" can be expected, not {}",
-                    e.id,
-                    e.outcome.label()
-                ));
-            }
-            if self.expected[..i].iter().any(|o| o.id.eq_ignore_ascii_case(&e.id)) {
-                problems.push(format!("{}: declared more than once", e.id));
-            }
-        }
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(format!("invalid expected outcomes in Options: {}", problems.join("; ")))
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn expectations_are_declared_with_their_reason_and_the_last_one_wins() {
-        let o = Options::new()
-            .expect_not_applicable("c24", " no address ")
-            .expect_unsupported("C20", "no fencing")
-            .expect_unsupported("C24", "changed my mind");
-        assert_eq!(o.expected.len(), 2);
-        let e = o.expectation("C24").unwrap();
-        assert_eq!(
-            (e.id.as_str(), e.outcome, e.reason.as_str()),
-            ("C24", Outcome::Unsupported, "changed my mind")
-        );
-        assert_eq!(o.expectation("c20").unwrap().outcome, Outcome::Unsupported);
-        assert!(o.expectation("C01").is_none());
-        assert_eq!(
-            o.expectation("C20").unwrap().to_string(),
-            "C20 expected unsupported: no fencing"
-        );
-        assert_eq!(o.validate_expectations(), Ok(()));
-        assert_eq!(Options::new().validate_expectations(), Ok(()));
-    }
-
-    #[test]
-    fn unknown_ids_and_empty_reasons_are_refused() {
-        let err = Options::new()
-            .expect_not_applicable("C52", "typo")
-            .expect_not_applicable("C25", "  ")
-            .validate_expectations()
-            .unwrap_err();
-        assert!(err.contains("\"C52\" is not a check id"), "{err}");
-        assert!(err.contains("C25: the expected not applicable has no reason"), "{err}");
-        let mut o = Options::new().expect_not_applicable("C24", "x");
-        o.expected.push(Expectation {
-            id: "C24".into(),
-            outcome: Outcome::Fail,
-            reason: "y".into(),
-        });
-        let err = o.validate_expectations().unwrap_err();
-        assert!(err.contains("not FAIL"), "{err}");
-        assert!(err.contains("C24: declared more than once"), "{err}");
     }
 }

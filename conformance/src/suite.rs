@@ -1,21 +1,21 @@
-//! [`Suite`]: one provider under test, with everything a check needs.
+//! [`Suite`]: one provider under test, with everything a check needs, and the [`Timing`]
+//! margins. Running checks on a suite (`run_check`, `run_all`, `report`) is in `runner.rs`,
+//! above the checks.
 
 use std::{
-    future::Future,
     sync::{
         Arc, Mutex, PoisonError,
         atomic::{AtomicU64, Ordering},
     },
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use shedlock::{BoxError, Capabilities, LockConfig, LockProvider};
 
 use crate::{
-    checks::{self, Check},
     factory::{Hooks, InstanceOptions, ProviderFactory},
     options::Options,
-    report::{CheckResult, Figures, Outcome, Report, Verdict},
+    outcome::{Figures, Verdict},
 };
 
 /// Timing margins derived from the declared granularity `g` (at least 1 ms):
@@ -57,7 +57,7 @@ impl Timing {
 }
 
 /// One provider under test: the factory, its declared capabilities, hooks, options and timing.
-/// Checks are plain async functions taking `&Suite` (see [`checks`]).
+/// Checks are plain async functions taking `&Suite` (see [`checks`](crate::checks)).
 pub struct Suite {
     factory: Arc<dyn ProviderFactory>,
     hooks: Hooks,
@@ -232,68 +232,6 @@ impl Suite {
             .map_err(|e| Verdict::fail(format!("kit built an invalid config: {e}")))
     }
 
-    /// Runs one check, timing it. A check that panics is a failure. The result carries the
-    /// declaration of [`Options::expected`] for this check, if any.
-    pub async fn run_check(&self, check: &Check) -> CheckResult {
-        if let Some(total) = self.options.soak_for
-            && checks::SOAK_CHECKS.contains(&check.id)
-        {
-            return checks::soak_check(self, check, total).await;
-        }
-        let started = Instant::now();
-        let verdict = CatchPanic(Box::pin((check.run)(self))).await;
-        let verdict = match verdict {
-            Ok(v) => v,
-            Err(msg) => Verdict::fail(format!("the check panicked: {msg}")),
-        };
-        CheckResult {
-            id: check.id,
-            name: check.name,
-            outcome: verdict.outcome,
-            detail: verdict.detail,
-            duration: started.elapsed(),
-            expected: self.options.expectation(check.id).cloned(),
-        }
-    }
-
-    /// Runs every check selected by [`Options::only`], then measures the figures (when
-    /// [`Options::figures`] is set), and builds the report.
-    pub async fn run_all(&self) -> Report {
-        let mut results = Vec::new();
-        for check in checks::catalogue() {
-            if !self.selected(check) {
-                continue;
-            }
-            let r = self.run_check(check).await;
-            tracing::info!(id = r.id, outcome = r.outcome.as_str(), detail = %r.detail, "check done");
-            results.push(r);
-        }
-        if self.options.figures {
-            self.measure_figures().await;
-        }
-        self.report(results)
-    }
-
-    fn selected(&self, check: &Check) -> bool {
-        self.options.only.is_empty()
-            || self.options.only.iter().any(|f| {
-                check.id.eq_ignore_ascii_case(f)
-                    || format!("{}_{}", check.id, check.name).contains(f.as_str())
-            })
-    }
-
-    /// Measures acquire latency and (through the fault proxy, when the factory offers a backend
-    /// address) round trips per acquire and release, storing them in the figures.
-    pub async fn measure_figures(&self) {
-        let figures = crate::figures::measure(self).await;
-        let mut f = self.figures.lock().unwrap_or_else(PoisonError::into_inner);
-        f.acquire_p50_us = figures.acquire_p50_us;
-        f.acquire_p99_us = figures.acquire_p99_us;
-        f.round_trips_acquire = figures.round_trips_acquire;
-        f.round_trips_release = figures.round_trips_release;
-        f.round_trips_background = figures.round_trips_background;
-    }
-
     /// Records the measured skew bound (C18).
     pub(crate) fn set_skew_bound(&self, bound_ms: Option<f64>) {
         self.figures.lock().unwrap_or_else(PoisonError::into_inner).skew_bound_ms = bound_ms;
@@ -309,80 +247,14 @@ impl Suite {
         f
     }
 
-    /// A report from `results` and the figures measured so far.
-    pub fn report(&self, mut results: Vec<CheckResult>) -> Report {
-        let order =
-            |id: &str| checks::catalogue().iter().position(|c| c.id == id).unwrap_or(usize::MAX);
-        results.sort_by_key(|r| order(r.id));
-        // A soak report is its own: `<provider>-soak`, beside the provider's full report.
-        let provider = if self.soaking() {
-            format!("{}-soak", self.provider_name())
-        } else {
-            self.provider_name().to_owned()
-        };
-        Report { provider, capabilities: self.caps.clone(), results, figures: self.figures() }
-    }
-}
-
-/// Runs the whole suite against `factory` and returns the report (also calls the factory's
-/// `teardown`). Does not print or write anything: see [`Report::write`] and
-/// [`Report::to_text`].
-///
-/// When the factory cannot build an instance, every check is reported failed with the reason.
-pub async fn run(factory: impl ProviderFactory, options: Options) -> Report {
-    let factory: Arc<dyn ProviderFactory> = Arc::new(factory);
-    let report = match Suite::from_arc(factory.clone(), options).await {
-        Ok(suite) => suite.run_all().await,
-        Err(e) => setup_failed_report(factory.name(), &e.to_string()),
-    };
-    factory.teardown().await;
-    report
-}
-
-pub(crate) fn setup_failed_report(provider: &str, error: &str) -> Report {
-    Report {
-        provider: provider.to_owned(),
-        capabilities: Capabilities::new(),
-        results: checks::catalogue()
-            .iter()
-            .map(|c| CheckResult {
-                id: c.id,
-                name: c.name,
-                outcome: Outcome::Fail,
-                detail: format!("the factory could not build an instance: {error}"),
-                duration: Duration::ZERO,
-                expected: None,
-            })
-            .collect(),
-        figures: Figures::default(),
-    }
-}
-
-/// Catches a panic of a check so the run goes on.
-struct CatchPanic<F>(std::pin::Pin<Box<F>>);
-
-impl<F: Future> Future for CatchPanic<F> {
-    type Output = Result<F::Output, String>;
-
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        let inner = self.0.as_mut();
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.poll(cx))) {
-            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
-            Ok(std::task::Poll::Ready(v)) => std::task::Poll::Ready(Ok(v)),
-            Err(p) => std::task::Poll::Ready(Err(panic_message(&p))),
-        }
-    }
-}
-
-pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".to_owned()
+    /// Stores the figures measured by [`measure_figures`](Self::measure_figures) (everything
+    /// but the skew bound and the soak counts).
+    pub(crate) fn set_measured_figures(&self, figures: Figures) {
+        let mut f = self.figures.lock().unwrap_or_else(PoisonError::into_inner);
+        f.acquire_p50_us = figures.acquire_p50_us;
+        f.acquire_p99_us = figures.acquire_p99_us;
+        f.round_trips_acquire = figures.round_trips_acquire;
+        f.round_trips_release = figures.round_trips_release;
+        f.round_trips_background = figures.round_trips_background;
     }
 }

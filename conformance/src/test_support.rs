@@ -5,7 +5,11 @@ use std::sync::Arc;
 use shedlock::{BoxError, LockProvider};
 use shedlock_memory::{MemoryLockProvider, MemoryServer};
 
-use crate::{InstanceOptions, Options, ProviderFactory, Suite};
+use crate::{
+    factory::{InstanceOptions, ProviderFactory},
+    options::Options,
+    suite::Suite,
+};
 
 /// The memory provider with no hooks (so C14, C24 and C25 are not applicable).
 pub(crate) struct MemoryFactory(pub(crate) MemoryServer);

@@ -1,5 +1,5 @@
 //! The checks C01–C28, each a plain async function taking a [`Suite`] and returning a
-//! [`Verdict`], so a provider's own tests can call single checks:
+//! [`Verdict`](crate::Verdict), so a provider's own tests can call single checks:
 //!
 //! ```no_run
 //! # async fn demo(suite: &shedlock_conformance::Suite) {
@@ -13,65 +13,81 @@
 //! catalogue: the table "The checks" in the [crate documentation](crate#the-checks), also in
 //! the kit's `README.md` (`conformance/README.md` in the repository), which says per check what
 //! it proves and what it needs.
+//!
+//! One file per check, named by its id and name: `c05_expires_after_at_most.rs` holds
+//! [`c05_expires_after_at_most`]. Helpers shared by several checks are in `common.rs` (and in
+//! [`crate::tools`]); no check file imports another. The node protocol of C28 lives in the
+//! crate's `node.rs` and is re-exported here ([`NodeSpec`], [`node_main_if_requested`], ...),
+//! as is the soak mode ([`SOAK_CHECKS`], [`soak_check`]).
 
-use std::{future::Future, pin::Pin};
+pub use crate::check::{Check, CheckFuture};
+pub use crate::soak::{SOAK_CHECKS, soak_check};
+use crate::suite::Suite;
 
-use crate::{report::Verdict, suite::Suite};
+mod common;
 
-#[macro_use]
-pub(crate) mod util;
-mod basic;
-mod contention;
-mod executor;
-mod extend;
-mod faults;
-mod fencing;
-mod ownership;
-mod process_skew;
-mod soak;
-mod time;
+mod c01_lock_is_held;
+mod c02_no_double_hold;
+mod c03_names_independent;
+mod c04_lock_unlock_lock;
+mod c05_expires_after_at_most;
+mod c06_relock_after_unlock;
+mod c07_at_least_honoured;
+mod c08_fuzz_counter;
+mod c09_extend_keeps_lock;
+mod c10_extend_expired_fails;
+mod c11_extend_at_least;
+mod c12_stale_unlock_noop;
+mod c13_stale_extend_fails;
+mod c14_leftover_records;
+mod c15_race_one_winner;
+mod c16_history_no_overlap;
+mod c17_model_based;
+mod c18_clock_skew;
+mod c19_scheduler_once;
+mod c20_fencing_monotonic;
+mod c21_fenced_resource;
+mod c22_keep_alive;
+mod c23_executor;
+mod c24_backend_unreachable;
+mod c25_backend_restart;
+mod c26_cancellation;
+mod c27_hostile_names;
+mod c28_process_skew;
 
-pub use basic::*;
-pub use contention::*;
-pub use executor::*;
-pub use extend::*;
-pub use faults::*;
-pub use fencing::*;
-pub use ownership::*;
-pub use process_skew::*;
-pub use soak::*;
-pub use time::*;
-
-pub(crate) use util::percentile;
-
-/// The future a check returns.
-pub type CheckFuture<'a> = Pin<Box<dyn Future<Output = Verdict> + Send + 'a>>;
-
-/// One catalogue entry.
-#[derive(Clone, Copy)]
-pub struct Check {
-    /// The stable id, e.g. `C05`.
-    pub id: &'static str,
-    /// The name, e.g. `expires_after_at_most`; the harness test is `C05_expires_after_at_most`.
-    pub name: &'static str,
-    /// What the check proves, in one line.
-    pub summary: &'static str,
-    /// Runs the check.
-    pub run: for<'a> fn(&'a Suite) -> CheckFuture<'a>,
-}
-
-impl Check {
-    /// `C05_expires_after_at_most`.
-    pub fn test_name(&self) -> String {
-        format!("{}_{}", self.id, self.name)
-    }
-}
-
-impl std::fmt::Debug for Check {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Check").field("id", &self.id).field("name", &self.name).finish()
-    }
-}
+pub use crate::node::{
+    NODE_ENV, NodeAcq, NodeCall, NodeLog, NodeSpec, RUN_ID_ENV, monotonic_ns,
+    node_main_if_requested,
+};
+pub use c01_lock_is_held::c01_lock_is_held;
+pub use c02_no_double_hold::c02_no_double_hold;
+pub use c03_names_independent::c03_names_independent;
+pub use c04_lock_unlock_lock::c04_lock_unlock_lock;
+pub use c05_expires_after_at_most::c05_expires_after_at_most;
+pub use c06_relock_after_unlock::c06_relock_after_unlock;
+pub use c07_at_least_honoured::c07_at_least_honoured;
+pub use c08_fuzz_counter::c08_fuzz_counter;
+pub use c09_extend_keeps_lock::c09_extend_keeps_lock;
+pub use c10_extend_expired_fails::c10_extend_expired_fails;
+pub use c11_extend_at_least::c11_extend_at_least;
+pub use c12_stale_unlock_noop::c12_stale_unlock_noop;
+pub use c13_stale_extend_fails::c13_stale_extend_fails;
+pub use c14_leftover_records::c14_leftover_records;
+pub use c15_race_one_winner::c15_race_one_winner;
+pub use c16_history_no_overlap::c16_history_no_overlap;
+pub use c17_model_based::c17_model_based;
+pub use c18_clock_skew::c18_clock_skew;
+pub use c19_scheduler_once::c19_scheduler_once;
+pub use c20_fencing_monotonic::c20_fencing_monotonic;
+pub use c21_fenced_resource::c21_fenced_resource;
+pub use c22_keep_alive::c22_keep_alive;
+pub use c23_executor::c23_executor;
+pub use c24_backend_unreachable::c24_backend_unreachable;
+pub use c25_backend_restart::c25_backend_restart;
+pub use c26_cancellation::c26_cancellation;
+pub use c27_hostile_names::c27_hostile_names;
+pub use c28_process_skew::LIBFAKETIME_ENV;
+pub use c28_process_skew::c28_process_skew;
 
 macro_rules! check {
     ($id:literal, $name:literal, $f:path, $summary:literal) => {

@@ -1,8 +1,13 @@
 //! Tools the checks use, each usable on its own: the history recorder and overlap checker, the
 //! fenced register, the TCP fault proxy, clock helpers and the model-based test.
 
+#[macro_use]
+pub(crate) mod calls;
 pub mod clocks;
 pub mod fenced;
 pub mod history;
 pub mod model;
 pub mod proxy;
+pub(crate) mod stalling;
+pub(crate) mod stats;
+pub(crate) mod workload;

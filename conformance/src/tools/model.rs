@@ -30,7 +30,11 @@ use proptest::{
 use shedlock::{Error, Lock, LockConfig, LockProvider, ManualClock};
 use shedlock_memory::{MemoryLockProvider, MemoryServer};
 
-use crate::{checks::util::bounded, report::Verdict, suite::Suite};
+use crate::{
+    outcome::Verdict,
+    suite::Suite,
+    tools::calls::{bounded, instances},
+};
 
 /// Instances per case.
 pub const INSTANCES: usize = 3;
@@ -318,7 +322,7 @@ pub(crate) async fn run_model_check(suite: &Suite) -> Result<String, Verdict> {
         ((25.0 / per_case) as u32).clamp(3, 30)
     });
     let max_steps = suite.options().model_max_steps.max(2);
-    let real = crate::checks::util::instances(suite, INSTANCES).await?;
+    let real = instances(suite, INSTANCES).await?;
     let strategy =
         proptest::collection::vec(op_strategy(suite.capabilities().extend), 1..=max_steps);
     let mut seed = [0u8; 32];

@@ -1,4 +1,5 @@
-//! Helpers shared by the checks: bounded calls, polling with interval reasoning.
+//! Calls on a [`Suite`] that a check can judge: bounded calls (a hang fails the check), polling
+//! with interval reasoning, and a check body's [`R`] with the `ensure!` / `bail!` macros.
 
 use std::{
     future::Future,
@@ -8,7 +9,7 @@ use std::{
 
 use shedlock::{Lock, LockConfig, LockProvider};
 
-use crate::{report::Verdict, suite::Suite};
+use crate::{outcome::Verdict, suite::Suite};
 
 /// A check's body: `Ok(detail)` passes, `Err(verdict)` ends the check with that verdict.
 pub(crate) type R = Result<String, Verdict>;
@@ -24,14 +25,14 @@ pub(crate) fn finish(r: R) -> Verdict {
 macro_rules! ensure {
     ($cond:expr, $($arg:tt)*) => {
         if !$cond {
-            return Err($crate::report::Verdict::fail(format!($($arg)*)));
+            return Err($crate::outcome::Verdict::fail(format!($($arg)*)));
         }
     };
 }
 
 macro_rules! bail {
     ($($arg:tt)*) => {
-        return Err($crate::report::Verdict::fail(format!($($arg)*)))
+        return Err($crate::outcome::Verdict::fail(format!($($arg)*)))
     };
 }
 
@@ -232,19 +233,10 @@ pub(crate) async fn expect_held_until(
     }
 }
 
-/// Percentile `p` (0..=100) of sorted samples.
-pub(crate) fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let rank = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
-    sorted.get(rank.min(sorted.len() - 1)).copied()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Options, Outcome, test_support::memory_suite};
+    use crate::{options::Options, outcome::Outcome, test_support::memory_suite};
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn held_until_observes_a_held_lock() {

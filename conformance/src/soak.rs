@@ -3,8 +3,8 @@
 use std::time::{Duration, Instant};
 
 use crate::{
-    checks::Check,
-    report::{CheckResult, Outcome},
+    check::Check,
+    outcome::{CheckResult, Outcome},
     suite::Suite,
     tools::proxy::FaultProxy,
 };

@@ -1,30 +1,15 @@
-//! C20–C21: fencing (capability `fencing`).
+//! C20 `fencing_monotonic`: fencing tokens strictly increase, across expiry and takeover.
 
 use std::{sync::Arc, time::Duration};
 
 use shedlock::{Lock, LockConfig, LockProvider};
 
-use super::{
-    basic::LONG,
-    util::{R, finish, instances, must_lock, poll_acquire, timed_try_lock, unlock},
+use super::common::{LONG, need_fencing, token};
+use crate::{
+    outcome::Verdict,
+    suite::Suite,
+    tools::calls::{R, finish, instances, must_lock, poll_acquire, timed_try_lock, unlock},
 };
-use crate::{report::Verdict, suite::Suite, tools::fenced::FencedRegister};
-
-fn need_fencing(suite: &Suite) -> Result<(), Verdict> {
-    if suite.capabilities().fencing {
-        Ok(())
-    } else {
-        Err(Verdict::unsupported("capability `fencing` not declared"))
-    }
-}
-
-fn token(lock: &Lock, step: &str) -> Result<u64, Verdict> {
-    lock.fencing_token().ok_or_else(|| {
-        Verdict::fail(format!(
-            "{step}: the lock carries no fencing token although `fencing` is declared"
-        ))
-    })
-}
 
 /// C20: each successful acquisition carries a token strictly greater than every earlier token
 /// for that name, including after expiry and takeover.
@@ -101,60 +86,4 @@ async fn race(p: &[Arc<dyn LockProvider>], cfg: &LockConfig) -> Result<Vec<Lock>
         }
     }
     Ok(winners)
-}
-
-/// C21: a fenced resource that rejects tokens lower than the highest seen refuses every write
-/// from a stale holder in a pause-then-resume scenario (Kleppmann's GC-pause case).
-pub async fn c21_fenced_resource(suite: &Suite) -> Verdict {
-    finish(c21(suite).await)
-}
-
-async fn c21(suite: &Suite) -> R {
-    need_fencing(suite)?;
-    let t = suite.timing();
-    let p = instances(suite, 2).await?;
-    let name = suite.lock_name("c21");
-    let short = suite.config(&name, t.at_most, Duration::ZERO)?;
-    let long = suite.config(&name, LONG, Duration::ZERO)?;
-    let register = FencedRegister::new();
-    let (a, a0, a1) = timed_try_lock(suite, &p[0], &short).await?;
-    let Some(a) = a else { return Err(Verdict::fail("try_lock found a free name held")) };
-    let ta = token(&a, "holder A")?;
-    register
-        .write(ta, "A before the pause")
-        .map_err(|e| Verdict::fail(format!("the first holder's first write was refused: {e}")))?;
-    // A pauses (GC pause); its lease expires; B takes over and writes.
-    let deadline = t.at_most + a1.duration_since(a0) + t.slack;
-    let (b, _) =
-        poll_acquire(suite, &p[1], &long, a0, t.at_most, deadline, "takeover during the pause")
-            .await?;
-    let tb = token(&b, "holder B")?;
-    register.write(tb, "B").map_err(|e| {
-        Verdict::fail(format!("the new holder's write was refused: {e} (token {tb} <= stale {ta})"))
-    })?;
-    // A resumes, believing it still holds the lock, and writes twice.
-    let mut refused = 0;
-    for i in 0..2 {
-        match register.write(ta, format!("A after the pause {i}")) {
-            Err(_) => refused += 1,
-            Ok(()) => {
-                return Err(Verdict::fail(format!(
-                    "the stale holder's write with token {ta} was accepted after the new holder wrote with token {tb}"
-                )));
-            }
-        }
-    }
-    let b2 = register.write(tb, "B again");
-    drop(a);
-    unlock(suite, b).await?;
-    b2.map_err(|e| Verdict::fail(format!("the new holder's second write was refused: {e}")))?;
-    if register.value().as_deref() != Some("B again") {
-        return Err(Verdict::fail(format!(
-            "the register holds {:?}, expected B's write",
-            register.value()
-        )));
-    }
-    Ok(format!(
-        "stale token {ta} refused {refused} times after new token {tb}; the resource holds B's writes"
-    ))
 }

@@ -1,0 +1,259 @@
+//! The node protocol of C28: what a node process is asked to do ([`NodeSpec`]), what it
+//! reports ([`NodeLog`]), the host-monotonic clock the logs share, the run id node processes
+//! inherit ([`run_id`]), and [`node_main_if_requested`], which runs a node. The check that
+//! starts the nodes and judges their logs is `checks/c28_process_skew.rs`.
+
+use std::{future::Future, path::PathBuf, process::ExitCode, time::Duration};
+
+use serde::{Deserialize, Serialize};
+use shedlock::{BoxError, LockConfig};
+
+use crate::factory::{InstanceOptions, ProviderFactory};
+
+/// The environment variable that puts a test binary into node mode: a JSON [`NodeSpec`].
+pub const NODE_ENV: &str = "SHEDLOCK_CONFORMANCE_NODE";
+
+/// The environment variable naming the run, so that node processes address the same records
+/// as their parent (see [`run_id`](crate::run_id)).
+pub const RUN_ID_ENV: &str = "SHEDLOCK_CONFORMANCE_RUN_ID";
+
+/// What one node process does, passed in [`NODE_ENV`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeSpec {
+    /// The provider name of the suite that started the node (its factory's name): a binary
+    /// with several suites ([`harness_suites`](crate::harness_suites)) sets up that one.
+    #[serde(default)]
+    pub provider: String,
+    /// The node's index (its instance index).
+    pub index: usize,
+    /// The lock names all nodes contend for.
+    pub names: Vec<String>,
+    /// When to start, in host-monotonic nanoseconds (so that all nodes start together).
+    pub start_ns: u64,
+    /// How long to run the workload.
+    pub run_for_ms: u64,
+    /// `lock_at_most_for` of every acquisition.
+    pub at_most_ms: u64,
+    /// The longest a node holds a lock before unlocking.
+    pub hold_max_ms: u64,
+    /// For each name, the node that takes it first: the others leave it alone for `lead_ms`
+    /// after the start, and the leader holds its first acquisition for `hold_max_ms`. The kit
+    /// gives each name to a node whose clock is behind another's, so that a node ahead meets a
+    /// name held under a lease its own clock already sees as over (what a clock-skew bug needs
+    /// to show; left to chance, the node ahead tends to keep the names to itself).
+    pub leaders: Vec<Option<usize>>,
+    /// How long the leaders have their names to themselves.
+    pub lead_ms: u64,
+    /// A name of this node's own, locked and unlocked once before the start so that the
+    /// node's first contended call does not also open its connections.
+    pub warm_up: String,
+    /// Where to write the [`NodeLog`] (JSON).
+    pub out: PathBuf,
+    /// A seed for the node's choices.
+    pub seed: u64,
+}
+
+/// One `try_lock` call as a node saw it: on the host's monotonic clock (nanoseconds), and on
+/// the node's own wall clock (microseconds since the Unix epoch, as skewed by libfaketime).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeCall {
+    /// The name.
+    pub name: String,
+    /// When the call started.
+    pub call_start_ns: u64,
+    /// When it returned.
+    pub call_end_ns: u64,
+    /// The node's wall clock when the call started.
+    pub wall_start_us: i64,
+    /// The node's wall clock when it returned.
+    pub wall_end_us: i64,
+}
+
+/// One acquisition as a node saw it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeAcq {
+    /// The `try_lock` call that returned the lock.
+    pub call: NodeCall,
+    /// When the `unlock` call started (host monotonic nanoseconds).
+    pub released_ns: u64,
+}
+
+/// What a node reports.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct NodeLog {
+    /// Its acquisitions.
+    pub acquisitions: Vec<NodeAcq>,
+    /// The `try_lock` calls that found the name held.
+    pub refusals: Vec<NodeCall>,
+    /// Calls that failed.
+    pub errors: u64,
+    /// The last error, for the report.
+    pub last_error: Option<String>,
+    /// The node's wall clock (ms since the Unix epoch) at `start_ns`, as the node saw it: the
+    /// parent compares it with its own to prove that the offset took.
+    pub wall_at_start_ms: i64,
+}
+
+/// The host's monotonic clock in nanoseconds (`CLOCK_MONOTONIC`, which libfaketime leaves alone
+/// with `FAKETIME_DONT_FAKE_MONOTONIC=1`): comparable across processes, unlike [`Instant`](std::time::Instant).
+#[cfg(unix)]
+pub fn monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(t.tv_nsec).unwrap_or(0)
+}
+
+/// The host's monotonic clock in nanoseconds (only meaningful within one process here).
+#[cfg(not(unix))]
+pub fn monotonic_ns() -> u64 {
+    use std::sync::OnceLock;
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    u64::try_from(ORIGIN.get_or_init(Instant::now).elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// If this process was started as a C28 node ([`NODE_ENV`] is set), runs the node — `setup`
+/// builds the factory, one instance runs the contended workload — and returns its exit code;
+/// otherwise returns `None` without calling `setup`. [`harness`](crate::harness) calls it first;
+/// a test binary with its own `main` calls it before anything else to support C28:
+///
+/// ```no_run
+/// # struct MyFactory;
+/// # #[async_trait::async_trait]
+/// # impl shedlock_conformance::ProviderFactory for MyFactory {
+/// #     fn name(&self) -> &str { "mine" }
+/// #     async fn create(&self, _: shedlock_conformance::InstanceOptions)
+/// #         -> Result<std::sync::Arc<dyn shedlock::LockProvider>, shedlock::BoxError> { unimplemented!() }
+/// # }
+/// fn main() -> std::process::ExitCode {
+///     if let Some(code) = shedlock_conformance::node_main_if_requested(|| async { Ok(MyFactory) }) {
+///         return code;
+///     }
+///     // ... the binary's own work
+/// #   std::process::ExitCode::SUCCESS
+/// }
+/// ```
+pub fn node_main_if_requested<P, F, Fut>(setup: F) -> Option<ExitCode>
+where
+    P: ProviderFactory,
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<P, BoxError>>,
+{
+    let spec = std::env::var(NODE_ENV).ok()?;
+    let run = || -> Result<(), BoxError> {
+        let spec: NodeSpec = serde_json::from_str(&spec)?;
+        let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+        rt.block_on(async {
+            let factory = setup().await?;
+            let log = run_node(&factory, &spec).await?;
+            std::fs::write(&spec.out, serde_json::to_vec(&log)?)?;
+            // No teardown: the backend and its records belong to the parent's run.
+            Ok::<(), BoxError>(())
+        })
+    };
+    Some(match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shedlock-conformance node: {e}");
+            ExitCode::FAILURE
+        }
+    })
+}
+
+pub(crate) async fn run_node(
+    factory: &impl ProviderFactory,
+    spec: &NodeSpec,
+) -> Result<NodeLog, BoxError> {
+    let p = factory.create(InstanceOptions::new(spec.index)).await?;
+    let at_most = Duration::from_millis(spec.at_most_ms);
+    let call_limit = at_most * 10 + Duration::from_secs(5);
+    let mut log = NodeLog::default();
+    // Warm up before the start: a failure here shows again in the workload, and is logged there.
+    let warm = LockConfig::new(spec.warm_up.clone(), at_most, Duration::ZERO)?;
+    if let Ok(Ok(Some(lock))) = tokio::time::timeout(call_limit, p.try_lock(&warm)).await {
+        let _ = tokio::time::timeout(call_limit, lock.unlock()).await;
+    }
+    let now = monotonic_ns();
+    if spec.start_ns > now {
+        tokio::time::sleep(Duration::from_nanos(spec.start_ns - now)).await;
+    }
+    let late = Duration::from_nanos(monotonic_ns().saturating_sub(spec.start_ns));
+    log.wall_at_start_ms = unix_us() / 1000 - i64::try_from(late.as_millis()).unwrap_or(0);
+    let start = spec.start_ns.max(monotonic_ns());
+    let end = start + spec.run_for_ms * 1_000_000;
+    let lead_until = start + spec.lead_ms * 1_000_000;
+    let leader = |n: usize| spec.leaders.get(n).copied().flatten();
+    let mine = |n: usize| leader(n) == Some(spec.index);
+    // The names this node leads and has not yet held.
+    let mut leading: Vec<bool> = (0..spec.names.len()).map(mine).collect();
+    let mut rng = fastrand::Rng::with_seed(spec.seed);
+    let mut open = Vec::with_capacity(spec.names.len());
+    while monotonic_ns() < end {
+        let now = monotonic_ns();
+        open.clear();
+        open.extend(
+            (0..spec.names.len())
+                .filter(|&n| now >= lead_until || leader(n).is_none_or(|l| l == spec.index)),
+        );
+        if open.is_empty() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            continue;
+        }
+        let n = open[rng.usize(..open.len())];
+        let name = &spec.names[n];
+        let cfg = LockConfig::new(name.clone(), at_most, Duration::ZERO)?;
+        let (call_start_ns, wall_start_us) = (monotonic_ns(), unix_us());
+        let outcome = tokio::time::timeout(call_limit, p.try_lock(&cfg)).await;
+        let call = NodeCall {
+            name: name.clone(),
+            call_start_ns,
+            call_end_ns: monotonic_ns(),
+            wall_start_us,
+            wall_end_us: unix_us(),
+        };
+        match outcome {
+            Ok(Ok(Some(lock))) => {
+                let hold = if std::mem::take(&mut leading[n]) {
+                    spec.hold_max_ms
+                } else {
+                    rng.u64(0..=spec.hold_max_ms)
+                };
+                tokio::time::sleep(Duration::from_millis(hold)).await;
+                let released_ns = monotonic_ns();
+                if let Err(e) = lock.unlock().await {
+                    log.errors += 1;
+                    log.last_error = Some(format!("unlock: {e}"));
+                }
+                log.acquisitions.push(NodeAcq { call, released_ns });
+            }
+            Ok(Ok(None)) => log.refusals.push(call),
+            Ok(Err(e)) => {
+                log.errors += 1;
+                log.last_error = Some(format!("try_lock: {e}"));
+            }
+            Err(_) => {
+                log.errors += 1;
+                log.last_error = Some("try_lock hung".into());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(rng.u64(0..=3))).await;
+    }
+    Ok(log)
+}
+
+/// The process's wall clock in microseconds since the Unix epoch (libfaketime's, in a node).
+pub(crate) fn unix_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// The id of this conformance run: the parent process's id, inherited by the node processes of
+/// C28 (through `SHEDLOCK_CONFORMANCE_RUN_ID`). A factory that namespaces its records per run
+/// (a table, a key prefix) should use it instead of its own process id, so that node processes
+/// address the same records as the instances of the parent.
+pub fn run_id() -> String {
+    std::env::var(RUN_ID_ENV)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| std::process::id().to_string())
+}
