@@ -21,11 +21,11 @@ use shedlock::{Error, LockProvider};
 pub use shedlock_conformance::tools::proxy::FaultProxy;
 
 pub mod fleet;
-use shedlock_conformance::{Hooks, Options, RecordHooks, RestartHook};
+use shedlock_conformance::{Hooks, Options, ProviderFactory, RecordHooks, RestartHook, SuiteSpec};
 pub use shedlock_launcher::Backend;
 use shedlock_launcher::{Mode, Service};
 #[cfg(feature = "sql")]
-use shedlock_sql_common::RecordAdmin;
+use shedlock_sql::RecordAdmin;
 
 /// `options` with C20 and C21 expected "unsupported": a ShedLock-compatible mode, whose storage
 /// format has no place for a fencing token (`why` says which format, for C20's report line).
@@ -171,6 +171,29 @@ pub fn server_options(backend: Backend) -> Options {
     )
 }
 
+/// One suite of a provider's conformance binary on `backend`'s server
+/// ([`shedlock_conformance::harness_suites`]): `setup` with `options`, or — when
+/// `SHEDLOCK_SKIP_BACKENDS` names the backend (as `cargo xtask test` does for an optional backend
+/// that is not installed) — a suite shown as skipped, with the reason, never as passed.
+pub fn suite<P, F, Fut>(backend: Backend, name: &str, options: Options, setup: F) -> SuiteSpec
+where
+    P: ProviderFactory,
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<P, BoxError>> + 'static,
+{
+    if shedlock_launcher::skip_requested(backend) {
+        return SuiteSpec::skipped(
+            name,
+            format!(
+                "{} skipped on request: SHEDLOCK_SKIP_BACKENDS={}",
+                backend.name(),
+                shedlock_launcher::skip_list().join(",")
+            ),
+        );
+    }
+    SuiteSpec::new(name, options, setup)
+}
+
 /// The row-level checks every SQL provider runs against its real database, beyond the
 /// conformance catalogue: what the stored row looks like after each operation, and races between
 /// real connection pools. `a` and `b` are two independent providers on one table (separate pools,
@@ -178,6 +201,100 @@ pub fn server_options(backend: Backend) -> Options {
 #[cfg(feature = "sql")]
 pub mod sql {
     use super::*;
+
+    /// The longest default name (255 bytes) is accepted and stored whole; one byte more, or
+    /// 64 four-byte characters, is `InvalidName` naming the whole name, never truncated; 63 of
+    /// them (252 bytes) are accepted and stored exactly. `a` and `b` use the default
+    /// `max_name_len`; `records` are `a`'s.
+    pub async fn long_names_are_rejected_not_truncated(
+        a: &dyn LockProvider,
+        b: &dyn LockProvider,
+        records: &dyn RecordAdmin,
+    ) {
+        let max = "x".repeat(255);
+        let l = a.try_lock(&cfg(&max, 60_000, 0)).await.unwrap().expect("255 bytes accepted");
+        assert_eq!(records.record(&max).await.unwrap().unwrap().name, max);
+        for too_long in [format!("{max}a"), format!("{max}b"), "😀".repeat(64)] {
+            match b.try_lock(&cfg(&too_long, 60_000, 0)).await {
+                Err(Error::InvalidName { name, .. }) => assert_eq!(name, too_long),
+                other => panic!("expected InvalidName, got {other:?}"),
+            }
+        }
+        let emoji = "😀".repeat(63);
+        let e = b.try_lock(&cfg(&emoji, 60_000, 0)).await.unwrap().expect("252 bytes accepted");
+        assert_eq!(records.record(&emoji).await.unwrap().unwrap().name, emoji);
+        l.unlock().await.unwrap();
+        e.unlock().await.unwrap();
+    }
+
+    /// Names that SQL, `LIKE` patterns, collations or trimming could confuse are each their
+    /// own lock, stored byte for byte: no collision, no case folding, no trailing-space
+    /// padding. A name with a NUL is `InvalidName` where the database cannot store one
+    /// (`rejects_nul`), else a lock distinct from the name cut at the NUL.
+    pub async fn hostile_names_are_stored_and_matched_exactly(
+        a: &dyn LockProvider,
+        b: &dyn LockProvider,
+        records: &dyn RecordAdmin,
+        rejects_nul: bool,
+    ) {
+        let mut names = vec![
+            "'",
+            "\"",
+            "`",
+            "%",
+            "_",
+            "a%",
+            "a_",
+            ";",
+            "--",
+            "x'; DROP TABLE shedlock; --",
+            "ünïcødé 😀",
+            " padded ",
+            "padded",
+            "padded ",
+            "new\nline",
+            "*",
+            "/",
+            "..",
+            "\\",
+            "tab\t",
+            "Case",
+            "case",
+        ];
+        if !rejects_nul {
+            names.extend(["nul\0byte", "nul"]);
+        }
+        let mut locks = Vec::new();
+        for n in names {
+            let lock = a.try_lock(&cfg(n, 60_000, 0)).await.unwrap();
+            locks.push(lock.unwrap_or_else(|| panic!("{n:?} must be free (no collision)")));
+            assert_eq!(records.record(n).await.unwrap().unwrap().name, n);
+            assert!(b.try_lock(&cfg(n, 60_000, 0)).await.unwrap().is_none(), "{n:?} held");
+        }
+        if rejects_nul {
+            match a.try_lock(&cfg("nul\0byte", 60_000, 0)).await {
+                Err(Error::InvalidName { reason, .. }) => {
+                    assert!(reason.contains("NUL"), "{reason}")
+                }
+                other => panic!("NUL must be rejected, got {other:?}"),
+            }
+        }
+        for l in locks {
+            l.unlock().await.unwrap();
+        }
+    }
+
+    /// The stored `lock_until` is `locked_at` plus `lock_at_most_for` to the millisecond.
+    pub async fn lock_until_keeps_milliseconds(p: &dyn LockProvider, records: &dyn RecordAdmin) {
+        let name = unique("ms");
+        let lock = p.try_lock(&cfg(&name, 1_234, 0)).await.unwrap().expect("free");
+        let rec = records.record(&name).await.unwrap().unwrap();
+        assert_eq!(
+            rec.lock_until.duration_since(rec.locked_at).unwrap(),
+            Duration::from_millis(1_234)
+        );
+        lock.unlock().await.unwrap();
+    }
 
     /// One winner; not reentrant; free again after unlock. For provider modes the conformance
     /// run does not cover (e.g. pooled statements instead of the dedicated connection).
@@ -342,7 +459,7 @@ pub mod sql {
     ) {
         assert!(holder.capabilities().server_time && rival.capabilities().server_time);
         let name = "db-time";
-        let near = |rec: &shedlock_sql_common::LockRecord, what: &str| {
+        let near = |rec: &shedlock_sql::LockRecord, what: &str| {
             let expected = SystemTime::now() + Duration::from_secs(60);
             let off = match rec.lock_until.duration_since(expected) {
                 Ok(d) => d,

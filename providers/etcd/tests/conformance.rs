@@ -10,8 +10,13 @@
 mod common;
 
 use shedlock_launcher::Backend;
+use shedlock_test_support::{server_options, suite};
 
 fn main() -> std::process::ExitCode {
-    let options = shedlock_test_support::server_options(Backend::Etcd);
-    shedlock_conformance::harness(options, || async { common::Single::new().await })
+    shedlock_conformance::harness_suites(vec![suite(
+        Backend::Etcd,
+        "etcd",
+        server_options(Backend::Etcd),
+        common::Single::new,
+    )])
 }

@@ -131,5 +131,10 @@ fn main() -> std::process::ExitCode {
             "C21",
             "no fencing (see C20): memcached's CAS counter is not monotonic across restarts",
         );
-    shedlock_conformance::harness(options, || async { Memcached::new().await })
+    shedlock_conformance::harness_suites(vec![testing::suite(
+        Backend::Memcached,
+        "memcached",
+        options,
+        Memcached::new,
+    )])
 }

@@ -1,10 +1,20 @@
-//! The shedlock conformance suite (C01–C28) against a MongoDB wire-protocol server, provider
-//! name `mongodb`: server time (`$$NOW`), the default. See `common/mod.rs` for the factory and
-//! hooks.
+//! The shedlock conformance suite (C01–C28) against a real MongoDB server, one suite per mode
+//! (`cargo test --test conformance -- mongodb-client-time::` runs one):
+//!
+//! - `mongodb`: server time (the default);
+//! - `mongodb-client-time`: the instances' own clocks judge expiry, to show what the skew checks
+//!   detect;
+//! - `mongodb-shedlock-compat`: ShedLock's document layout (C20/C21 unsupported: no token).
+//!
+//! See `common/mod.rs` for the factory and hooks.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
 fn main() -> std::process::ExitCode {
-    common::run(false)
+    shedlock_conformance::harness_suites(vec![
+        common::suite(false),
+        common::suite(true),
+        common::suite_compat(),
+    ])
 }

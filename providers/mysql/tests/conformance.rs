@@ -1,10 +1,11 @@
-//! The shedlock conformance suite (C01–C28) against a real MariaDB server, provider name
-//! `mariadb` (database time, one-statement `RETURNING` acquire).
+//! The shedlock conformance suite (C01–C28) against a real MariaDB server, one suite per mode
+//! (`cargo test --test conformance -- mariadb-client-time::` runs one):
 //!
-//! - `SHEDLOCK_SQL_TIME=client` runs the client-time mode instead (`mariadb-client-time`), to
-//!   show what the skew checks detect.
-//! - `SHEDLOCK_MYSQL_FLAVOR=mysql` runs the MySQL code path (upsert, then a primary-key
-//!   `SELECT`; no `RETURNING`) against MariaDB (`mariadb-mysql-flavor`).
+//! - `mariadb`: database time, one-statement `RETURNING` acquire;
+//! - `mariadb-client-time`: the instances' own clocks, to show what the skew checks detect;
+//! - `mariadb-mysql-flavor`: the MySQL code path (upsert, then a primary-key `SELECT`; no
+//!   `RETURNING`) against MariaDB;
+//! - `mariadb-shedlock-compat`: ShedLock's table (C20/C21 unsupported: no token).
 //!
 //! Each instance has its own pool (like a separate node). The hooks give the kit raw row access
 //! (C14), the server address for its fault proxy (C24) and a restart of the server (C25) —
@@ -14,6 +15,13 @@
 
 mod maria_conformance;
 
+use maria_conformance::suite;
+
 fn main() -> std::process::ExitCode {
-    maria_conformance::main(false)
+    shedlock_conformance::harness_suites(vec![
+        suite(false, false, false),
+        suite(false, true, false),
+        suite(false, false, true),
+        suite(true, false, false),
+    ])
 }

@@ -1,19 +1,45 @@
-//! The shedlock conformance suite (C01–C28) against a real Redis server, provider name `redis`.
+//! The shedlock conformance suite (C01–C28) against real servers, one suite per variant of the
+//! provider (`cargo test --test conformance -- redis-valkey::` runs one):
+//!
+//! - `redis`: a Redis server;
+//! - `redis-valkey`: a Valkey server (the Redis fork), same provider and factory; skipped, and
+//!   shown as skipped, when `SHEDLOCK_SKIP_BACKENDS` names `valkey` (an optional backend);
+//! - `redis-cluster`: a 3-master Redis Cluster (C24 not applicable: a cluster client follows the
+//!   cluster's node addresses, so one fault proxy cannot stand in front of it);
+//! - `redis-shedlock-compat`: the ShedLock-compatible key layout (C20/C21 unsupported: no
+//!   fencing counter).
 //!
 //! Each instance has its own reconnecting connection (like a separate node). The hooks give the
 //! kit raw key access (C14), the server address for its fault proxy (C24) and a restart of the
-//! server (C25) — unless the server comes from `SHEDLOCK_REDIS_URL` (as under `cargo xtask
-//! test`), which is not ours to restart: C25 is then expected to be "not applicable". Every other
-//! check must pass.
+//! server (C25) — unless the server comes from its `SHEDLOCK_*_URL` (as under `cargo xtask
+//! test`), which is not ours to restart: C25 is then expected to be "not applicable".
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
 use shedlock_launcher::Backend;
+use shedlock_test_support::{expect_no_fencing, server_options, suite};
 
 fn main() -> std::process::ExitCode {
-    let options = shedlock_test_support::server_options(Backend::Redis);
-    shedlock_conformance::harness(options, || async {
-        common::Single::new(Backend::Redis, "Redis", "redis").await
-    })
+    let cluster = server_options(Backend::RedisCluster).expect_not_applicable(
+        "C24",
+        "a cluster client follows the cluster's node addresses (MOVED/ASK redirects), so one fault \
+         proxy cannot stand in front of it; C24 runs against single-node Redis and Valkey",
+    );
+    let compat = expect_no_fencing(
+        server_options(Backend::Redis),
+        "no fencing in the ShedLock-compatible mode: ShedLock's key layout has no counter",
+    );
+    shedlock_conformance::harness_suites(vec![
+        suite(Backend::Redis, "redis", server_options(Backend::Redis), || {
+            common::Single::new(Backend::Redis, "Redis", "redis")
+        }),
+        suite(Backend::Valkey, "redis-valkey", server_options(Backend::Valkey), || {
+            common::Single::new(Backend::Valkey, "Valkey", "redis-valkey")
+        }),
+        suite(Backend::RedisCluster, "redis-cluster", cluster, common::Cluster::new),
+        suite(Backend::Redis, "redis-shedlock-compat", compat, || {
+            common::Single::new_with(Backend::Redis, "Redis", "redis-shedlock-compat", true)
+        }),
+    ])
 }

@@ -5,5 +5,5 @@
 mod common;
 
 fn main() -> std::process::ExitCode {
-    common::run()
+    shedlock_conformance::harness_suites(vec![common::suite()])
 }

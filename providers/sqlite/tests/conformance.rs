@@ -1,6 +1,7 @@
-//! The shedlock conformance suite (C01–C28) against SQLite, provider name `sqlite`: one database
-//! file in a fresh temp dir, each instance its own pool on it (like separate processes on one
-//! host). `SHEDLOCK_SQL_TIME=client` runs the client-time mode instead (`sqlite-client-time`).
+//! The shedlock conformance suite (C01–C28) against SQLite, two suites: `sqlite` (database time)
+//! and `sqlite-client-time` (`cargo test --test conformance -- sqlite-client-time::` runs one).
+//! Each has one database file in a fresh temp dir, each instance its own pool on it (like
+//! separate processes on one host).
 //!
 //! SQLite is embedded: there is no server address for the kit's fault proxy (C24) and no server
 //! to restart (C25), so those report "not applicable" — declared below as expected, so that any
@@ -10,7 +11,7 @@
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use shedlock::{BoxError, LockProvider};
-use shedlock_conformance::{Hooks, InstanceOptions, Options, ProviderFactory};
+use shedlock_conformance::{Hooks, InstanceOptions, Options, ProviderFactory, SuiteSpec};
 use shedlock_sqlite::{
     SqliteLockProvider, TimeSource, recommended_connect_options, recommended_pool_options,
 };
@@ -25,12 +26,14 @@ struct Sqlite {
 }
 
 impl Sqlite {
-    async fn new() -> Result<Self, BoxError> {
+    async fn new(client_time: bool) -> Result<Self, BoxError> {
+        // One database per suite; C28's node processes (this binary, re-executed) share the run
+        // id, so they open the same file.
+        let mode = if client_time { "ct-" } else { "" };
         let dir = std::env::temp_dir()
-            .join(format!("shedlock-sqlite-conformance-{}", shedlock_conformance::run_id()));
+            .join(format!("shedlock-sqlite-conformance-{mode}{}", shedlock_conformance::run_id()));
         std::fs::create_dir_all(&dir)?;
         let path = dir.join("locks.db");
-        let client_time = std::env::var("SHEDLOCK_SQL_TIME").is_ok_and(|v| v == "client");
         let pool =
             recommended_pool_options().connect_with(recommended_connect_options(&path)).await?;
         let admin = SqliteLockProvider::builder(pool).build()?;
@@ -77,18 +80,19 @@ impl ProviderFactory for Sqlite {
 }
 
 fn main() -> std::process::ExitCode {
-    let options = Options::from_env()
-        .expect_not_applicable("C24", "SQLite is embedded: no network address to cut")
-        .expect_not_applicable("C25", "SQLite is embedded: no server to restart");
-    let options = if std::env::var("SHEDLOCK_SQL_TIME").is_ok_and(|v| v == "client") {
-        options
-    } else {
-        options.expect_not_applicable(
-            "C28",
-            "SQLite is embedded: its database time is read inside each node process, which \
-             libfaketime would skew; the processes sharing a database file share one host clock, \
-             so per-process offsets cannot happen (the client-time mode runs C28)",
-        )
+    let options = || {
+        Options::from_env()
+            .expect_not_applicable("C24", "SQLite is embedded: no network address to cut")
+            .expect_not_applicable("C25", "SQLite is embedded: no server to restart")
     };
-    shedlock_conformance::harness(options, || async { Sqlite::new().await })
+    let database_time = options().expect_not_applicable(
+        "C28",
+        "SQLite is embedded: its database time is read inside each node process, which \
+         libfaketime would skew; the processes sharing a database file share one host clock, \
+         so per-process offsets cannot happen (the client-time mode runs C28)",
+    );
+    shedlock_conformance::harness_suites(vec![
+        SuiteSpec::new("sqlite", database_time, || Sqlite::new(false)),
+        SuiteSpec::new("sqlite-client-time", options(), || Sqlite::new(true)),
+    ])
 }

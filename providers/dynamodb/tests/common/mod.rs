@@ -242,18 +242,18 @@ impl ProviderFactory for Dynamo {
 }
 
 /// Runs the conformance suite.
-pub fn run() -> std::process::ExitCode {
+pub fn suite() -> shedlock_conformance::SuiteSpec {
     let options = testing::server_options(Backend::DynamoDb);
-    shedlock_conformance::harness(options, || async { Dynamo::new(false).await })
+    testing::suite(Backend::DynamoDb, "dynamodb", options, || Dynamo::new(false))
 }
 
 /// Runs the conformance suite in the ShedLock-compatible mode, whose items have no attribute
 /// for a fencing token: C20 and C21 are then expected "unsupported".
-pub fn run_compat() -> std::process::ExitCode {
+pub fn suite_compat() -> shedlock_conformance::SuiteSpec {
     let options = shedlock_test_support::expect_no_fencing(
         testing::server_options(Backend::DynamoDb),
         "no fencing in the ShedLock-compatible mode: ShedLock's item (_id, lockUntil, \
              lockedAt, lockedBy) has no attribute for a token",
     );
-    shedlock_conformance::harness(options, || async { Dynamo::new(true).await })
+    testing::suite(Backend::DynamoDb, "dynamodb-shedlock-compat", options, || Dynamo::new(true))
 }

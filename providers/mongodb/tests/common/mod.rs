@@ -1,7 +1,6 @@
-//! The conformance factory and hooks shared by `conformance.rs` (server time, the default,
-//! provider `mongodb`), `conformance_client_time.rs` (client time, provider
-//! `mongodb-client-time`) and `conformance_shedlock_compat.rs` (the ShedLock-compatible mode,
-//! provider `mongodb-shedlock-compat`).
+//! The conformance factory and hooks of `conformance.rs`'s three suites: server time (the
+//! default, provider `mongodb`), client time (`mongodb-client-time`) and the ShedLock-compatible
+//! mode (`mongodb-shedlock-compat`).
 //!
 //! Each instance has its own `mongodb::Client` (its own connection pool and server monitor, like
 //! a separate node). The hooks give the kit raw document access through the driver (C14), the
@@ -9,7 +8,7 @@
 //! server comes from `SHEDLOCK_MONGODB_URL`: a server this process does not own cannot be
 //! restarted, so C25 is then expected to be "not applicable". Every other check must pass.
 
-// Each test binary runs one of the suites.
+// `tests/it` uses a part of it.
 #![allow(dead_code)]
 
 use std::{
@@ -163,21 +162,19 @@ impl RecordHooks for Records {
 }
 
 /// Runs the suite: server time (`mongodb`) or client time (`mongodb-client-time`).
-pub fn run(client_time: bool) -> std::process::ExitCode {
+pub fn suite(client_time: bool) -> shedlock_conformance::SuiteSpec {
     let options = testing::server_options(Backend::MongoDb);
-    shedlock_conformance::harness(
-        options,
-        move || async move { Mongo::new(client_time, false).await },
-    )
+    let name = if client_time { "mongodb-client-time" } else { "mongodb" };
+    testing::suite(Backend::MongoDb, name, options, move || Mongo::new(client_time, false))
 }
 
 /// Runs the suite in the ShedLock-compatible mode (server time), whose documents have no field
 /// for a fencing token: C20 and C21 are then expected "unsupported".
-pub fn run_compat() -> std::process::ExitCode {
+pub fn suite_compat() -> shedlock_conformance::SuiteSpec {
     let options = shedlock_test_support::expect_no_fencing(
         testing::server_options(Backend::MongoDb),
         "no fencing in the ShedLock-compatible mode: ShedLock's document (_id, lockUntil, \
              lockedAt, lockedBy) has no field for a token",
     );
-    shedlock_conformance::harness(options, || async { Mongo::new(false, true).await })
+    testing::suite(Backend::MongoDb, "mongodb-shedlock-compat", options, || Mongo::new(false, true))
 }

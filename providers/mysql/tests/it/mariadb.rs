@@ -51,7 +51,7 @@ fn table() -> String {
 }
 
 async fn provider_on(pool: MySqlPool, table: &str, flavor: Flavor) -> MySqlLockProvider {
-    let p = MySqlLockProvider::builder(pool).table(table).flavor(flavor).build().unwrap();
+    let p = MySqlLockProvider::builder(pool).table(table).option(flavor).build().unwrap();
     p.create_table().await.unwrap();
     p
 }
@@ -169,15 +169,15 @@ async fn mysql_flavor_acquire_is_two_round_trips() {
 #[tokio::test]
 async fn flavor_is_detected() {
     let (a, _) = two_nodes().await;
-    assert_eq!(a.flavor(), None);
+    assert_eq!(a.dialect().flavor(), None);
     let _ = a.try_lock(&cfg("detect", 1000, 0)).await.unwrap();
-    assert_eq!(a.flavor(), Some(Flavor::MariaDb));
+    assert_eq!(a.dialect().flavor(), Some(Flavor::MariaDb));
 }
 
 #[tokio::test]
 async fn one_winner_and_release_both_flavors() {
     // The conformance suite runs the MariaDB path by default; this runs MySQL 8's two-statement
-    // acquire too (SHEDLOCK_MYSQL_FLAVOR=mysql runs the whole suite on it).
+    // acquire too (the conformance suite `mariadb-mysql-flavor` runs the whole catalogue on it).
     for flavor in [Flavor::MariaDb, Flavor::MySql] {
         let (a, b) = two_nodes_with(flavor).await;
         let c = cfg("job", 60_000, 0);
@@ -207,9 +207,7 @@ async fn at_least_is_kept_from_locked_at() {
 #[tokio::test]
 async fn lock_until_keeps_milliseconds() {
     let (a, _) = two_nodes().await;
-    let _lock = a.try_lock(&cfg("ms", 1_234, 0)).await.unwrap().unwrap();
-    let rec = a.record("ms").await.unwrap().unwrap();
-    assert_eq!(rec.lock_until.duration_since(rec.locked_at).unwrap(), Duration::from_millis(1_234));
+    sql::lock_until_keeps_milliseconds(&a, &*a.records()).await;
     // Sub-millisecond durations round up, never down.
     let l = a
         .try_lock(&LockConfig::new("sub", Duration::from_micros(1_500), Duration::ZERO).unwrap())
@@ -323,19 +321,7 @@ async fn identifiers_are_validated() {
 #[tokio::test]
 async fn long_names_are_rejected_not_truncated() {
     let (a, b) = two_nodes().await;
-    let max = "x".repeat(255);
-    let l = a.try_lock(&cfg(&max, 60_000, 0)).await.unwrap().expect("255 bytes accepted");
-    assert_eq!(a.record(&max).await.unwrap().unwrap().name, max);
-    for too_long in [format!("{max}a"), format!("{max}b"), "😀".repeat(64)] {
-        match b.try_lock(&cfg(&too_long, 60_000, 0)).await {
-            Err(Error::InvalidName { name, .. }) => assert_eq!(name, too_long),
-            other => panic!("expected InvalidName, got {other:?}"),
-        }
-    }
-    let emoji = "😀".repeat(63);
-    assert!(b.try_lock(&cfg(&emoji, 60_000, 0)).await.unwrap().is_some());
-    assert_eq!(a.record(&emoji).await.unwrap().unwrap().name, emoji);
-    l.unlock().await.unwrap();
+    sql::long_names_are_rejected_not_truncated(&a, &b, &*a.records()).await;
 
     // A table whose column is shorter than configured, with a NON-strict session sql_mode: the
     // statement still runs strict, so the server refuses instead of truncating into a collision.
@@ -359,7 +345,7 @@ async fn long_names_are_rejected_not_truncated() {
             .connect(&common::url().await)
             .await
             .unwrap();
-        let q = MySqlLockProvider::builder(lax).table(&table).flavor(flavor).build().unwrap();
+        let q = MySqlLockProvider::builder(lax).table(&table).option(flavor).build().unwrap();
         if flavor == Flavor::MariaDb {
             assert!(q.try_lock(&cfg("0123456789", 60_000, 0)).await.unwrap().is_some());
         }
@@ -379,42 +365,7 @@ async fn long_names_are_rejected_not_truncated() {
 #[tokio::test]
 async fn hostile_names_are_stored_and_matched_exactly() {
     let (a, b) = two_nodes().await;
-    let names = [
-        "'",
-        "\"",
-        "`",
-        "%",
-        "_",
-        "a%",
-        "a_",
-        ";",
-        "--",
-        "x'; DROP TABLE shedlock; --",
-        "ünïcødé 😀",
-        " padded ",
-        "padded",
-        "padded ",
-        "new\nline",
-        "*",
-        "/",
-        "..",
-        "\\",
-        "tab\t",
-        "Case",
-        "case",
-        "nul\0byte",
-        "nul",
-    ];
-    let mut locks = Vec::new();
-    for n in names {
-        let lock = a.try_lock(&cfg(n, 60_000, 0)).await.unwrap();
-        locks.push(lock.unwrap_or_else(|| panic!("{n:?} must be free (no collision)")));
-        assert_eq!(a.record(n).await.unwrap().unwrap().name, n);
-        assert!(b.try_lock(&cfg(n, 60_000, 0)).await.unwrap().is_none(), "{n:?} held");
-    }
-    for l in locks {
-        l.unlock().await.unwrap();
-    }
+    sql::hostile_names_are_stored_and_matched_exactly(&a, &b, &*a.records(), false).await;
 }
 
 #[tokio::test]
@@ -498,7 +449,7 @@ async fn unreachable_server_is_unavailable() {
         common::url().await.parse::<MySqlConnectOptions>().unwrap().host("127.0.0.1").port(port);
     let pool =
         recommended_pool_options().acquire_timeout(Duration::from_secs(1)).connect_lazy_with(opts);
-    let p = MySqlLockProvider::builder(pool).flavor(Flavor::MariaDb).build().unwrap();
+    let p = MySqlLockProvider::builder(pool).option(Flavor::MariaDb).build().unwrap();
     let started = std::time::Instant::now();
     let err = p.try_lock(&cfg("x", 1000, 0)).await.unwrap_err();
     assert!(err.is_retryable(), "{err:?}");
@@ -556,7 +507,7 @@ async fn pooled_statements_still_work() {
         let node = async || {
             let p = MySqlLockProvider::builder(pool().await)
                 .table(&table)
-                .flavor(flavor)
+                .option(flavor)
                 .dedicated_connection(false)
                 .build()
                 .unwrap();
@@ -649,7 +600,7 @@ async fn the_dedicated_connection_follows_the_pool_idle_timeout_and_closing() {
     // The table is created elsewhere, so that only the dedicated connection uses this pool.
     let table = table();
     provider_on(self::pool().await, &table, Flavor::MariaDb).await;
-    let p = MySqlLockProvider::builder(pool.clone()).table(&table).flavor(Flavor::MariaDb).build();
+    let p = MySqlLockProvider::builder(pool.clone()).table(&table).option(Flavor::MariaDb).build();
     let p = p.unwrap();
     sql::the_dedicated_connection_follows_idle_timeout_and_closing(&p, &proxy, async || {
         pool.close().await

@@ -57,7 +57,7 @@ fn table() -> String {
 async fn compat_with(table: &str, flavor: Flavor) -> MySqlLockProvider {
     let p = MySqlLockProvider::builder(pool().await)
         .table(table)
-        .flavor(flavor)
+        .option(flavor)
         .shedlock_compatible()
         .build()
         .unwrap();

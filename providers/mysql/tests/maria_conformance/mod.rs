@@ -1,11 +1,7 @@
-//! The MariaDB conformance factory, shared by `conformance.rs` (provider name `mariadb`:
-//! database time, one-statement `RETURNING` acquire) and `conformance_shedlock_compat.rs` (the
-//! ShedLock-compatible mode, `mariadb-shedlock-compat`).
-//!
-//! - `SHEDLOCK_SQL_TIME=client` runs the client-time mode instead (`mariadb-client-time`), to
-//!   show what the skew checks detect.
-//! - `SHEDLOCK_MYSQL_FLAVOR=mysql` runs the MySQL code path (upsert, then a primary-key
-//!   `SELECT`; no `RETURNING`) against MariaDB (`mariadb-mysql-flavor`).
+//! The MariaDB conformance factory of `conformance.rs`'s suites (see [`suite`]): `mariadb`
+//! (database time, one-statement `RETURNING` acquire), `mariadb-client-time` (to show what the
+//! skew checks detect), `mariadb-mysql-flavor` (the MySQL code path against MariaDB) and
+//! `mariadb-shedlock-compat` (the ShedLock-compatible mode). Each suite has its own table.
 //!
 //! Each instance has its own pool (like a separate node). The hooks give the kit raw row access
 //! (C14), the server address for its fault proxy (C24) and a restart of the server (C25) —
@@ -40,7 +36,7 @@ struct Maria {
 }
 
 impl Maria {
-    async fn new(compat: bool) -> Result<Self, BoxError> {
+    async fn new(compat: bool, client_time: bool, mysql_path: bool) -> Result<Self, BoxError> {
         let service = testing::service(Backend::MariaDb, "MariaDB").await?;
         let url = service.url().to_owned();
         let base: MySqlConnectOptions = url.parse()?;
@@ -48,30 +44,19 @@ impl Maria {
             .to_socket_addrs()?
             .next()
             .ok_or("the server host does not resolve")?;
-        let client_time = std::env::var("SHEDLOCK_SQL_TIME").is_ok_and(|v| v == "client");
-        let mysql_path = std::env::var("SHEDLOCK_MYSQL_FLAVOR").is_ok_and(|v| v == "mysql");
         let pool = recommended_pool_options().connect_with(base.clone()).await?;
         sqlx::raw_sql("CREATE DATABASE IF NOT EXISTS shedlock_conformance").execute(&pool).await?;
-        let table = format!("shedlock_conformance.t_{}", shedlock_conformance::run_id());
+        // One table per suite; C28's node processes (this binary, re-executed) share the run id.
+        let mode = name_tag(compat, client_time, mysql_path);
+        let table = format!("shedlock_conformance.t_{mode}{}", shedlock_conformance::run_id());
         let flavor = if mysql_path { Flavor::MySql } else { Flavor::Detect };
-        let mut admin = MySqlLockProvider::builder(pool).table(&table).flavor(flavor);
+        let mut admin = MySqlLockProvider::builder(pool).table(&table).option(flavor);
         if compat {
             admin = admin.shedlock_compatible();
         }
         let admin = admin.build()?;
         admin.create_table().await?;
-        let name = match (client_time, mysql_path) {
-            _ if compat && (client_time || mysql_path) => {
-                return Err("the ShedLock-compatible suite runs alone: unset \
-                            SHEDLOCK_SQL_TIME and SHEDLOCK_MYSQL_FLAVOR"
-                    .into());
-            }
-            _ if compat => "mariadb-shedlock-compat",
-            (false, false) => "mariadb",
-            (true, false) => "mariadb-client-time",
-            (false, true) => "mariadb-mysql-flavor",
-            (true, true) => "mariadb-mysql-flavor-client-time",
-        };
+        let name = suite_name(compat, client_time, mysql_path);
         Ok(Self { service, name, base, addr, table, client_time, flavor, compat, admin })
     }
 }
@@ -97,7 +82,7 @@ impl ProviderFactory for Maria {
             // be consulted (C18).
             .clock(options.clock_or_system())
             .table(&self.table)
-            .flavor(self.flavor)
+            .option(self.flavor)
             .operation_timeout(Some(Duration::from_secs(3)));
         if self.client_time {
             b = b.time_source(TimeSource::Client);
@@ -113,16 +98,41 @@ impl ProviderFactory for Maria {
     }
 }
 
-/// Runs the suite in the native mode, or in the ShedLock-compatible one (`compat`), whose
-/// table has no column for a fencing token: C20 and C21 are then expected "unsupported".
-pub fn main(compat: bool) -> std::process::ExitCode {
+fn suite_name(compat: bool, client_time: bool, mysql_path: bool) -> &'static str {
+    match (compat, client_time, mysql_path) {
+        (true, _, _) => "mariadb-shedlock-compat",
+        (false, false, false) => "mariadb",
+        (false, true, false) => "mariadb-client-time",
+        (false, false, true) => "mariadb-mysql-flavor",
+        (false, true, true) => "mariadb-mysql-flavor-client-time",
+    }
+}
+
+fn name_tag(compat: bool, client_time: bool, mysql_path: bool) -> &'static str {
+    match (compat, client_time, mysql_path) {
+        (true, _, _) => "sc_",
+        (false, false, false) => "",
+        (false, true, false) => "ct_",
+        (false, false, true) => "my_",
+        (false, true, true) => "myct_",
+    }
+}
+
+/// The suite of one mode: native (`mariadb`), client time (`mariadb-client-time`), the MySQL code
+/// path against MariaDB (`mysql_path`: upsert, then a primary-key `SELECT`; no `RETURNING`;
+/// `mariadb-mysql-flavor`), or the ShedLock-compatible one (`compat`), whose table has no column
+/// for a fencing token: C20 and C21 are then expected "unsupported".
+pub fn suite(compat: bool, client_time: bool, mysql_path: bool) -> shedlock_conformance::SuiteSpec {
     let mut options = testing::server_options(Backend::MariaDb);
     if compat {
-        options = shedlock_test_support::expect_no_fencing(
+        options = testing::expect_no_fencing(
             options,
             "no fencing in the ShedLock-compatible mode: ShedLock's table (name, \
                  lock_until, locked_at, locked_by) has no column for a token",
         );
     }
-    shedlock_conformance::harness(options, move || async move { Maria::new(compat).await })
+    let name = suite_name(compat, client_time, mysql_path);
+    testing::suite(Backend::MariaDb, name, options, move || {
+        Maria::new(compat, client_time, mysql_path)
+    })
 }

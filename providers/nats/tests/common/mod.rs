@@ -1,6 +1,6 @@
-//! The conformance factory and hooks shared by `conformance.rs` (server time, provider `nats`)
-//! and `conformance_client_time.rs` (client time on a bucket without per-message TTL, as a server
-//! before 2.11 offers, provider `nats-client-time`).
+//! The conformance factory and hooks of `conformance.rs`'s two suites: server time (provider
+//! `nats`) and client time on a bucket without per-message TTL, as a server before 2.11 offers
+//! (`nats-client-time`).
 //!
 //! Each instance has its own client (like a separate node). The hooks give the kit raw record
 //! access through JetStream requests on the provider's key mapping (C14), the server address for
@@ -207,7 +207,8 @@ impl RecordHooks for Records {
 
 /// Runs the suite: server time (`nats`), or client time on a bucket without per-message TTL
 /// (`nats-client-time`).
-pub fn run(client_time: bool) -> std::process::ExitCode {
+pub fn suite(client_time: bool) -> shedlock_conformance::SuiteSpec {
     let options = testing::server_options(Backend::Nats);
-    shedlock_conformance::harness(options, move || async move { Nats::new(client_time).await })
+    let name = if client_time { "nats-client-time" } else { "nats" };
+    testing::suite(Backend::Nats, name, options, move || Nats::new(client_time))
 }

@@ -144,9 +144,7 @@ async fn at_least_is_kept_from_locked_at() {
 #[tokio::test]
 async fn lock_until_keeps_milliseconds() {
     let (a, _) = two_nodes().await;
-    let _lock = a.try_lock(&cfg("ms", 1_234, 0)).await.unwrap().unwrap();
-    let rec = a.record("ms").await.unwrap().unwrap();
-    assert_eq!(rec.lock_until.duration_since(rec.locked_at).unwrap(), Duration::from_millis(1_234));
+    sql::lock_until_keeps_milliseconds(&a, &*a.records()).await;
 }
 
 #[tokio::test]
@@ -242,20 +240,7 @@ async fn identifiers_are_validated() {
 #[tokio::test]
 async fn long_names_are_rejected_not_truncated() {
     let (a, b) = two_nodes().await;
-    let max = "x".repeat(255);
-    let l = a.try_lock(&cfg(&max, 60_000, 0)).await.unwrap().expect("255 bytes accepted");
-    assert_eq!(a.record(&max).await.unwrap().unwrap().name, max);
-    for too_long in [format!("{max}a"), format!("{max}b"), "😀".repeat(64)] {
-        match b.try_lock(&cfg(&too_long, 60_000, 0)).await {
-            Err(Error::InvalidName { name, .. }) => assert_eq!(name, too_long),
-            other => panic!("expected InvalidName, got {other:?}"),
-        }
-    }
-    // 63 four-byte characters are 252 bytes: accepted and stored exactly.
-    let emoji = "😀".repeat(63);
-    assert!(b.try_lock(&cfg(&emoji, 60_000, 0)).await.unwrap().is_some());
-    assert_eq!(a.record(&emoji).await.unwrap().unwrap().name, emoji);
-    l.unlock().await.unwrap();
+    sql::long_names_are_rejected_not_truncated(&a, &b, &*a.records()).await;
 
     // A smaller configured maximum sizes the column and is enforced client-side.
     let table = unique("short");
@@ -279,42 +264,7 @@ async fn long_names_are_rejected_not_truncated() {
 #[tokio::test]
 async fn hostile_names_are_stored_and_matched_exactly() {
     let (a, b) = two_nodes().await;
-    let names = [
-        "'",
-        "\"",
-        "%",
-        "_",
-        "a%",
-        "a_",
-        ";",
-        "--",
-        "x'; DROP TABLE shedlock; --",
-        "ünïcødé 😀",
-        " padded ",
-        "padded",
-        "new\nline",
-        "*",
-        "/",
-        "..",
-        "\\",
-        "tab\t",
-        "Case",
-        "case",
-    ];
-    let mut locks = Vec::new();
-    for n in names {
-        let lock = a.try_lock(&cfg(n, 60_000, 0)).await.unwrap();
-        locks.push(lock.unwrap_or_else(|| panic!("{n:?} must be free (no collision)")));
-        assert_eq!(a.record(n).await.unwrap().unwrap().name, n);
-        assert!(b.try_lock(&cfg(n, 60_000, 0)).await.unwrap().is_none(), "{n:?} held");
-    }
-    match a.try_lock(&cfg("nul\0byte", 60_000, 0)).await {
-        Err(Error::InvalidName { reason, .. }) => assert!(reason.contains("NUL"), "{reason}"),
-        other => panic!("NUL must be rejected, got {other:?}"),
-    }
-    for l in locks {
-        l.unlock().await.unwrap();
-    }
+    sql::hostile_names_are_stored_and_matched_exactly(&a, &b, &*a.records(), true).await;
 }
 
 #[tokio::test]

@@ -1,6 +1,6 @@
-//! The conformance factory of both PostgreSQL suites: `conformance.rs` (the native mode, provider
-//! `postgres`, or `postgres-client-time` with `SHEDLOCK_SQL_TIME=client`) and
-//! `conformance_shedlock_compat.rs` (the ShedLock-compatible mode, `postgres-shedlock-compat`).
+//! The conformance factory of the PostgreSQL suites of `conformance.rs`: the native mode
+//! (provider `postgres`), client time (`postgres-client-time`) and the ShedLock-compatible mode
+//! (`postgres-shedlock-compat`). Each suite has its own table.
 //!
 //! Each instance has its own pool (like a separate node). The hooks give the kit raw row access
 //! (C14), the server address for its fault proxy (C24) and a restart of the server (C25) —
@@ -33,7 +33,7 @@ struct Pg {
 }
 
 impl Pg {
-    async fn new(compat: bool) -> Result<Self, BoxError> {
+    async fn new(compat: bool, client_time: bool) -> Result<Self, BoxError> {
         let service = testing::service(Backend::Postgres, "PostgreSQL").await?;
         let url = service.url().to_owned();
         let base: PgConnectOptions = url.parse()?;
@@ -41,9 +41,13 @@ impl Pg {
             .to_socket_addrs()?
             .next()
             .ok_or("the server host does not resolve")?;
-        let client_time =
-            !compat && std::env::var("SHEDLOCK_SQL_TIME").is_ok_and(|v| v == "client");
-        let table = format!("shedlock_conformance_{}", shedlock_conformance::run_id());
+        let mode = match (compat, client_time) {
+            (true, _) => "sc_",
+            (false, true) => "ct_",
+            (false, false) => "",
+        };
+        // C28's node processes (this binary, re-executed) share the run id: the same table.
+        let table = format!("shedlock_conformance_{mode}{}", shedlock_conformance::run_id());
         let mut admin = PostgresLockProvider::builder(
             recommended_pool_options().connect_with(base.clone()).await?,
         )
@@ -106,16 +110,22 @@ impl ProviderFactory for Pg {
     }
 }
 
-/// Runs the suite in the native mode, or in the ShedLock-compatible one (`compat`), whose
-/// table has no column for a fencing token: C20 and C21 are then expected "unsupported".
-pub fn main(compat: bool) -> std::process::ExitCode {
+/// The suite of one mode: native (`postgres`), client time (`postgres-client-time`), or the
+/// ShedLock-compatible one (`compat`), whose table has no column for a fencing token: C20 and
+/// C21 are then expected "unsupported".
+pub fn suite(compat: bool, client_time: bool) -> shedlock_conformance::SuiteSpec {
     let mut options = testing::server_options(Backend::Postgres);
     if compat {
-        options = shedlock_test_support::expect_no_fencing(
+        options = testing::expect_no_fencing(
             options,
             "no fencing in the ShedLock-compatible mode: ShedLock's table (name, \
                  lock_until, locked_at, locked_by) has no column for a token",
         );
     }
-    shedlock_conformance::harness(options, move || async move { Pg::new(compat).await })
+    let name = match (compat, client_time) {
+        (true, _) => "postgres-shedlock-compat",
+        (false, true) => "postgres-client-time",
+        (false, false) => "postgres",
+    };
+    testing::suite(Backend::Postgres, name, options, move || Pg::new(compat, client_time))
 }

@@ -249,7 +249,6 @@ impl ProviderFactory for S3 {
 }
 
 /// Runs the conformance suite.
-pub fn run() -> std::process::ExitCode {
-    let options = testing::server_options(Backend::S3);
-    shedlock_conformance::harness(options, || async { S3::new().await })
+pub fn suite() -> shedlock_conformance::SuiteSpec {
+    testing::suite(Backend::S3, "s3", testing::server_options(Backend::S3), S3::new)
 }
