@@ -22,77 +22,115 @@ const TABLE_END: &str = "<!-- provider-table:end -->";
 /// How to run one provider's conformance suite.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Spec {
+    /// The suite's name: the provider name of its report.
     name: String,
     krate: String,
     test: String,
+    /// The harness filter selecting the suite in a binary of several (`redis-valkey::`).
+    filter: Option<String>,
     backend: Option<Backend>,
     dir: PathBuf,
 }
 
-fn spec(name: &str) -> Result<Spec, String> {
-    let name = name.trim().to_ascii_lowercase();
-    let (krate, test, backend, dir) = match name.as_str() {
-        "memory" => ("shedlock-conformance".to_owned(), "memory", None, root().join("conformance")),
-        "postgres" | "postgresql" => (
-            "shedlock-postgres".to_owned(),
-            "conformance",
-            Some(Backend::Postgres),
-            root().join("providers/postgres"),
-        ),
-        "mysql" | "mariadb" => (
-            "shedlock-mysql".to_owned(),
-            "conformance",
-            Some(Backend::MariaDb),
-            root().join("providers/mysql"),
-        ),
-        "sqlite" => {
-            ("shedlock-sqlite".to_owned(), "conformance", None, root().join("providers/sqlite"))
-        }
-        // A variant suite of one crate: `providers/redis/tests/conformance_valkey.rs` is
-        // `redis-valkey`, run against the backend the variant names (`redis-cluster`), else
-        // its suffix names (`valkey`), else the crate's own.
-        other if variant(other).is_some() => {
-            let (dir, suffix) = variant(other).unwrap_or_default();
-            // `redis-cluster` names its backend, `redis-valkey` by its suffix, and
-            // `nats-client-time` runs on its crate's own backend.
-            let backend = Backend::from_name(other)
-                .or_else(|| Backend::from_name(&suffix))
-                .or_else(|| Backend::from_name(&dir));
-            let test = format!("conformance_{suffix}");
-            return Ok(Spec {
-                krate: format!("shedlock-{dir}"),
-                test,
-                backend,
-                dir: root().join("providers").join(&dir),
-                name,
-            });
-        }
-        other => {
-            let backend = Backend::from_name(other).ok_or_else(|| {
-                format!("unknown provider {other:?} (memory, sqlite, or a backend name)")
-            })?;
-            (
-                format!("shedlock-{other}"),
-                "conformance",
-                Some(backend),
-                root().join("providers").join(other),
-            )
-        }
-    };
-    Ok(Spec { name, krate, test: test.to_owned(), backend, dir })
+/// The crates with a conformance binary: the directories under `providers/` with a
+/// `tests/conformance.rs`.
+fn provider_dirs() -> Vec<String> {
+    let mut dirs: Vec<String> = std::fs::read_dir(root().join("providers"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().join("tests/conformance.rs").is_file())
+        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+        .collect();
+    dirs.sort();
+    dirs
 }
 
-/// `<dir>-<suffix>` when `providers/<dir>/tests/conformance_<suffix>.rs` exists.
-fn variant(name: &str) -> Option<(String, String)> {
-    name.match_indices('-').map(|(i, _)| (&name[..i], &name[i + 1..])).find_map(|(dir, suffix)| {
-        let file = format!("conformance_{}.rs", suffix.replace('-', "_"));
-        root()
-            .join("providers")
-            .join(dir)
-            .join("tests")
-            .join(file)
-            .is_file()
-            .then(|| (dir.to_owned(), suffix.replace('-', "_")))
+/// The provider directory a suite name belongs to: the one it is, or starts with followed by
+/// `-`; MariaDB's suites (`mariadb…`) are the `mysql` crate's.
+fn dir_of(name: &str) -> Option<String> {
+    let name = if let Some(rest) = name.strip_prefix("mariadb") {
+        format!("mysql{rest}")
+    } else {
+        name.to_owned()
+    };
+    provider_dirs()
+        .into_iter()
+        .filter(|d| name == *d || name.starts_with(&format!("{d}-")))
+        .max_by_key(String::len)
+}
+
+/// The backend a suite runs on: the one its whole name names (`redis-cluster`), else the one
+/// after its first `-` (`redis-valkey`), else its first part (`mariadb-client-time`), else its
+/// crate's.
+fn backend_of(name: &str, dir: &str) -> Option<Backend> {
+    let (head, tail) = name.split_once('-').unwrap_or((name, ""));
+    Backend::from_name(name)
+        .or_else(|| Backend::from_name(tail))
+        .or_else(|| Backend::from_name(head))
+        .or_else(|| Backend::from_name(dir))
+}
+
+/// The suites of a provider crate's conformance binary, as the binary lists them
+/// (`<suite>::<check>` tests; builds the binary).
+fn suites_in(krate: &str) -> Result<Vec<String>, String> {
+    let out = cargo()
+        .args(["test", "-q", "-p", krate, "--test", "conformance", "--", "--list"])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("listing the suites of {krate} failed ({})", out.status));
+    }
+    let mut suites: Vec<String> = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        if let Some((suite, _)) = line.strip_suffix(": test").and_then(|t| t.split_once("::"))
+            && !suites.iter().any(|s| s == suite)
+        {
+            suites.push(suite.to_owned());
+        }
+    }
+    Ok(suites)
+}
+
+fn spec(name: &str) -> Result<Spec, String> {
+    let name = match name.trim().to_ascii_lowercase().as_str() {
+        "postgresql" => "postgres".to_owned(),
+        "mysql" => "mariadb".to_owned(),
+        other => other.to_owned(),
+    };
+    if name == "memory" {
+        return Ok(Spec {
+            krate: "shedlock-conformance".to_owned(),
+            test: "memory".to_owned(),
+            filter: None,
+            backend: None,
+            dir: root().join("conformance"),
+            name,
+        });
+    }
+    let Some(dir) = dir_of(&name) else {
+        return Err(format!(
+            "unknown provider {name:?}: the providers are memory and {} (each crate's suites are \
+             listed by `cargo xtask conformance --list`)",
+            provider_dirs().join(", ")
+        ));
+    };
+    let krate = format!("shedlock-{dir}");
+    let suites = suites_in(&krate)?;
+    if !suites.contains(&name) {
+        return Err(format!(
+            "unknown provider {name:?}: {krate}'s conformance suites are {}",
+            suites.join(", ")
+        ));
+    }
+    Ok(Spec {
+        backend: backend_of(&name, &dir),
+        filter: Some(format!("{name}::")),
+        krate,
+        test: "conformance".to_owned(),
+        dir: root().join("providers").join(&dir),
+        name,
     })
 }
 
@@ -101,33 +139,16 @@ fn default_provider() -> &'static str {
     if root().join("providers/sqlite/Cargo.toml").is_file() { "sqlite" } else { "memory" }
 }
 
-/// memory, then every provider crate with a `tests/conformance.rs`, and its variant suites
-/// (`tests/conformance_<suffix>.rs` is `<crate dir>-<suffix>`).
-fn all_providers() -> Vec<String> {
+/// memory, then every suite of every provider crate's conformance binary.
+fn all_providers() -> Result<Vec<String>, String> {
     let mut names = vec!["memory".to_owned()];
-    let mut found: Vec<String> = Vec::new();
-    for e in std::fs::read_dir(root().join("providers")).into_iter().flatten().flatten() {
-        let Some(dir) = e.file_name().to_str().map(str::to_owned) else { continue };
-        let tests = e.path().join("tests");
-        if !tests.join("conformance.rs").is_file() {
-            continue;
-        }
-        found.push(dir.clone());
-        for t in std::fs::read_dir(&tests).into_iter().flatten().flatten() {
-            let file = t.file_name().to_string_lossy().into_owned();
-            if let Some(suffix) =
-                file.strip_prefix("conformance_").and_then(|f| f.strip_suffix(".rs"))
-            {
-                found.push(format!("{dir}-{}", suffix.replace('_', "-")));
-            }
-        }
+    for dir in provider_dirs() {
+        names.extend(suites_in(&format!("shedlock-{dir}"))?);
     }
-    found.sort();
-    names.extend(found);
-    names
+    Ok(names)
 }
 
-/// `conformance [--provider <name> | --all] [--via ...] [--url URL] [--record]`
+/// `conformance [--provider <name> | --all | --list] [--via ...] [--url URL] [--record]`
 pub fn run(args: &[String]) -> Result<u8, String> {
     let mut args = args.to_vec();
     let via = take_via(&mut args)?;
@@ -135,6 +156,7 @@ pub fn run(args: &[String]) -> Result<u8, String> {
     let provider = take_value(&mut args, "--provider")?;
     let all = take_flag(&mut args, "--all");
     let record = take_flag(&mut args, "--record");
+    let list = take_flag(&mut args, "--list");
     let soak = take_value(&mut args, "--soak")?
         .map(|m| match m.trim().parse::<f64>() {
             Ok(v) if v.is_finite() && v > 0.0 => Ok(m.trim().to_owned()),
@@ -144,9 +166,15 @@ pub fn run(args: &[String]) -> Result<u8, String> {
     if let Some(a) = args.first() {
         return Err(format!("unexpected argument {a:?}"));
     }
+    if list {
+        for name in all_providers()? {
+            println!("{name}");
+        }
+        return Ok(0);
+    }
     let providers = match (all, provider) {
         (true, Some(_)) => return Err("--all and --provider exclude each other".to_owned()),
-        (true, None) => all_providers(),
+        (true, None) => all_providers()?,
         (false, Some(p)) => vec![p],
         (false, None) => vec![default_provider().to_owned()],
     };
@@ -258,9 +286,11 @@ fn run_one(
         .map_err(|e| format!("creating {}: {e}", conf_dir.display()))?;
     let began = SystemTime::now();
     let mut cmd = cargo();
-    cmd.args(["test", "-p", &spec.krate, "--test", &spec.test])
-        .env("SHEDLOCK_CONFORMANCE_DIR", &conf_dir)
-        .envs(env.iter().map(|(k, v)| (k, v)));
+    cmd.args(["test", "-p", &spec.krate, "--test", &spec.test]);
+    if let Some(filter) = &spec.filter {
+        cmd.args(["--", filter]);
+    }
+    cmd.env("SHEDLOCK_CONFORMANCE_DIR", &conf_dir).envs(env.iter().map(|(k, v)| (k, v)));
     eprintln!(
         "xtask: cargo test -p {} --test {} (SHEDLOCK_CONFORMANCE_DIR={})",
         spec.krate,
@@ -631,24 +661,26 @@ mod tests {
     }
 
     #[test]
-    fn providers_map_to_crates_and_backends() {
-        assert_eq!(spec("memory").unwrap().krate, "shedlock-conformance");
-        assert_eq!(spec("memory").unwrap().test, "memory");
-        let my = spec("mariadb").unwrap();
-        assert_eq!((my.krate.as_str(), my.backend), ("shedlock-mysql", Some(Backend::MariaDb)));
-        assert_eq!(spec("mysql").unwrap().krate, "shedlock-mysql");
-        assert_eq!(spec("sqlite").unwrap().backend, None);
-        assert_eq!(spec("redis").unwrap().krate, "shedlock-redis");
-        if root().join("providers/redis/tests/conformance_cluster.rs").is_file() {
-            let c = spec("redis-cluster").unwrap();
-            assert_eq!(
-                (c.krate.as_str(), c.test.as_str(), c.backend),
-                ("shedlock-redis", "conformance_cluster", Some(Backend::RedisCluster))
-            );
-            let v = spec("redis-valkey").unwrap();
-            assert_eq!((v.test.as_str(), v.backend), ("conformance_valkey", Some(Backend::Valkey)));
-            assert!(all_providers().contains(&"redis-valkey".to_owned()));
-        }
-        assert!(spec("oracle").is_err());
+    fn suites_map_to_crates_and_backends() {
+        assert_eq!(dir_of("mariadb-client-time").as_deref(), Some("mysql"));
+        assert_eq!(dir_of("mariadb").as_deref(), Some("mysql"));
+        assert_eq!(dir_of("redis-valkey").as_deref(), Some("redis"));
+        assert_eq!(dir_of("postgres-shedlock-compat").as_deref(), Some("postgres"));
+        assert_eq!(dir_of("oracle"), None);
+        assert_eq!(dir_of("redisx"), None, "a crate name is followed by `-` or nothing");
+        assert_eq!(backend_of("redis-cluster", "redis"), Some(Backend::RedisCluster));
+        assert_eq!(backend_of("redis-valkey", "redis"), Some(Backend::Valkey));
+        assert_eq!(backend_of("redis-shedlock-compat", "redis"), Some(Backend::Redis));
+        assert_eq!(backend_of("mariadb-mysql-flavor", "mysql"), Some(Backend::MariaDb));
+        assert_eq!(backend_of("zookeeper-ensemble", "zookeeper"), Some(Backend::ZooKeeperEnsemble));
+        assert_eq!(backend_of("nats-client-time", "nats"), Some(Backend::Nats));
+        let memory = spec("memory").unwrap();
+        assert_eq!(
+            (memory.krate.as_str(), memory.test.as_str()),
+            ("shedlock-conformance", "memory")
+        );
+        assert_eq!(memory.filter, None);
+        let err = spec("oracle").unwrap_err();
+        assert!(err.contains("memory and") && err.contains("postgres"), "{err}");
     }
 }

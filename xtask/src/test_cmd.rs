@@ -6,7 +6,7 @@ use serde_json::Value;
 use shedlock_launcher::{Backend, LaunchError, LaunchOptions, Service, backends_dir, skip_list};
 
 use crate::{
-    provision,
+    provision, runner,
     util::{cargo, code_of, interrupted, loud, metadata, root, trap_signals},
 };
 
@@ -18,7 +18,7 @@ fn backends_of(package: &Value) -> Vec<Backend> {
     }
     let name = package.get("name").and_then(Value::as_str).unwrap_or_default();
     match name.strip_prefix("shedlock-").unwrap_or(name) {
-        "memory" | "sqlite" | "sql-common" | "conformance" | "launcher" => Vec::new(),
+        "memory" | "sqlite" | "sql" | "conformance" | "launcher" => Vec::new(),
         "mysql" | "mariadb" => vec![Backend::MariaDb],
         "redis" => vec![Backend::Redis, Backend::Valkey],
         other => Backend::from_name(other).into_iter().collect(),
@@ -117,10 +117,44 @@ pub fn run(args: &[String]) -> Result<u8, String> {
     let services = start_all(&needed, &LaunchOptions::new());
 
     let mut code = 0u8;
-    // The core's optional features (metrics, macros) are tested on their own: in a workspace
-    // build they are on only if some member happens to enable them.
-    let steps: [&[&str]; 3] = [
-        &["test", "--workspace", "--all-targets", "--no-fail-fast"],
+    let mut env: Vec<(String, String)> =
+        services.iter().map(|s| (s.backend().env_var().to_owned(), s.url().to_owned())).collect();
+    if !skip.is_empty() {
+        env.push(("SHEDLOCK_SKIP_BACKENDS".to_owned(), skip.join(",")));
+    }
+    env.push(("SHEDLOCK_BACKENDS_DIR".to_owned(), backends_dir().display().to_string()));
+
+    // The workspace's test binaries: built by one cargo, run by us, several at once
+    // (`runner`). Then the doctests, and the core's optional features (metrics, macros) on
+    // their own: in a workspace build they are on only if some member happens to enable them.
+    let workspace = ["test", "--workspace", "--all-targets"];
+    eprintln!("xtask: cargo {} --no-run", workspace.join(" "));
+    match runner::build(&workspace) {
+        Err(e) => {
+            loud(&e);
+            code = code.max(101);
+        }
+        Ok(bins) => {
+            let jobs = runner::jobs();
+            eprintln!("xtask: running {} test binaries, {jobs} at a time", bins.len());
+            let total = bins.len();
+            let (suites, rest) = runner::schedule(bins, &runner::remembered());
+            let first = suites.len();
+            eprintln!("xtask: first the {first} conformance suites, then the other binaries");
+            let mut done = runner::run_all(suites, (0, total), jobs, &extra, &env, &flag);
+            done.extend(runner::run_all(rest, (first, total), jobs, &extra, &env, &flag));
+            let failed: Vec<String> = done
+                .iter()
+                .filter(|f| f.code != 0)
+                .map(|f| format!("  {} (exit {})", f.bin.id(), f.code))
+                .collect();
+            if !failed.is_empty() {
+                loud(&format!("{} TEST BINARIES FAILED:\n{}", failed.len(), failed.join("\n")));
+                code = code.max(101);
+            }
+        }
+    }
+    let steps: [&[&str]; 2] = [
         &["test", "--workspace", "--doc"],
         &["test", "-p", "shedlock", "--all-features", "--all-targets", "--no-fail-fast"],
     ];
@@ -134,13 +168,7 @@ pub fn run(args: &[String]) -> Result<u8, String> {
         if !extra.is_empty() {
             cmd.arg("--").args(&extra);
         }
-        for s in &services {
-            cmd.env(s.backend().env_var(), s.url());
-        }
-        if !skip.is_empty() {
-            cmd.env("SHEDLOCK_SKIP_BACKENDS", skip.join(","));
-        }
-        cmd.env("SHEDLOCK_BACKENDS_DIR", backends_dir());
+        cmd.envs(env.iter().map(|(k, v)| (k, v)));
         eprintln!("xtask: cargo {}", step.join(" "));
         let status = cmd.status().map_err(|e| format!("cannot run cargo: {e}"))?;
         if !status.success() {

@@ -1,0 +1,401 @@
+//! Runs the workspace's test binaries, several at once.
+//!
+//! `cargo test` runs one test binary after another. Most of this workspace's test time is spent
+//! waiting (a lease running out, a server restarting, a C28 node process sleeping), not
+//! computing, so `cargo xtask test` builds every test binary with one `cargo test --no-run` and
+//! then runs them itself, [`jobs`] at a time, as cargo would run each one: the same binaries
+//! (libs, bins, integration tests, benches in test mode; examples are only built), from the
+//! package's directory, with the package's `CARGO_*` variables and the caller's arguments.
+//! Each binary's output is kept apart and printed in one block when it ends. The providers'
+//! conformance suites run first, only beside each other (they mostly wait; the kit's CPU-heavy
+//! self-tests beside them slowed a suite's timing enough to fail C19 once), then the rest; in
+//! each phase the slowest start first, by the times remembered in
+//! `target/xtask-test/durations.json`.
+
+use std::{
+    collections::{BTreeMap, VecDeque},
+    fs,
+    io::Read,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    sync::{
+        Mutex, PoisonError,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+use crate::util::{cargo, code_of, target_dir};
+
+/// One test binary, as cargo built it.
+#[derive(Debug, Clone)]
+pub struct TestBinary {
+    /// `shedlock-postgres`.
+    pub package: String,
+    /// The package's version.
+    pub version: String,
+    /// The package's directory (cargo runs tests from there).
+    pub manifest_dir: PathBuf,
+    /// `lib`, `bin`, `test` or `bench`.
+    pub kind: String,
+    /// The target name: `conformance`, `it`, the crate name for a lib.
+    pub target: String,
+    /// The executable.
+    pub executable: PathBuf,
+}
+
+impl TestBinary {
+    /// `shedlock-postgres/test/conformance`: unique in the workspace, and the key of its
+    /// remembered duration.
+    pub fn id(&self) -> String {
+        format!("{}/{}/{}", self.package, self.kind, self.target)
+    }
+}
+
+/// How many test binaries run at once: `SHEDLOCK_TEST_JOBS`, else 2 (this project's tests wait
+/// far more than they compute; 1 runs them one after another, as `cargo test` does).
+pub fn jobs() -> usize {
+    std::env::var("SHEDLOCK_TEST_JOBS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(2)
+}
+
+/// Whether `cargo test` runs the artifact of a `compiler-artifact` message: every executable
+/// built as a test (libs, bins, harness tests and benches), and every `test` or `bench` target
+/// built without the test harness; examples are only built.
+fn is_run_by_cargo_test(msg: &Value) -> bool {
+    let has_exe = msg.get("executable").is_some_and(|e| !e.is_null());
+    let as_test = msg.pointer("/profile/test").and_then(Value::as_bool) == Some(true);
+    let kinds: Vec<&str> = msg
+        .pointer("/target/kind")
+        .and_then(Value::as_array)
+        .map(|k| k.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    has_exe && (as_test || kinds.iter().any(|k| *k == "test" || *k == "bench"))
+}
+
+/// Parses cargo's JSON messages into the binaries `cargo test` would run.
+pub fn binaries_from_messages(stdout: &str) -> Vec<TestBinary> {
+    let mut out = Vec::new();
+    for line in stdout.lines() {
+        let Ok(msg) = serde_json::from_str::<Value>(line) else { continue };
+        if msg.get("reason").and_then(Value::as_str) != Some("compiler-artifact")
+            || !is_run_by_cargo_test(&msg)
+        {
+            continue;
+        }
+        let s = |p: &str| msg.pointer(p).and_then(Value::as_str).unwrap_or_default().to_owned();
+        let manifest = PathBuf::from(s("/manifest_path"));
+        // A package id is `path+file:///dir#name@version` (or `…#version` when the directory
+        // is the name).
+        let id = s("/package_id");
+        let tail = id.rsplit('#').next().unwrap_or_default();
+        let version = tail.rsplit('@').next().unwrap_or_default().to_owned();
+        let kind =
+            msg.pointer("/target/kind/0").and_then(Value::as_str).unwrap_or_default().to_owned();
+        let package = package_name(&manifest).unwrap_or_else(|| s("/target/name"));
+        out.push(TestBinary {
+            package,
+            version,
+            manifest_dir: manifest.parent().map(Path::to_path_buf).unwrap_or_default(),
+            kind,
+            target: s("/target/name"),
+            executable: PathBuf::from(s("/executable")),
+        });
+    }
+    out
+}
+
+/// The `name` of `[package]` in a manifest (read as text: one line `name = "…"`).
+fn package_name(manifest: &Path) -> Option<String> {
+    let text = fs::read_to_string(manifest).ok()?;
+    let mut in_package = false;
+    for line in text.lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            in_package = line == "[package]";
+        } else if in_package && let Some(rest) = line.strip_prefix("name") {
+            let value = rest.trim_start().strip_prefix('=')?.trim().trim_matches('"');
+            return Some(value.to_owned());
+        }
+    }
+    None
+}
+
+/// Builds every test binary of `cargo_args` (e.g. `test --workspace --all-targets`) without
+/// running it. Compiler messages go to the terminal as usual.
+pub fn build(cargo_args: &[&str]) -> Result<Vec<TestBinary>, String> {
+    let out = cargo()
+        .args(cargo_args)
+        .args(["--no-run", "--message-format", "json-render-diagnostics"])
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // Rendered diagnostics arrive as JSON too; show them.
+    for line in stdout.lines() {
+        if let Ok(msg) = serde_json::from_str::<Value>(line)
+            && msg.get("reason").and_then(Value::as_str) == Some("compiler-message")
+            && let Some(r) = msg.pointer("/message/rendered").and_then(Value::as_str)
+        {
+            eprint!("{r}");
+        }
+    }
+    if !out.status.success() {
+        return Err(format!("building the tests failed ({})", out.status));
+    }
+    Ok(binaries_from_messages(&stdout))
+}
+
+fn durations_file() -> PathBuf {
+    target_dir().join("xtask-test").join("durations.json")
+}
+
+/// The remembered run times, in seconds, by [`TestBinary::id`].
+pub fn remembered() -> BTreeMap<String, f64> {
+    fs::read_to_string(durations_file())
+        .ok()
+        .and_then(|t| serde_json::from_str::<BTreeMap<String, f64>>(&t).ok())
+        .unwrap_or_default()
+}
+
+/// Whether `bin` is a provider's conformance harness (`tests/conformance*.rs`, no libtest
+/// harness): a suite of timing checks that mostly waits on its backend.
+fn is_suite(bin: &TestBinary) -> bool {
+    bin.kind == "test" && bin.target.starts_with("conformance")
+}
+
+/// The order to start `bins` in, as two phases: first the providers' conformance suites, which
+/// mostly wait and so share the machine well with each other, then everything else (the kit's
+/// own tests include CPU-heavy model and fuzz runs, which would slow a suite's timing checks).
+/// Within a phase the slowest start first, by the remembered times; a binary never seen before
+/// counts as slow when it is a suite and as quick otherwise.
+pub fn schedule(
+    bins: Vec<TestBinary>,
+    times: &BTreeMap<String, f64>,
+) -> (Vec<TestBinary>, Vec<TestBinary>) {
+    let estimate = |b: &TestBinary| {
+        times.get(&b.id()).copied().unwrap_or(if is_suite(b) { 120.0 } else { 10.0 })
+    };
+    let (mut suites, mut rest): (Vec<_>, Vec<_>) = bins.into_iter().partition(is_suite);
+    for phase in [&mut suites, &mut rest] {
+        phase.sort_by(|a, b| estimate(b).total_cmp(&estimate(a)).then_with(|| a.id().cmp(&b.id())));
+    }
+    (suites, rest)
+}
+
+/// What one binary did.
+#[derive(Debug)]
+pub struct Finished {
+    /// The binary.
+    pub bin: TestBinary,
+    /// Its exit code (128 + signal when killed).
+    pub code: u8,
+    /// How long it ran.
+    pub took: Duration,
+}
+
+/// Runs `bins`, `jobs` at a time, each with `args` and the extra environment `env`; stops
+/// starting new ones once `stop` is set. Returns what every started binary did; `total` is the
+/// number of binaries of the whole run (for the progress lines), `before` how many ran earlier.
+pub fn run_all(
+    bins: Vec<TestBinary>,
+    (before, total): (usize, usize),
+    jobs: usize,
+    args: &[String],
+    env: &[(String, String)],
+    stop: &AtomicBool,
+) -> Vec<Finished> {
+    let logs = target_dir().join("xtask-test").join("logs");
+    let _ = fs::create_dir_all(&logs);
+    let queue = Mutex::new(bins.into_iter().collect::<VecDeque<_>>());
+    let done = Mutex::new(Vec::<Finished>::new());
+    std::thread::scope(|s| {
+        for _ in 0..jobs.max(1) {
+            s.spawn(|| {
+                loop {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let next = queue.lock().unwrap_or_else(PoisonError::into_inner).pop_front();
+                    let Some(bin) = next else { break };
+                    let finished = run_one(bin, args, env, &logs);
+                    let mut done = done.lock().unwrap_or_else(PoisonError::into_inner);
+                    done.push(finished);
+                    let f = done.last().map(|f| (f.bin.id(), f.code, f.took));
+                    if let Some((id, code, took)) = f {
+                        let verdict = if code == 0 { "ok" } else { "FAILED" };
+                        eprintln!(
+                            "xtask: [{}/{total}] {id}: {verdict} in {:.1} s",
+                            before + done.len(),
+                            took.as_secs_f64()
+                        );
+                    }
+                }
+            });
+        }
+    });
+    let done = done.into_inner().unwrap_or_else(PoisonError::into_inner);
+    remember(&done);
+    done
+}
+
+/// Adds this run's times to the remembered ones.
+fn remember(done: &[Finished]) {
+    let mut times = remembered();
+    for f in done {
+        times.insert(f.bin.id(), f.took.as_secs_f64());
+    }
+    if let Ok(text) = serde_json::to_string_pretty(&times) {
+        let path = durations_file();
+        if let Some(dir) = path.parent() {
+            let _ = fs::create_dir_all(dir);
+        }
+        let _ = fs::write(path, text);
+    }
+}
+
+/// Runs one binary as cargo would, its output (stdout and stderr, interleaved as written) into a
+/// log file that is printed in one block when it ends.
+fn run_one(bin: TestBinary, args: &[String], env: &[(String, String)], logs: &Path) -> Finished {
+    let log_path = logs.join(format!("{}.log", bin.id().replace('/', "__")));
+    let began = Instant::now();
+    let code = match fs::File::create(&log_path).and_then(|f| Ok((f.try_clone()?, f))) {
+        Err(e) => {
+            eprintln!("xtask: cannot create {}: {e}", log_path.display());
+            1
+        }
+        Ok((out, err)) => {
+            let mut cmd = Command::new(&bin.executable);
+            cmd.args(args)
+                .current_dir(&bin.manifest_dir)
+                .stdin(Stdio::null())
+                .stdout(out)
+                .stderr(err)
+                .env("CARGO_MANIFEST_DIR", &bin.manifest_dir)
+                .env("CARGO_MANIFEST_PATH", bin.manifest_dir.join("Cargo.toml"))
+                .env("CARGO_PKG_NAME", &bin.package)
+                .env("CARGO_PKG_VERSION", &bin.version)
+                .env("CARGO_CRATE_NAME", bin.target.replace('-', "_"))
+                .env("CARGO_TARGET_DIR", target_dir())
+                .envs(env.iter().map(|(k, v)| (k, v)));
+            match cmd.status() {
+                Ok(status) => code_of(status),
+                Err(e) => {
+                    eprintln!("xtask: cannot run {}: {e}", bin.executable.display());
+                    1
+                }
+            }
+        }
+    };
+    let took = began.elapsed();
+    let mut text = String::new();
+    if let Ok(mut f) = fs::File::open(&log_path) {
+        let _ = f.read_to_string(&mut text);
+    }
+    let rule = "-".repeat(78);
+    eprintln!(
+        "\n{rule}\n{} ({}, {:.1} s, exit {code}):\n{rule}\n{text}",
+        bin.id(),
+        bin.executable.display(),
+        took.as_secs_f64()
+    );
+    Finished { bin, code, took }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn artifact(kind: &str, name: &str, test: bool, exe: Option<&str>) -> String {
+        serde_json::json!({
+            "reason": "compiler-artifact",
+            "package_id": "path+file:///w/providers/postgres#shedlock-postgres@0.1.0",
+            "manifest_path": "/nonexistent/providers/postgres/Cargo.toml",
+            "target": {"kind": [kind], "name": name},
+            "profile": {"test": test},
+            "executable": exe,
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn cargo_test_runs_tests_benches_and_test_profiles_but_not_examples_or_libraries() {
+        let lines = [
+            artifact("lib", "shedlock_postgres", true, Some("/t/lib-test")),
+            artifact("lib", "shedlock_postgres", false, None),
+            artifact("test", "conformance", false, Some("/t/conformance")),
+            artifact("test", "it", true, Some("/t/it")),
+            artifact("bench", "zoo", false, Some("/t/zoo")),
+            artifact("example", "demo", false, Some("/t/demo")),
+            r#"{"reason":"build-finished","success":true}"#.to_owned(),
+            "not json".to_owned(),
+        ]
+        .join("\n");
+        let bins = binaries_from_messages(&lines);
+        let ids: Vec<String> = bins.iter().map(TestBinary::id).collect();
+        // The manifest cannot be read here: the package falls back to the target name; the
+        // version comes from the package id.
+        assert_eq!(
+            ids,
+            [
+                "shedlock_postgres/lib/shedlock_postgres",
+                "conformance/test/conformance",
+                "it/test/it",
+                "zoo/bench/zoo"
+            ]
+        );
+        assert!(bins.iter().all(|b| b.version == "0.1.0"));
+        assert_eq!(bins[1].manifest_dir, Path::new("/nonexistent/providers/postgres"));
+    }
+
+    #[test]
+    fn suites_run_first_and_within_a_phase_the_slowest_start_first() {
+        let bin = |package: &str, kind: &str, target: &str| TestBinary {
+            package: package.into(),
+            version: "0.1.0".into(),
+            manifest_dir: PathBuf::new(),
+            kind: kind.into(),
+            target: target.into(),
+            executable: PathBuf::new(),
+        };
+        let bins = vec![
+            bin("a", "lib", "a"),
+            bin("b", "test", "it"),
+            bin("c", "test", "conformance"),
+            bin("d", "test", "conformance"),
+            bin("e", "test", "conformance"),
+        ];
+        let times = BTreeMap::from([
+            ("b/test/it".to_owned(), 300.0),
+            ("d/test/conformance".to_owned(), 5.0),
+            ("e/test/conformance".to_owned(), 400.0),
+        ]);
+        let (suites, rest) = schedule(bins, &times);
+        let ids = |v: &[TestBinary]| v.iter().map(TestBinary::id).collect::<Vec<_>>();
+        // c was never timed: a suite counts as slow (120 s).
+        assert_eq!(
+            ids(&suites),
+            ["e/test/conformance", "c/test/conformance", "d/test/conformance"]
+        );
+        assert_eq!(ids(&rest), ["b/test/it", "a/lib/a"]);
+    }
+
+    #[test]
+    fn package_name_is_read_from_the_package_table() {
+        let dir = std::env::temp_dir().join(format!("xtask-runner-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let m = dir.join("Cargo.toml");
+        fs::write(
+            &m,
+            "[workspace]\nname = \"no\"\n[package]\nname = \"shedlock-x\"\nversion = \"1\"\n",
+        )
+        .unwrap();
+        assert_eq!(package_name(&m).as_deref(), Some("shedlock-x"));
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
