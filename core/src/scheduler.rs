@@ -2,6 +2,7 @@
 //! [`LockingExecutor`], so each fire time runs on at most one node.
 
 use std::{
+    collections::HashMap,
     fmt,
     future::Future,
     pin::Pin,
@@ -16,6 +17,7 @@ use tokio::{sync::watch, task::JoinHandle};
 use crate::{
     clock::{SharedClock, system_clock},
     config::{LockConfig, LockRequest},
+    error::ConfigError,
     executor::{CatchUnwind, LockingExecutor, TaskResult},
 };
 
@@ -66,6 +68,20 @@ impl fmt::Debug for Schedule {
                 .field("delay", delay)
                 .field("initial_delay", initial_delay)
                 .finish(),
+        }
+    }
+}
+
+/// The schedule in words, as errors show it: `cron "*/10 * * * * *"`, `every 5s (fixed rate)`,
+/// `5s after each run (fixed delay)`.
+impl fmt::Display for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Schedule::Cron(c) => write!(f, "cron {:?}", c.source()),
+            Schedule::FixedRate { period, .. } => write!(f, "every {period:?} (fixed rate)"),
+            Schedule::FixedDelay { delay, .. } => {
+                write!(f, "{delay:?} after each run (fixed delay)")
+            }
         }
     }
 }
@@ -130,6 +146,9 @@ pub struct Scheduler {
     clock: SharedClock,
     shutdown: watch::Sender<bool>,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
+    /// Each scheduled lock name and the schedule it was registered with.
+    names: std::sync::Mutex<HashMap<String, String>>,
+    shared_names: bool,
 }
 
 impl fmt::Debug for Scheduler {
@@ -142,7 +161,24 @@ impl Scheduler {
     /// A scheduler firing through `executor`, on the system clock.
     pub fn new(executor: LockingExecutor) -> Self {
         let (shutdown, _) = watch::channel(false);
-        Self { executor, clock: system_clock(), shutdown, tasks: std::sync::Mutex::new(Vec::new()) }
+        Self {
+            executor,
+            clock: system_clock(),
+            shutdown,
+            tasks: std::sync::Mutex::new(Vec::new()),
+            names: std::sync::Mutex::new(HashMap::new()),
+            shared_names: false,
+        }
+    }
+
+    /// Whether two tasks may be scheduled under the same lock name (default `false`: the second
+    /// [`schedule`](Self::schedule) fails with [`ConfigError::AlreadyScheduled`]). Tasks sharing a
+    /// name exclude each other: one fire skips while the other holds the lock, which is rarely
+    /// what was meant, so it has to be asked for.
+    #[must_use]
+    pub fn allow_shared_lock_names(mut self, allow: bool) -> Self {
+        self.shared_names = allow;
+        self
     }
 
     /// Sets the wall clock that cron schedules are evaluated against (default: system). Intervals
@@ -160,7 +196,8 @@ impl Scheduler {
     ///
     /// The lock is resolved here, once: a lock without `lock_at_most_for` (and no default), a
     /// name template that yields a name the provider cannot hold, is an error now, never at
-    /// fire time.
+    /// fire time. So is a lock name that a task of this scheduler already runs under
+    /// ([`ConfigError::AlreadyScheduled`], unless [`allow_shared_lock_names`](Self::allow_shared_lock_names)).
     pub fn schedule<F, Fut>(
         &self,
         schedule: Schedule,
@@ -172,6 +209,18 @@ impl Scheduler {
         Fut: Future<Output = ()> + Send + 'static,
     {
         let config = self.executor.resolve(lock)?;
+        if !self.shared_names {
+            let mut names = self.names.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(scheduled) = names.get(config.name()) {
+                return Err(ConfigError::AlreadyScheduled {
+                    name: config.name().to_owned(),
+                    scheduled: scheduled.clone(),
+                    requested: schedule.to_string(),
+                }
+                .into());
+            }
+            names.insert(config.name().to_owned(), schedule.to_string());
+        }
         let task: BoxTask = Arc::new(move || Box::pin(task()));
         let runner = Runner {
             executor: self.executor.clone(),

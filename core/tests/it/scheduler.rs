@@ -9,7 +9,9 @@ use std::{
     time::{Duration, UNIX_EPOCH},
 };
 
-use shedlock::{LockConfig, LockingExecutor, Schedule, Scheduler, SharedClock, TokioClock};
+use shedlock::{
+    ConfigError, Error, LockConfig, LockingExecutor, Schedule, Scheduler, SharedClock, TokioClock,
+};
 use shedlock_memory::{MemoryLockProvider, MemoryServer};
 use tokio::time::Instant;
 
@@ -180,4 +182,38 @@ fn invalid_cron_is_a_typed_error() {
     assert_eq!(e.expression, "every tuesday");
     assert!(e.to_string().contains("every tuesday"));
     assert!(Schedule::cron("*/5 * * * * *").is_ok());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lock_name_scheduled_twice_is_refused_naming_both_schedules_unless_allowed() {
+    let clock: SharedClock = Arc::new(TokioClock::new());
+    let server = MemoryServer::with_clock(clock.clone());
+    let every_ten = || Schedule::cron("*/10 * * * * *").unwrap();
+    let every_five = || Schedule::fixed_rate(Duration::from_secs(5));
+
+    let s = scheduler(&server, &clock);
+    s.schedule(every_ten(), cfg("report", 0), || async {}).unwrap();
+    let err = s.schedule(every_five(), cfg("report", 0), || async {}).unwrap_err();
+    match &err {
+        Error::InvalidConfig(ConfigError::AlreadyScheduled { name, scheduled, requested }) => {
+            assert_eq!(name, "report");
+            assert_eq!(scheduled, "cron \"*/10 * * * * *\"");
+            assert_eq!(requested, "every 5s (fixed rate)");
+        }
+        other => panic!("expected AlreadyScheduled, got {other:?}"),
+    }
+    let message = err.to_string();
+    assert!(message.contains("allow_shared_lock_names"), "{message}");
+    // Another name is another lock; the refusal registered nothing.
+    s.schedule(every_five(), cfg("cleanup", 0), || async {}).unwrap();
+    s.shutdown().await;
+
+    // Asked for explicitly, two tasks share the name; another scheduler never conflicts.
+    let shared = scheduler(&server, &clock).allow_shared_lock_names(true);
+    shared.schedule(every_ten(), cfg("report", 0), || async {}).unwrap();
+    shared.schedule(every_five(), cfg("report", 0), || async {}).unwrap();
+    let other = scheduler(&server, &clock);
+    other.schedule(every_ten(), cfg("report", 0), || async {}).unwrap();
+    shared.shutdown().await;
+    other.shutdown().await;
 }
