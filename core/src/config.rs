@@ -154,7 +154,7 @@ impl LockConfigBuilder {
     }
 
     /// Validates and builds. A missing `lock_at_most_for` is reported as
-    /// [`ConfigError::ZeroAtMost`].
+    /// [`ConfigError::AtMostNotSet`], a zero one as [`ConfigError::ZeroAtMost`].
     pub fn build(self) -> Result<LockConfig, ConfigError> {
         if self.name.is_empty() {
             return Err(ConfigError::EmptyName);
@@ -162,7 +162,9 @@ impl LockConfigBuilder {
         if let Some(e) = self.error {
             return Err(e);
         }
-        let at_most = self.lock_at_most_for.unwrap_or(Duration::ZERO);
+        let Some(at_most) = self.lock_at_most_for else {
+            return Err(ConfigError::AtMostNotSet { name: self.name });
+        };
         validate(&self.name, at_most, self.lock_at_least_for)?;
         Ok(LockConfig {
             name: self.name.into(),

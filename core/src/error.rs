@@ -4,6 +4,18 @@ use std::time::Duration;
 
 use crate::duration::DurationError;
 
+/// A lock name as errors quote it: in full up to 64 characters, else its first 48 characters and
+/// its length, so that a huge name does not make a huge message.
+fn quoted(name: &str) -> String {
+    const FULL: usize = 64;
+    const PREFIX: usize = 48;
+    if name.chars().nth(FULL).is_none() {
+        return format!("{name:?}");
+    }
+    let prefix: String = name.chars().take(PREFIX).collect();
+    format!("{prefix:?}… ({} bytes)", name.len())
+}
+
 /// A boxed error from a backend client, kept as the [`std::error::Error::source`].
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -15,14 +27,29 @@ pub enum ConfigError {
     #[error("lock name must not be empty")]
     EmptyName,
     /// `lock_at_most_for` is zero: the lock would expire the moment it is taken.
-    #[error("lock_at_most_for of lock {name:?} must be greater than zero")]
+    #[error(
+        "lock_at_most_for of lock {quoted_name} must be greater than zero",
+        quoted_name = quoted(.name)
+    )]
     ZeroAtMost {
+        /// The lock name.
+        name: String,
+    },
+    /// A [`LockConfig`](crate::LockConfig) built without `lock_at_most_for` (zero is
+    /// [`ZeroAtMost`](Self::ZeroAtMost)).
+    #[error(
+        "lock {quoted_name} has no lock_at_most_for: set it on the builder (lock_at_most_for or \
+         lock_at_most_for_str(\"10m\")), longer than the task can ever take",
+        quoted_name = quoted(.name)
+    )]
+    AtMostNotSet {
         /// The lock name.
         name: String,
     },
     /// `lock_at_least_for` is greater than `lock_at_most_for`.
     #[error(
-        "lock_at_least_for ({at_least:?}) of lock {name:?} must not exceed lock_at_most_for ({at_most:?})"
+        "lock_at_least_for ({at_least:?}) of lock {quoted_name} must not exceed lock_at_most_for ({at_most:?})",
+        quoted_name = quoted(.name)
     )]
     AtLeastExceedsAtMost {
         /// The lock name.
@@ -35,8 +62,9 @@ pub enum ConfigError {
     /// A [`LockSpec`](crate::LockSpec) without `lock_at_most_for`, on an executor without a
     /// default one.
     #[error(
-        "lock {name:?} has no lock_at_most_for: set it on the lock, or give the executor a \
-         default_lock_at_most_for"
+        "lock {quoted_name} has no lock_at_most_for: set it on the lock, or give the executor a \
+         default_lock_at_most_for",
+        quoted_name = quoted(.name)
     )]
     MissingAtMost {
         /// The lock name.
@@ -50,8 +78,24 @@ pub enum ConfigError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A [`Scheduler`](crate::Scheduler) already runs a task under this lock name: the two
+    /// tasks would exclude each other, and whichever fires second would be skipped, silently.
+    #[error(
+        "lock {quoted_name} is already scheduled on this scheduler ({scheduled}); a second task under \
+         it ({requested}) would be skipped whenever the first holds the lock: give it a lock name \
+         of its own, or allow it with Scheduler::allow_shared_lock_names(true)",
+        quoted_name = quoted(.name)
+    )]
+    AlreadyScheduled {
+        /// The lock name.
+        name: String,
+        /// The schedule of the task registered first.
+        scheduled: String,
+        /// The schedule of the task that was refused.
+        requested: String,
+    },
     /// A duration given as text could not be parsed.
-    #[error("{field} of lock {name:?}: {source}")]
+    #[error("{field} of lock {quoted_name}: {source}", quoted_name = quoted(.name))]
     Duration {
         /// The lock name.
         name: String,
@@ -74,7 +118,7 @@ pub enum Error {
     InvalidConfig(#[from] ConfigError),
     /// The lock name is not acceptable to this backend (too long, forbidden characters). Names are
     /// never truncated or rewritten, since that could make two names collide.
-    #[error("invalid lock name {name:?} for {backend}: {reason}")]
+    #[error("invalid lock name {quoted_name} for {backend}: {reason}", quoted_name = quoted(.name))]
     InvalidName {
         /// Which backend rejected it.
         backend: &'static str,
@@ -129,7 +173,10 @@ pub enum Error {
         operation: &'static str,
     },
     /// The lock is no longer held by this holder: it expired and may have been taken by another.
-    #[error("lock {name:?} was lost: it expired or is now held by another instance")]
+    #[error(
+        "lock {quoted_name} was lost: it expired or is now held by another instance",
+        quoted_name = quoted(.name)
+    )]
     LockLost {
         /// The lock name.
         name: String,
@@ -140,8 +187,9 @@ pub enum Error {
     /// as held. It was released (owner-checked, best effort). Retrying may help; a
     /// `lock_at_most_for` well above the backend's round-trip time avoids it.
     #[error(
-        "lock {name:?} was granted after its lease could have ended: the answer took {elapsed:?}, \
-         lock_at_most_for is {lock_at_most_for:?}; it was released and is not held"
+        "lock {quoted_name} was granted after its lease could have ended: the answer took {elapsed:?}, \
+         lock_at_most_for is {lock_at_most_for:?}; it was released and is not held",
+        quoted_name = quoted(.name)
     )]
     LeaseExpiredInFlight {
         /// The lock name.

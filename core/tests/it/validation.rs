@@ -117,8 +117,16 @@ fn invalid_configs() {
             at_least: ms(11)
         })
     );
-    // Missing at_most.
-    assert_eq!(LockConfig::builder("a").build(), Err(ConfigError::ZeroAtMost { name: "a".into() }));
+    // A missing at_most says so (it is not a zero one).
+    let missing = LockConfig::builder("a").build();
+    assert_eq!(missing, Err(ConfigError::AtMostNotSet { name: "a".into() }));
+    let message = missing.unwrap_err().to_string();
+    assert!(message.contains("has no lock_at_most_for"), "{message}");
+    assert!(!message.contains("greater than zero"), "{message}");
+    assert_eq!(
+        LockConfig::builder("a").lock_at_most_for(ms(0)).build(),
+        Err(ConfigError::ZeroAtMost { name: "a".into() })
+    );
     // A bad duration string is reported with its field and input, even if set again later.
     let e = LockConfig::builder("a")
         .lock_at_most_for_str("ten")
@@ -151,4 +159,27 @@ fn errors_say_whether_retry_helps() {
     assert!(shedlock::Error::unavailable("x", io).is_retryable());
     assert!(!shedlock::Error::NotLocked.is_retryable());
     assert!(!shedlock::Error::from(ConfigError::EmptyName).is_retryable());
+}
+
+#[test]
+fn a_huge_name_is_quoted_shortened_with_its_length_and_a_short_one_in_full() {
+    let huge = "n".repeat(10_000);
+    let e = shedlock::Error::InvalidName {
+        backend: "postgres",
+        name: huge.clone(),
+        reason: "longer than 255 bytes".into(),
+    };
+    let message = e.to_string();
+    assert!(message.len() < 200, "{} characters: {message}", message.len());
+    assert!(message.contains(&format!("\"{}\"… (10000 bytes)", "n".repeat(48))), "{message}");
+    assert!(message.contains("longer than 255 bytes"), "{message}");
+    // The error keeps the whole name for the program.
+    assert!(matches!(&e, shedlock::Error::InvalidName { name, .. } if *name == huge));
+
+    // Up to 64 characters (not bytes) a name is quoted in full, escapes and all.
+    let short = format!("{}\n", "é".repeat(63));
+    let message = shedlock::Error::LockLost { name: short.clone() }.to_string();
+    assert!(message.contains(&format!("{short:?}")), "{message}");
+    let config = LockConfig::builder(huge).build().unwrap_err().to_string();
+    assert!(config.contains("… (10000 bytes) has no lock_at_most_for"), "{config}");
 }
