@@ -16,6 +16,35 @@
 //! [`support`].
 //!
 //! The core does no I/O.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//!
+//! use shedlock::{LockConfig, LockingExecutor, TaskResult};
+//! use shedlock_memory::{MemoryLockProvider, MemoryServer};
+//!
+//! // Any provider: PostgreSQL, Redis, etcd, ... (in-memory here, to need no server).
+//! let provider = MemoryLockProvider::new(&MemoryServer::new());
+//! let executor = LockingExecutor::new(Arc::new(provider));
+//!
+//! // Held for the task, at most 10 minutes (if this instance dies), at least 1 minute (so that
+//! // instances whose clocks or schedules differ a little do not run it again).
+//! let config = LockConfig::builder("nightly-report")
+//!     .lock_at_most_for_str("10m")
+//!     .lock_at_least_for_str("1m")
+//!     .build()?;
+//! match executor.execute(&config, || async { "report sent" }).await? {
+//!     TaskResult::Executed(outcome) => println!("ran here: {outcome}"),
+//!     TaskResult::NotExecuted => println!("another instance holds the lock: skipped"),
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! To run it on a schedule, give the executor to a [`Scheduler`]; with the `macros` feature,
+//! `#[shedlock::lock(...)]` locks an async function in one line.
 
 mod clock;
 mod config;
