@@ -425,7 +425,9 @@ impl LockingExecutor {
                 return Ok(TaskResult::NotExecuted);
             }
             Err(error) => {
-                tracing::warn!(lock = name, %error, "could not try the lock");
+                // The caller gets the error (a Scheduler reports it once per distinct failure):
+                // a warning here too said it twice on every fire.
+                tracing::debug!(lock = name, %error, "could not try the lock");
                 metrics::acquire_failed(name, backend, attempt.elapsed());
                 metrics::error(name, backend, "try_lock", &error);
                 self.emit(ExecutionEvent::Failed { name, error: &error });

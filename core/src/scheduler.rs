@@ -17,7 +17,7 @@ use tokio::{sync::watch, task::JoinHandle};
 use crate::{
     clock::{SharedClock, system_clock},
     config::{LockConfig, LockRequest},
-    error::ConfigError,
+    error::{ConfigError, Error},
     executor::{CatchUnwind, LockingExecutor, TaskResult},
 };
 
@@ -122,6 +122,22 @@ impl Schedule {
 
 type BoxTask = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
+/// What a [`Scheduler`] calls when a fire fails: the lock name and the error.
+type ErrorHandler = Arc<dyn Fn(&str, &Error) + Send + Sync>;
+
+/// The default [`ErrorHandler`]: an ERROR event through `tracing` where a global subscriber is
+/// set, else a line on standard error, so that a failing job is never silent.
+fn report_error(lock: &str, error: &Error) {
+    if tracing::dispatcher::has_been_set() {
+        tracing::error!(lock, %error, "scheduled task cannot run: it is reported again only when the error changes");
+    } else {
+        eprintln!(
+            "shedlock: scheduled task under lock {lock:?} cannot run: {error} (reported again only \
+             when the error changes; set a tracing subscriber or Scheduler::on_error to route this)"
+        );
+    }
+}
+
 /// Fires tasks on schedules through a [`LockingExecutor`].
 ///
 /// Each scheduled task runs on its own tokio task, one fire at a time: a fire time that passes
@@ -149,6 +165,7 @@ pub struct Scheduler {
     /// Each scheduled lock name and the schedule it was registered with.
     names: std::sync::Mutex<HashMap<String, String>>,
     shared_names: bool,
+    on_error: ErrorHandler,
 }
 
 impl fmt::Debug for Scheduler {
@@ -168,7 +185,20 @@ impl Scheduler {
             tasks: std::sync::Mutex::new(Vec::new()),
             names: std::sync::Mutex::new(HashMap::new()),
             shared_names: false,
+            on_error: Arc::new(report_error),
         }
+    }
+
+    /// Sets what is called when a fire fails (the lock could not be tried: backend unreachable,
+    /// table missing, time limit hit, ...). It is called once per distinct failure of a task:
+    /// the same error again on later fires is only a `debug` event, and a fire that gets through
+    /// again logs at `info` that the task recovered. The default reports through `tracing` at
+    /// ERROR level where a global subscriber is set, else on standard error. Every failure also
+    /// counts in the `shedlock_errors_total` metric (feature `metrics`).
+    #[must_use]
+    pub fn on_error(mut self, handler: impl Fn(&str, &Error) + Send + Sync + 'static) -> Self {
+        self.on_error = Arc::new(handler);
+        self
     }
 
     /// Whether two tasks may be scheduled under the same lock name (default `false`: the second
@@ -228,6 +258,8 @@ impl Scheduler {
             config,
             task,
             shutdown: self.shutdown.subscribe(),
+            on_error: self.on_error.clone(),
+            failing: None,
         };
         let handle = tokio::spawn(runner.run(schedule));
         self.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(handle);
@@ -257,6 +289,9 @@ struct Runner {
     config: LockConfig,
     task: BoxTask,
     shutdown: watch::Receiver<bool>,
+    on_error: ErrorHandler,
+    /// The failure last reported and how many fires in a row have failed since.
+    failing: Option<(String, u64)>,
 }
 
 impl Runner {
@@ -276,16 +311,39 @@ impl Runner {
         }
     }
 
-    async fn fire(&self) {
+    async fn fire(&mut self) {
         let task = self.task.clone();
         let run = self.executor.execute(&self.config, move || task());
         match CatchUnwind::new(run).await {
-            Ok(Ok(TaskResult::Executed(()))) => {}
-            Ok(Ok(TaskResult::NotExecuted)) => {}
-            Ok(Err(error)) => {
-                tracing::warn!(lock = self.config.name(), %error, "scheduled fire failed");
-            }
+            Ok(Ok(TaskResult::Executed(()) | TaskResult::NotExecuted)) => self.recovered(),
+            Ok(Err(error)) => self.failed(&error),
             Err(_) => tracing::error!(lock = self.config.name(), "scheduled task panicked"),
+        }
+    }
+
+    /// Reports `error` unless it is the one reported last.
+    fn failed(&mut self, error: &Error) {
+        let lock = self.config.name();
+        let message = error.to_string();
+        match &mut self.failing {
+            Some((last, count)) if *last == message => {
+                *count += 1;
+                tracing::debug!(lock, %error, fires = *count, "scheduled task still cannot run");
+            }
+            _ => {
+                (self.on_error)(lock, error);
+                self.failing = Some((message, 1));
+            }
+        }
+    }
+
+    fn recovered(&mut self) {
+        if let Some((_, fires)) = self.failing.take() {
+            tracing::info!(
+                lock = self.config.name(),
+                fires,
+                "scheduled task runs again after failed fires"
+            );
         }
     }
 

@@ -10,7 +10,8 @@ use std::{
 };
 
 use shedlock::{
-    ConfigError, Error, LockConfig, LockingExecutor, Schedule, Scheduler, SharedClock, TokioClock,
+    ConfigError, Error, LockConfig, LockProvider, LockingExecutor, Schedule, Scheduler,
+    SharedClock, TokioClock,
 };
 use shedlock_memory::{MemoryLockProvider, MemoryServer};
 use tokio::time::Instant;
@@ -216,4 +217,65 @@ async fn a_lock_name_scheduled_twice_is_refused_naming_both_schedules_unless_all
     other.schedule(every_ten(), cfg("report", 0), || async {}).unwrap();
     shared.shutdown().await;
     other.shutdown().await;
+}
+
+/// A provider that fails its first fires with the errors given (in order), then answers as the
+/// in-memory provider does.
+struct Failing {
+    errors: Mutex<Vec<&'static str>>,
+    inner: MemoryLockProvider,
+}
+
+#[async_trait::async_trait]
+impl LockProvider for Failing {
+    async fn try_lock(&self, config: &LockConfig) -> shedlock::Result<Option<shedlock::Lock>> {
+        let next = {
+            let mut errors = self.errors.lock().unwrap();
+            (!errors.is_empty()).then(|| errors.remove(0))
+        };
+        match next {
+            Some(message) => Err(Error::Unavailable { backend: "test", source: message.into() }),
+            None => self.inner.try_lock(config).await,
+        }
+    }
+
+    fn capabilities(&self) -> shedlock::Capabilities {
+        self.inner.capabilities()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_fire_is_reported_once_per_distinct_error_and_the_task_runs_once_it_recovers() {
+    let clock: SharedClock = Arc::new(TokioClock::new());
+    let server = MemoryServer::with_clock(clock.clone());
+    let provider = Failing {
+        errors: Mutex::new(vec!["refused", "refused", "refused", "no route", "no route"]),
+        inner: MemoryLockProvider::new(&server),
+    };
+    let reported: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    let runs = Arc::new(Mutex::new(0));
+    let s = Scheduler::new(LockingExecutor::new(Arc::new(provider)))
+        .with_clock(clock.clone())
+        .on_error({
+            let reported = reported.clone();
+            move |lock, error| reported.lock().unwrap().push((lock.to_owned(), error.to_string()))
+        });
+    let r = runs.clone();
+    s.schedule(Schedule::fixed_rate(Duration::from_secs(1)), cfg("flaky-backend", 0), move || {
+        let r = r.clone();
+        async move { *r.lock().unwrap() += 1 }
+    })
+    .unwrap();
+    // Fires at 0..=7 s: five fail (three alike, then two alike), three run.
+    tokio::time::sleep(Duration::from_millis(7_500)).await;
+    s.shutdown().await;
+    let reported = reported.lock().unwrap().clone();
+    assert_eq!(
+        reported,
+        vec![
+            ("flaky-backend".to_owned(), "test unavailable: refused".to_owned()),
+            ("flaky-backend".to_owned(), "test unavailable: no route".to_owned()),
+        ]
+    );
+    assert_eq!(*runs.lock().unwrap(), 3, "the fires after the failures ran");
 }
