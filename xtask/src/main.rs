@@ -65,12 +65,37 @@ const USAGE: &str = "usage: cargo xtask <command>
   msrv                                 every crate meant for crates.io builds with its declared rust-version
 backends: postgres mariadb(mysql) sqlite redis valkey memcached nats mongodb dynamodb s3 etcd etcd-cluster zookeeper zookeeper-ensemble";
 
+/// The lines of [`USAGE`] about `cmd` (its entries and their continuation lines), or `None`
+/// for a command that does not exist.
+fn usage_of(cmd: &str) -> Option<String> {
+    let mut out = vec!["usage: cargo xtask <command>"];
+    let mut inside = false;
+    for line in USAGE.lines().skip(1) {
+        let entry = line.strip_prefix("  ").filter(|l| !l.starts_with(' '));
+        if let Some(entry) = entry {
+            inside = entry.split_whitespace().next() == Some(cmd);
+        }
+        if inside || line.starts_with("backends:") {
+            out.push(line);
+        }
+    }
+    (out.len() > 2).then(|| out.join("\n"))
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some((cmd, rest)) = args.split_first() else {
         eprintln!("{USAGE}");
         return ExitCode::from(2);
     };
+    // `--help` anywhere before a `--` (after it, the arguments are cargo's or criterion's).
+    let own = rest.iter().take_while(|a| *a != "--");
+    if own.into_iter().any(|a| a == "--help" || a == "-h") {
+        if let Some(usage) = usage_of(cmd) {
+            println!("{usage}");
+            return ExitCode::SUCCESS;
+        }
+    }
     let result = match cmd.as_str() {
         "test" => test_cmd::run(rest),
         "provision" => provision::run_cli(rest),
@@ -92,5 +117,32 @@ fn main() -> ExitCode {
             eprintln!("xtask: {msg}");
             ExitCode::from(1)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{USAGE, usage_of};
+
+    #[test]
+    fn every_command_has_help_of_its_own_and_an_unknown_one_has_none() {
+        let commands: Vec<&str> = USAGE
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.strip_prefix("  ").filter(|l| !l.starts_with(' ')))
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        assert!(commands.len() >= 8, "{commands:?}");
+        for cmd in &commands {
+            let help = usage_of(cmd).unwrap_or_else(|| panic!("no help for {cmd}"));
+            assert!(help.contains(&format!("  {cmd} ")) || help.contains(&format!("  {cmd}\n")));
+            for other in commands.iter().filter(|o| o != &cmd && !cmd.starts_with(*o)) {
+                assert!(!help.contains(&format!("\n  {other} ")), "{cmd}'s help shows {other}");
+            }
+        }
+        let conformance = usage_of("conformance").unwrap();
+        assert!(conformance.contains("--list") && conformance.contains("--soak"), "{conformance}");
+        assert!(conformance.contains("backends:"), "{conformance}");
+        assert!(usage_of("deploy").is_none());
     }
 }
