@@ -82,6 +82,34 @@ mod tests {
     }
 
     #[test]
+    fn every_published_crate_links_its_docs_rs_page_and_docs_rs_builds_the_whole_core_api() {
+        let meta = metadata().expect("cargo metadata");
+        let packages = meta.get("packages").and_then(Value::as_array).expect("packages");
+        for p in packages.iter().filter(|p| is_publishable(p)) {
+            let name = p.get("name").and_then(Value::as_str).unwrap_or_default();
+            let docs = p.get("documentation").and_then(Value::as_str);
+            assert_eq!(docs, Some(format!("https://docs.rs/{name}").as_str()), "{name}");
+        }
+        // docs.rs builds the default features only: `#[shedlock::lock]`, `lock_spec!` and the
+        // metrics are behind features, so the core's page must ask for them.
+        let core = packages
+            .iter()
+            .find(|p| p.get("name").and_then(Value::as_str) == Some("shedlock"))
+            .expect("the core crate");
+        let docs_rs =
+            core.pointer("/metadata/docs/rs").expect("shedlock: [package.metadata.docs.rs]");
+        let all = docs_rs.get("all-features").and_then(Value::as_bool) == Some(true);
+        let features = core.get("features").and_then(Value::as_object).expect("features");
+        for feature in features.keys().filter(|f| *f != "default") {
+            let listed = docs_rs
+                .get("features")
+                .and_then(Value::as_array)
+                .is_some_and(|l| l.iter().any(|v| v.as_str() == Some(feature)));
+            assert!(all || listed, "docs.rs would not document shedlock's feature {feature}");
+        }
+    }
+
+    #[test]
     fn the_docs_name_the_catalogue_as_it_is() {
         let catalogue = shedlock_conformance::checks::catalogue();
         let last = catalogue.last().expect("the catalogue has checks").id;
