@@ -68,6 +68,16 @@ pub enum ExecutionEvent<'a> {
         /// The lock name.
         name: &'a str,
     },
+    /// The lock is held elsewhere and [`LockingExecutor::execute_waiting`] tries again after
+    /// `retry_in`.
+    Waiting {
+        /// The lock name.
+        name: &'a str,
+        /// How many attempts found it held so far.
+        attempts: u32,
+        /// The pause before the next attempt.
+        retry_in: Duration,
+    },
     /// The task started.
     Started {
         /// The lock name.
@@ -409,20 +419,117 @@ impl LockingExecutor {
         F: FnOnce() -> Fut,
         Fut: Future<Output = T>,
     {
+        match self.try_acquire(config).await? {
+            Some(lock) => Ok(self.run_holding(config, parent, lock, task).await),
+            None => {
+                tracing::debug!(lock = config.name(), "lock held elsewhere, task not executed");
+                self.emit(ExecutionEvent::NotAcquired { name: config.name() });
+                Ok(TaskResult::NotExecuted)
+            }
+        }
+    }
+
+    /// Like [`execute`](Self::execute), but a lock held elsewhere is tried again, with jittered
+    /// exponential backoff, until `wait`'s deadline: the task runs as soon as an attempt wins, or
+    /// not at all (`Ok(TaskResult::NotExecuted)`) if none has by then. This is polling, not a
+    /// queue: waiters are not served in order, and each attempt is one `try_lock` on the
+    /// backend. An error from the provider ends the wait at once and is returned.
+    ///
+    /// Cancel-safe: dropped while it waits, it holds nothing; dropped while its task runs, the
+    /// lock is released as by [`execute`](Self::execute). Every attempt counts in the metrics as
+    /// with `execute` (`shedlock_skipped_total` for each one that found the lock held), and the
+    /// whole wait in `shedlock_wait_duration_seconds`; listeners see
+    /// [`ExecutionEvent::Waiting`] before each pause.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> shedlock::Result<()> {
+    /// use std::{sync::Arc, time::Duration};
+    /// use shedlock::{LockConfig, LockingExecutor, TaskResult, Wait};
+    /// use shedlock_memory::{MemoryLockProvider, MemoryServer};
+    ///
+    /// let executor = LockingExecutor::new(Arc::new(MemoryLockProvider::new(&MemoryServer::new())));
+    /// let config = LockConfig::new("migration", Duration::from_secs(60), Duration::ZERO)?;
+    /// let wait = Wait::at_most(Duration::from_secs(30));
+    /// match executor.execute_waiting(&config, wait, || async { /* migrate */ }).await? {
+    ///     TaskResult::Executed(()) => println!("migrated here"),
+    ///     TaskResult::NotExecuted => println!("still held elsewhere after 30 s"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn execute_waiting<F, Fut, T>(
+        &self,
+        lock: impl LockRequest,
+        wait: Wait,
+        task: F,
+    ) -> Result<TaskResult<T>>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let config = &self.resolve(lock)?;
+        let name = config.name();
+        let parent = ACTIVE.try_with(Arc::clone).ok();
+        if parent.as_ref().is_some_and(|p| p.holds(name)) {
+            tracing::debug!(lock = name, "lock already held by this task, running without locking");
+            return Ok(TaskResult::Executed(task().await));
+        }
+        let span = tracing::info_span!("shedlock.execute", lock = name, wait = ?wait.at_most);
+        async {
+            let started = tokio::time::Instant::now();
+            let deadline = started.checked_add(wait.at_most);
+            let mut backoff = Backoff::new(wait);
+            let mut attempts = 0u32;
+            loop {
+                match self.try_acquire(config).await {
+                    Ok(Some(lock)) => {
+                        metrics::waited(name, self.backend, started.elapsed());
+                        return Ok(self.run_holding(config, parent, lock, task).await);
+                    }
+                    Err(error) => {
+                        metrics::waited(name, self.backend, started.elapsed());
+                        return Err(error);
+                    }
+                    Ok(None) => {}
+                }
+                attempts = attempts.saturating_add(1);
+                // The last attempt is made at the deadline itself; a deadline too far to
+                // represent is no deadline.
+                let left =
+                    deadline.map(|d| d.saturating_duration_since(tokio::time::Instant::now()));
+                if left == Some(Duration::ZERO) {
+                    metrics::waited(name, self.backend, started.elapsed());
+                    tracing::debug!(
+                        lock = name,
+                        attempts,
+                        "lock still held elsewhere at the deadline"
+                    );
+                    self.emit(ExecutionEvent::NotAcquired { name });
+                    return Ok(TaskResult::NotExecuted);
+                }
+                let next = backoff.next();
+                let pause = left.map_or(next, |left| next.min(left));
+                self.emit(ExecutionEvent::Waiting { name, attempts, retry_in: pause });
+                tokio::time::sleep(pause).await;
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// One attempt at the lock of `config`, with its event, metrics and (on error) log.
+    async fn try_acquire(&self, config: &LockConfig) -> Result<Option<Lock>> {
         let name = config.name();
         let backend = self.backend;
         self.emit(ExecutionEvent::Attempt { name });
         let attempt = tokio::time::Instant::now();
-        let lock = match self.provider.try_lock(config).await {
+        match self.provider.try_lock(config).await {
             Ok(Some(lock)) => {
                 metrics::acquired(name, backend, attempt.elapsed());
-                lock
+                Ok(Some(lock))
             }
             Ok(None) => {
-                tracing::debug!(lock = name, "lock held elsewhere, task not executed");
                 metrics::skipped(name, backend, attempt.elapsed());
-                self.emit(ExecutionEvent::NotAcquired { name });
-                return Ok(TaskResult::NotExecuted);
+                Ok(None)
             }
             Err(error) => {
                 // The caller gets the error (a Scheduler reports it once per distinct failure):
@@ -431,9 +538,25 @@ impl LockingExecutor {
                 metrics::acquire_failed(name, backend, attempt.elapsed());
                 metrics::error(name, backend, "try_lock", &error);
                 self.emit(ExecutionEvent::Failed { name, error: &error });
-                return Err(error);
+                Err(error)
             }
-        };
+        }
+    }
+
+    /// Runs `task` under `lock`, just won, and releases it afterwards.
+    async fn run_holding<F, Fut, T>(
+        &self,
+        config: &LockConfig,
+        parent: Option<Arc<ActiveLock>>,
+        lock: Lock,
+        task: F,
+    ) -> TaskResult<T>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let name = config.name();
+        let backend = self.backend;
         let fencing_token = lock.fencing_token();
         tracing::debug!(lock = name, ?fencing_token, "lock acquired");
         self.emit(ExecutionEvent::Acquired { name, fencing_token });
@@ -471,9 +594,72 @@ impl LockingExecutor {
         tracing::debug!(lock = name, ?duration, panicked = outcome.is_err(), "task finished");
         self.emit(ExecutionEvent::Finished { name, duration, panicked: outcome.is_err() });
         match outcome {
-            Ok(value) => Ok(TaskResult::Executed(value)),
+            Ok(value) => TaskResult::Executed(value),
             Err(panic) => resume_unwind(panic),
         }
+    }
+}
+
+/// How long [`LockingExecutor::execute_waiting`] waits for a lock held elsewhere, and how it
+/// paces its attempts: the first pause is `first_retry` (default 50 ms), each next one twice the
+/// last up to `max_retry` (default 1 s), each drawn at random between half and all of that
+/// (jitter, so that waiters on many nodes do not try in step).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wait {
+    at_most: Duration,
+    first_retry: Duration,
+    max_retry: Duration,
+}
+
+impl Wait {
+    /// Waits up to `at_most` in all.
+    pub fn at_most(at_most: Duration) -> Self {
+        Self { at_most, first_retry: Duration::from_millis(50), max_retry: Duration::from_secs(1) }
+    }
+
+    /// Sets the first pause and the longest one (a `max_retry` below `first_retry` is raised to
+    /// it; a zero `first_retry` is taken as 1 ms).
+    #[must_use]
+    pub fn backoff(mut self, first_retry: Duration, max_retry: Duration) -> Self {
+        self.first_retry = first_retry.max(Duration::from_millis(1));
+        self.max_retry = max_retry.max(self.first_retry);
+        self
+    }
+
+    /// The longest wait.
+    pub fn deadline(&self) -> Duration {
+        self.at_most
+    }
+}
+
+/// Jittered exponential backoff: `next()` is a random pause in `[d/2, d]`, `d` doubling from the
+/// first pause up to the longest. A small xorshift generator seeded from the clock and a
+/// process-wide counter: waiters need only to drift apart, not unpredictability.
+struct Backoff {
+    current: Duration,
+    max: Duration,
+    state: u64,
+}
+
+impl Backoff {
+    fn new(wait: Wait) -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::from(d.subsec_nanos()) ^ d.as_secs());
+        static WAITERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = WAITERS.fetch_add(0x9E37_79B9_7F4A_7C15, std::sync::atomic::Ordering::Relaxed);
+        Self { current: wait.first_retry, max: wait.max_retry, state: (nanos ^ n) | 1 }
+    }
+
+    fn next(&mut self) -> Duration {
+        self.state ^= self.state << 13;
+        self.state ^= self.state >> 7;
+        self.state ^= self.state << 17;
+        let d = self.current;
+        self.current = (self.current * 2).min(self.max);
+        // A fraction in [0.5, 1] of `d`.
+        let fraction = 0.5 + (self.state >> 11) as f64 / (1u64 << 53) as f64 / 2.0;
+        d.mul_f64(fraction)
     }
 }
 

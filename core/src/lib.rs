@@ -66,7 +66,7 @@ pub use config::{LockConfig, LockConfigBuilder, LockDefaults, LockRequest, LockS
 pub use duration::{DurationError, parse_duration};
 pub use error::{BoxError, ConfigError, Error, Result};
 pub use executor::{
-    ExecutionEvent, ExecutionListener, LockingExecutor, LockingExecutorBuilder, TaskResult,
+    ExecutionEvent, ExecutionListener, LockingExecutor, LockingExecutorBuilder, TaskResult, Wait,
     active_lock_lost_signal, active_lock_name, assert_locked, extend_active_lock,
 };
 pub use keepalive::KeepAliveProvider;

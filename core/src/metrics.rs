@@ -10,6 +10,7 @@
 //! | `shedlock_extended_total` | counter | `lock`, `provider` |
 //! | `shedlock_acquire_duration_seconds` | histogram | `lock`, `provider` |
 //! | `shedlock_hold_duration_seconds` | histogram | `lock`, `provider` |
+//! | `shedlock_wait_duration_seconds` | histogram | `lock`, `provider` |
 
 #![cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 
@@ -35,6 +36,9 @@ pub mod names {
     /// Histogram (seconds): how long a task held its lock (from acquisition to the end of the
     /// task).
     pub const HOLD_DURATION: &str = "shedlock_hold_duration_seconds";
+    /// Histogram (seconds): how long `execute_waiting` waited, from its first attempt to the
+    /// one that won, to the deadline, or to an error.
+    pub const WAIT_DURATION: &str = "shedlock_wait_duration_seconds";
 }
 
 #[cfg(feature = "metrics")]
@@ -58,6 +62,12 @@ pub(crate) fn skipped(lock: &str, provider: &'static str, took: Duration) {
         metrics::counter!(names::SKIPPED, &labels(lock, provider)).increment(1);
         metrics::histogram!(names::ACQUIRE_DURATION, &labels(lock, provider)).record(took);
     }
+}
+
+#[inline]
+pub(crate) fn waited(lock: &str, provider: &'static str, took: Duration) {
+    #[cfg(feature = "metrics")]
+    metrics::histogram!(names::WAIT_DURATION, &labels(lock, provider)).record(took);
 }
 
 /// A `try_lock` that failed: its duration counts in the acquire histogram too.

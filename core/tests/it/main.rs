@@ -10,3 +10,4 @@ mod lease;
 mod metrics;
 mod scheduler;
 mod validation;
+mod waiting;

@@ -131,3 +131,35 @@ fn executor_counts_acquired_skipped_errors_lost_and_extended_per_lock_and_provid
     assert_eq!(histogram_len(&snap, names::HOLD_DURATION, &report), 1);
     assert_eq!(histogram_len(&snap, names::HOLD_DURATION, &[("lock", "short")]), 1);
 }
+
+#[test]
+fn a_wait_counts_each_attempt_that_found_the_lock_held_and_records_the_wait_once() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    metrics::with_local_recorder(&recorder, || {
+        rt.block_on(async {
+            let server = MemoryServer::new();
+            let cfg =
+                LockConfig::new("nightly", Duration::from_secs(3600), Duration::ZERO).unwrap();
+            let held = MemoryLockProvider::new(&server).try_lock(&cfg).await.unwrap().unwrap();
+            let executor = LockingExecutor::new(Arc::new(MemoryLockProvider::new(&server)));
+            let wait = shedlock::Wait::at_most(Duration::from_millis(400))
+                .backoff(Duration::from_millis(100), Duration::from_millis(100));
+            let r = executor.execute_waiting(&cfg, wait, || async {}).await.unwrap();
+            assert!(!r.was_executed());
+            drop(held);
+        });
+    });
+    let snap: Snapshot =
+        snapshotter.snapshot().into_vec().into_iter().map(|(k, _, _, v)| (k, v)).collect();
+    let labels = [("lock", "nightly"), ("provider", "memory")];
+    // Pauses of 50 to 100 ms over 400 ms: at least 5 attempts, each found the lock held.
+    let skipped = counter(&snap, names::SKIPPED, &labels);
+    assert!((5..=10).contains(&skipped), "{skipped} attempts");
+    assert_eq!(histogram_len(&snap, names::WAIT_DURATION, &labels), 1);
+}
