@@ -183,6 +183,16 @@ impl Backend {
         }
     }
 
+    /// The one-shot service of `docker-compose.yml` that completes this backend after its
+    /// services are up (`docker compose run --rm <it>`): the Redis Cluster's `redis-cluster-init`,
+    /// which joins the six nodes into a cluster.
+    pub fn compose_init(self) -> Option<&'static str> {
+        match self {
+            Backend::RedisCluster => Some("redis-cluster-init"),
+            _ => None,
+        }
+    }
+
     /// The fixed loopback ports that `docker-compose.yml` publishes for this backend (client
     /// ports, one per node). These are what docker mode connects to.
     pub fn compose_ports(self) -> &'static [u16] {

@@ -75,26 +75,21 @@ pub(crate) fn engine() -> Result<(), String> {
     }
 }
 
-/// The compose command: `docker compose` if the plugin is there, else `docker-compose`.
+/// The compose command: `docker compose` (Compose v2). The old `docker-compose` (v1) cannot
+/// read `docker-compose.yml` (its top-level `name:`, `depends_on` conditions), so it is not
+/// tried.
 fn compose_command() -> Result<Command, String> {
-    if matches!(
-        run_with_timeout(
-            Command::new("docker").args(["compose", "version"]),
-            Duration::from_secs(20)
-        ),
-        Ok((true, _))
+    match run_with_timeout(
+        Command::new("docker").args(["compose", "version"]),
+        Duration::from_secs(20),
     ) {
-        let mut c = Command::new("docker");
-        c.arg("compose");
-        return Ok(c);
+        Ok((true, _)) => {
+            let mut c = Command::new("docker");
+            c.arg("compose");
+            Ok(c)
+        }
+        _ => Err("`docker compose` (Compose v2) is not installed".to_owned()),
     }
-    if matches!(
-        run_with_timeout(Command::new("docker-compose").arg("version"), Duration::from_secs(20)),
-        Ok((true, _))
-    ) {
-        return Ok(Command::new("docker-compose"));
-    }
-    Err("neither `docker compose` nor `docker-compose` is installed".to_owned())
 }
 
 /// `$SHEDLOCK_COMPOSE_FILE`, else `<workspace>/docker-compose.yml`.
@@ -224,8 +219,31 @@ impl Compose {
             }
         }
         compose.owned = true;
+        if let Some(init) = backend.compose_init() {
+            compose.run_init(backend, init)?;
+        }
         wait_ready(backend, &compose.probes, ready_timeout, &compose.describe(&args))?;
         Ok(compose)
+    }
+
+    /// `docker compose run --rm <init>`: the one-shot service that completes the backend.
+    fn run_init(&self, backend: Backend, init: &str) -> Result<(), LaunchError> {
+        let describe = format!(
+            "docker compose -f {} --profile {} run --rm {init}",
+            self.file.display(),
+            self.profile
+        );
+        let mut cmd = compose_command().map_err(|e| docker_err(backend, e))?;
+        cmd.arg("-f").arg(&self.file).args(["--profile", &self.profile, "run", "--rm", init]);
+        match run_with_timeout(&mut cmd, Duration::from_secs(300)) {
+            Ok((true, _)) => Ok(()),
+            Ok((false, out)) | Err(out) => Err(LaunchError::CommandFailed {
+                backend: backend.name(),
+                command: describe,
+                status: "failed".to_owned(),
+                output: out,
+            }),
+        }
     }
 
     /// `docker compose restart` (same ports, the container's data kept), then waits for readiness.
@@ -294,38 +312,45 @@ pub(crate) mod containers {
     fn image(backend: Backend) -> Option<ImageSpec> {
         Some(match backend {
             Backend::Postgres => {
-                ("postgres", "15", 5432, vec![("POSTGRES_HOST_AUTH_METHOD", "trust")], vec![])
+                ("postgres", "15.10", 5432, vec![("POSTGRES_HOST_AUTH_METHOD", "trust")], vec![])
             }
             Backend::MariaDb => (
                 "mariadb",
-                "10.11",
+                "10.11.10",
                 3306,
                 vec![("MARIADB_ALLOW_EMPTY_ROOT_PASSWORD", "1"), ("MARIADB_DATABASE", "shedlock")],
                 vec![],
             ),
             Backend::Redis => {
-                ("redis", "7", 6379, vec![], vec!["redis-server", "--appendonly", "yes"])
+                ("redis", "7.4.1", 6379, vec![], vec!["redis-server", "--appendonly", "yes"])
             }
-            Backend::Valkey => {
-                ("valkey/valkey", "8", 6379, vec![], vec!["valkey-server", "--appendonly", "yes"])
-            }
-            Backend::Memcached => ("memcached", "1.6", 11211, vec![], vec![]),
+            Backend::Valkey => (
+                "valkey/valkey",
+                "8.0.1",
+                6379,
+                vec![],
+                vec!["valkey-server", "--appendonly", "yes"],
+            ),
+            Backend::Memcached => ("memcached", "1.6.32", 11211, vec![], vec![]),
             Backend::Nats => {
-                ("nats", "2.11", 4222, vec![], vec!["-js", "-sd", "/data", "-m", "8222"])
+                ("nats", "2.11.0-alpine", 4222, vec![], vec!["-js", "-sd", "/data", "-m", "8222"])
             }
-            Backend::MongoDb => ("mongo", "7", 27017, vec![], vec![]),
+            Backend::MongoDb => ("mongo", "7.0.16", 27017, vec![], vec![]),
             Backend::DynamoDb => (
                 "amazon/dynamodb-local",
-                "latest",
+                "2.5.3",
                 8000,
                 vec![],
                 vec!["-jar", "DynamoDBLocal.jar", "-sharedDb", "-dbPath", "/tmp"],
             ),
             Backend::S3 => (
                 "minio/minio",
-                "latest",
+                "RELEASE.2024-11-07T00-52-20Z",
                 9000,
-                vec![("MINIO_ROOT_USER", "shedlock"), ("MINIO_ROOT_PASSWORD", "shedlock-secret")],
+                vec![
+                    ("MINIO_ROOT_USER", "shedlock"),
+                    ("MINIO_ROOT_PASSWORD", "shedlock-test-secret-key-0123456789"),
+                ],
                 vec!["server", "/data"],
             ),
             Backend::Etcd => (
@@ -343,7 +368,7 @@ pub(crate) mod containers {
                     "/tmp/etcd",
                 ],
             ),
-            Backend::ZooKeeper => ("zookeeper", "3.8", 2181, vec![], vec![]),
+            Backend::ZooKeeper => ("zookeeper", "3.8.4", 2181, vec![], vec![]),
             Backend::Sqlite
             | Backend::EtcdCluster
             | Backend::ZooKeeperEnsemble

@@ -48,7 +48,7 @@ fn provider_dirs() -> Vec<String> {
 
 /// The provider directory a suite name belongs to: the one it is, or starts with followed by
 /// `-`; MariaDB's suites (`mariadb…`) are the `mysql` crate's.
-fn dir_of(name: &str) -> Option<String> {
+pub(crate) fn dir_of(name: &str) -> Option<String> {
     let name = if let Some(rest) = name.strip_prefix("mariadb") {
         format!("mysql{rest}")
     } else {
@@ -63,7 +63,7 @@ fn dir_of(name: &str) -> Option<String> {
 /// The backend a suite runs on: the one its whole name names (`redis-cluster`), else the one
 /// after its first `-` (`redis-valkey`), else its first part (`mariadb-client-time`), else its
 /// crate's.
-fn backend_of(name: &str, dir: &str) -> Option<Backend> {
+pub(crate) fn backend_of(name: &str, dir: &str) -> Option<Backend> {
     let (head, tail) = name.split_once('-').unwrap_or((name, ""));
     Backend::from_name(name)
         .or_else(|| Backend::from_name(tail))

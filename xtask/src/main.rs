@@ -28,6 +28,7 @@
 //!   `publish = false` crate, no cycle) and before checking the `.crate` files (licenses, readme).
 
 mod bench;
+mod compose;
 mod conformance;
 mod docs;
 mod msrv;
@@ -90,11 +91,11 @@ fn main() -> ExitCode {
     };
     // `--help` anywhere before a `--` (after it, the arguments are cargo's or criterion's).
     let own = rest.iter().take_while(|a| *a != "--");
-    if own.into_iter().any(|a| a == "--help" || a == "-h") {
-        if let Some(usage) = usage_of(cmd) {
-            println!("{usage}");
-            return ExitCode::SUCCESS;
-        }
+    if own.into_iter().any(|a| a == "--help" || a == "-h")
+        && let Some(usage) = usage_of(cmd)
+    {
+        println!("{usage}");
+        return ExitCode::SUCCESS;
     }
     let result = match cmd.as_str() {
         "test" => test_cmd::run(rest),
