@@ -161,7 +161,7 @@ impl NatsLockProviderBuilder {
 
     /// The time limit of each lock operation (default [`DEFAULT_TIMEOUT`]; `None`: the client's
     /// own request timeout only). On expiry the call returns
-    /// [`Error::Timeout`](shedlock::Error::Timeout), whose effect is unknown.
+    /// [`Error::Timeout`], whose effect is unknown.
     pub fn operation_timeout(mut self, limit: Option<Duration>) -> Self {
         self.settings.set_timeout(limit);
         self
@@ -191,7 +191,7 @@ impl NatsLockProviderBuilder {
     }
 
     /// Validates the configuration and builds the provider. An invalid bucket name, domain or
-    /// `locked_by` gives [`Error::Setup`](shedlock::Error::Setup). Does no I/O: a missing bucket
+    /// `locked_by` gives [`Error::Setup`]. Does no I/O: a missing bucket
     /// is reported by the first lock call (or checked up front with
     /// [`NatsLockProvider::check_bucket`]).
     pub fn build(self) -> Result<NatsLockProvider> {
@@ -890,7 +890,7 @@ impl NatsLockProvider {
 
     /// Checks that the bucket exists and can hold locks: its subjects cover `$KV.<bucket>.>`,
     /// direct get and purge are allowed, and (in server time) per-message TTL is enabled (which
-    /// needs nats-server 2.11 or newer). Otherwise [`Error::Setup`](shedlock::Error::Setup)
+    /// needs nats-server 2.11 or newer). Otherwise [`Error::Setup`]
     /// says what to change.
     pub async fn check_bucket(&self) -> Result<()> {
         with_timeout("check_bucket", self.inner.settings.timeout(), self.inner.check_bucket()).await

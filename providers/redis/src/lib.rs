@@ -348,7 +348,7 @@ impl<C: RedisConnection> RedisLockProviderBuilder<C> {
     ///
     /// - A lock named `N` is the key `<key_prefix>:<environment>:N`, by default
     ///   `job-lock:default:N`: the name as it is, without the native mode's escaping and hash
-    ///   tag. No second key (so no fencing: [`Lock::fencing_token`] is `None`).
+    ///   tag. No second key (so no fencing: [`Lock::fencing_token`](shedlock::Lock::fencing_token) is `None`).
     /// - The value is ShedLock's (since 6.7): `ADDED:<time>@<locked_by>:<uuid>`, the time in
     ///   ShedLock's ISO form from this instance's clock (informational, as in ShedLock), the
     ///   UUID random per acquisition. Unlock and extend compare the whole value, as ShedLock's
