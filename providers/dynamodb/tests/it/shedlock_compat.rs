@@ -24,7 +24,7 @@ use shedlock::{Error, LockConfig, LockProvider, support::iso8601_millis};
 use shedlock_dynamodb::{ATTR_ID, DynamoDbLockProvider};
 use shedlock_test_support::{
     cfg,
-    fleet::{self, Fleet, Node},
+    fleet::{self, Fleet, JavaNode as _, Node},
     unique,
 };
 
@@ -76,6 +76,12 @@ impl JavaNode {
             host: host.to_owned(),
         }
     }
+}
+
+#[async_trait::async_trait]
+impl fleet::JavaNode for JavaNode {
+    type Held = JavaLock;
+    type Released = ();
 
     async fn lock(&self, c: &LockConfig) -> Option<JavaLock> {
         let created_at = SystemTime::now();
@@ -126,24 +132,10 @@ impl JavaNode {
             .await
             .unwrap();
     }
-}
 
-#[async_trait::async_trait]
-impl fleet::JavaNode for JavaNode {
-    type Held = JavaLock;
-
-    async fn lock(&self, c: &LockConfig) -> Option<JavaLock> {
-        JavaNode::lock(self, c).await
-    }
-
-    /// ShedLock's DynamoDB unlock has no condition: run after the node's own lease ended (a
-    /// holder stalled on a loaded machine), it would release whoever holds the name then. The
-    /// stale-holder test pins that hazard; the fleet measures exclusion between holders that
-    /// unlock in time, so a late unlock is left out (the lock just expires).
-    async fn unlock(&self, held: JavaLock) {
-        if SystemTime::now() < held.created_at + held.at_most {
-            JavaNode::unlock(self, &held).await;
-        }
+    /// ShedLock's DynamoDB unlock has no condition: it releases whoever holds the name.
+    fn unchecked_unlock_until(&self, l: &JavaLock) -> Option<SystemTime> {
+        Some(l.created_at + l.at_most)
     }
 }
 

@@ -27,7 +27,7 @@ use shedlock::{Error, LockConfig, LockProvider};
 use shedlock_mongodb::MongoLockProvider;
 use shedlock_test_support::{
     Backend, cfg,
-    fleet::{self, Fleet, Node},
+    fleet::{self, Fleet, JavaNode as _, Node},
     unique,
 };
 
@@ -65,6 +65,12 @@ impl JavaNode {
     async fn new(collection: &str, host: &str) -> Self {
         Self { collection: collection_on_new_client(collection).await, host: host.to_owned() }
     }
+}
+
+#[async_trait::async_trait]
+impl fleet::JavaNode for JavaNode {
+    type Held = JavaLock;
+    type Released = bool;
 
     async fn lock(&self, c: &LockConfig) -> Option<JavaLock> {
         let created_at = jvm_now();
@@ -112,24 +118,10 @@ impl JavaNode {
             .unwrap()
             .is_some()
     }
-}
 
-#[async_trait::async_trait]
-impl fleet::JavaNode for JavaNode {
-    type Held = JavaLock;
-
-    async fn lock(&self, c: &LockConfig) -> Option<JavaLock> {
-        JavaNode::lock(self, c).await
-    }
-
-    /// ShedLock's Mongo unlock is by name only: run after the node's own lease ended (a holder
-    /// stalled on a loaded machine), it would release whoever holds the name then. The
-    /// stale-holder test pins that hazard; the fleet measures exclusion between holders that
-    /// unlock in time, so a late unlock is left out (the lock just expires).
-    async fn unlock(&self, held: JavaLock) {
-        if SystemTime::now() < held.created_at + held.at_most {
-            JavaNode::unlock(self, &held).await;
-        }
+    /// ShedLock's Mongo unlock is by name only: it releases whoever holds the name.
+    fn unchecked_unlock_until(&self, l: &JavaLock) -> Option<SystemTime> {
+        Some(l.created_at + l.at_most)
     }
 }
 

@@ -23,7 +23,7 @@ use shedlock::{Error, LockConfig, LockProvider};
 use shedlock_mysql::{Flavor, MySqlLockProvider, recommended_pool_options};
 use shedlock_test_support::{
     cfg,
-    fleet::{self, Fleet, Node, utc_text},
+    fleet::{self, Fleet, JavaNode as _, Node, utc_text},
     unique,
 };
 use sqlx::{MySqlPool, Row, mysql::MySqlConnectOptions};
@@ -114,16 +114,6 @@ impl JavaNode {
         }
     }
 
-    /// `StorageBasedLockProvider.lock`: the INSERT unless the name is known, then the UPDATE.
-    async fn lock(&self, c: &LockConfig) -> Option<JavaLock> {
-        let created_at = SystemTime::now();
-        let name = c.name().to_owned();
-        let known = self.created.lock().unwrap().contains(&name);
-        let won = (!known && self.insert(c, created_at).await) || self.update(c, created_at).await;
-        self.created.lock().unwrap().insert(name.clone());
-        won.then(|| JavaLock { name, at_least: c.lock_at_least_for(), created_at })
-    }
-
     async fn insert(&self, c: &LockConfig, now: SystemTime) -> bool {
         let t = &self.table;
         let r = if self.db_time {
@@ -183,6 +173,22 @@ impl JavaNode {
         };
         q.execute(&self.pool).await.unwrap().rows_affected() > 0
     }
+}
+
+#[async_trait::async_trait]
+impl fleet::JavaNode for JavaNode {
+    type Held = JavaLock;
+    type Released = u64;
+
+    /// `StorageBasedLockProvider.lock`: the INSERT unless the name is known, then the UPDATE.
+    async fn lock(&self, c: &LockConfig) -> Option<JavaLock> {
+        let created_at = SystemTime::now();
+        let name = c.name().to_owned();
+        let known = self.created.lock().unwrap().contains(&name);
+        let won = (!known && self.insert(c, created_at).await) || self.update(c, created_at).await;
+        self.created.lock().unwrap().insert(name.clone());
+        won.then(|| JavaLock { name, at_least: c.lock_at_least_for(), created_at })
+    }
 
     /// `getUnlockStatement()`; returns the rows it changed.
     async fn unlock(&self, l: &JavaLock) -> u64 {
@@ -209,19 +215,6 @@ impl JavaNode {
             .bind(self.locked_by.clone())
         };
         q.execute(&self.pool).await.unwrap().rows_affected()
-    }
-}
-
-#[async_trait::async_trait]
-impl fleet::JavaNode for JavaNode {
-    type Held = JavaLock;
-
-    async fn lock(&self, c: &LockConfig) -> Option<JavaLock> {
-        JavaNode::lock(self, c).await
-    }
-
-    async fn unlock(&self, held: JavaLock) {
-        JavaNode::unlock(self, &held).await;
     }
 }
 

@@ -23,7 +23,7 @@ use shedlock::{Error, LockConfig, LockProvider};
 use shedlock_postgres::{PostgresLockProvider, recommended_pool_options};
 use shedlock_test_support::{
     cfg,
-    fleet::{self, Fleet, Node},
+    fleet::{self, Fleet, JavaNode as _, Node},
     unique,
 };
 use sqlx::{PgPool, Row};
@@ -83,16 +83,6 @@ impl JavaNode {
         }
     }
 
-    /// `StorageBasedLockProvider.lock`: the INSERT unless the name is known, then the UPDATE.
-    async fn lock(&self, c: &LockConfig) -> Option<JavaLock> {
-        let created_at = SystemTime::now();
-        let name = c.name().to_owned();
-        let known = self.created.lock().unwrap().contains(&name);
-        let won = (!known && self.insert(c, created_at).await) || self.update(c, created_at).await;
-        self.created.lock().unwrap().insert(name.clone());
-        won.then(|| JavaLock { name, at_least: c.lock_at_least_for(), created_at })
-    }
-
     async fn insert(&self, c: &LockConfig, now: SystemTime) -> bool {
         let t = &self.table;
         let q = if self.db_time {
@@ -147,6 +137,22 @@ impl JavaNode {
             .bind(self.locked_by.clone())
         };
         q.execute(&self.pool).await.unwrap().rows_affected() > 0
+    }
+}
+
+#[async_trait::async_trait]
+impl fleet::JavaNode for JavaNode {
+    type Held = JavaLock;
+    type Released = u64;
+
+    /// `StorageBasedLockProvider.lock`: the INSERT unless the name is known, then the UPDATE.
+    async fn lock(&self, c: &LockConfig) -> Option<JavaLock> {
+        let created_at = SystemTime::now();
+        let name = c.name().to_owned();
+        let known = self.created.lock().unwrap().contains(&name);
+        let won = (!known && self.insert(c, created_at).await) || self.update(c, created_at).await;
+        self.created.lock().unwrap().insert(name.clone());
+        won.then(|| JavaLock { name, at_least: c.lock_at_least_for(), created_at })
     }
 
     /// `getUnlockStatement()`; returns the rows it changed.
@@ -314,19 +320,6 @@ async fn stale_holders_of_either_kind_cannot_release_a_lock_the_other_kind_took_
     mine.unlock().await.unwrap();
     assert_eq!(ours.record("b").await.unwrap().unwrap(), before, "the stale holder changed it");
     assert_eq!(java.unlock(&theirs).await, 1);
-}
-
-#[async_trait::async_trait]
-impl fleet::JavaNode for JavaNode {
-    type Held = JavaLock;
-
-    async fn lock(&self, c: &LockConfig) -> Option<JavaLock> {
-        JavaNode::lock(self, c).await
-    }
-
-    async fn unlock(&self, held: JavaLock) {
-        JavaNode::unlock(self, &held).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -21,7 +21,7 @@ use shedlock::{Error, LockConfig, LockProvider, support::iso8601_millis};
 use shedlock_redis::RedisLockProvider;
 use shedlock_test_support::{
     cfg,
-    fleet::{self, Fleet, Node},
+    fleet::{self, Fleet, JavaNode as _, Node},
     unique,
 };
 
@@ -88,6 +88,12 @@ impl JavaNode {
             safe,
         }
     }
+}
+
+#[async_trait::async_trait]
+impl fleet::JavaNode for JavaNode {
+    type Held = JavaLock;
+    type Released = bool;
 
     /// `lock`: `SET key "ADDED:<now>@<host>:<uuid>" NX PX <ms until createdAt + atMost>`.
     async fn lock(&self, c: &LockConfig) -> Option<JavaLock> {
@@ -144,19 +150,6 @@ impl JavaNode {
             }
         };
         n > 0
-    }
-}
-
-#[async_trait::async_trait]
-impl fleet::JavaNode for JavaNode {
-    type Held = JavaLock;
-
-    async fn lock(&self, c: &LockConfig) -> Option<JavaLock> {
-        JavaNode::lock(self, c).await
-    }
-
-    async fn unlock(&self, held: JavaLock) {
-        JavaNode::unlock(self, &held).await;
     }
 }
 
