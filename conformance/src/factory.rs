@@ -60,6 +60,14 @@ pub trait ProviderFactory: Send + Sync + 'static {
 
     /// Called once after the last check (e.g. to stop a backend process started by the test).
     async fn teardown(&self) {}
+
+    /// What the instances run against, for the report: the product and its version, and
+    /// whether it is a stand-in for the real service (`PostgreSQL 15.14, native processes on
+    /// loopback`; `dynalite 4.0.1, a DynamoDB stand-in`). Asked once, after the last check.
+    /// Never put credentials here. Default: not said.
+    fn server(&self) -> Option<String> {
+        None
+    }
 }
 
 #[async_trait]
@@ -78,6 +86,10 @@ impl<F: ProviderFactory + ?Sized> ProviderFactory for Arc<F> {
 
     async fn teardown(&self) {
         (**self).teardown().await
+    }
+
+    fn server(&self) -> Option<String> {
+        (**self).server()
     }
 }
 

@@ -216,6 +216,9 @@ pub struct Figures {
 pub struct Report {
     /// The provider's name.
     pub provider: String,
+    /// What the provider ran against, as its factory says ([`ProviderFactory::server`](crate::ProviderFactory::server)):
+    /// the product and its version, and whether it is a stand-in. `None` when it did not say.
+    pub server: Option<String>,
     /// The declared capabilities (from an instance).
     pub capabilities: Capabilities,
     /// One result per check that ran, in catalogue order.

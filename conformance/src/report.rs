@@ -58,6 +58,9 @@ struct JsonFigures {
 #[derive(Serialize, Deserialize)]
 struct JsonReport {
     provider: String,
+    /// What it ran against (absent from reports written before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    server: Option<String>,
     capabilities: JsonCaps,
     results: Vec<JsonResult>,
     figures: JsonFigures,
@@ -73,6 +76,7 @@ impl Report {
         let c = &self.capabilities;
         let r = JsonReport {
             provider: self.provider.clone(),
+            server: self.server.clone(),
             capabilities: JsonCaps {
                 extend: c.extend,
                 fencing: c.fencing,
@@ -115,6 +119,9 @@ impl Report {
         let c = &self.capabilities;
         let yn = |b: bool| if b { "yes" } else { "no" };
         let mut s = format!("# Conformance report: {}\n\n", self.provider);
+        if let Some(server) = &self.server {
+            s.push_str(&format!("Ran against: {server}.\n\n"));
+        }
         s.push_str("## Capabilities\n\n| capability | declared |\n|---|---|\n");
         s.push_str(&format!("| extend | {} |\n", yn(c.extend)));
         s.push_str(&format!("| fencing | {} |\n", yn(c.fencing)));
@@ -329,6 +336,7 @@ mod tests {
 
     fn sample() -> Report {
         Report {
+            server: Some("PostgreSQL 15.14, native processes on loopback".into()),
             provider: "p".into(),
             capabilities: Capabilities::new()
                 .with_extend(true)
@@ -371,7 +379,13 @@ mod tests {
             k.sort();
             k
         };
-        assert_eq!(keys(&v), ["capabilities", "figures", "provider", "results"]);
+        // `server` was added later, and is left out when the factory did not say.
+        assert_eq!(keys(&v), ["capabilities", "figures", "provider", "results", "server"]);
+        assert_eq!(v["server"], "PostgreSQL 15.14, native processes on loopback");
+        let mut unsaid = sample();
+        unsaid.server = None;
+        let u: serde_json::Value = serde_json::from_str(&unsaid.to_json()).unwrap();
+        assert_eq!(keys(&u), ["capabilities", "figures", "provider", "results"]);
         assert_eq!(
             keys(&v["capabilities"]),
             ["extend", "fencing", "granularity_ms", "max_name_len", "owner_checked", "server_time"]
@@ -410,7 +424,9 @@ mod tests {
     #[test]
     fn markdown_has_title_tables_and_figures() {
         let md = sample().to_markdown();
-        assert!(md.starts_with("# Conformance report: p\n"));
+        assert!(md.starts_with(
+            "# Conformance report: p\n\nRan against: PostgreSQL 15.14, native processes on loopback.\n"
+        ));
         assert!(md.contains("| extend | yes |"));
         assert!(md.contains("| C01 | lock_is_held | pass | ok \\| fine really | 12 |"), "{md}");
         assert!(

@@ -91,6 +91,7 @@ impl Suite {
         };
         Report {
             provider,
+            server: self.factory().server(),
             capabilities: self.capabilities().clone(),
             results,
             figures: self.figures(),
@@ -152,6 +153,7 @@ pub async fn run(factory: impl ProviderFactory, options: Options) -> Report {
 pub(crate) fn setup_failed_report(provider: &str, error: &str) -> Report {
     Report {
         provider: provider.to_owned(),
+        server: None,
         capabilities: Capabilities::new(),
         results: checks::catalogue()
             .iter()

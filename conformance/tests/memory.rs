@@ -41,6 +41,10 @@ impl ProviderFactory for Memory {
             .with_records(Records(self.server.clone()))
             .with_restart(Restart(self.server.clone()))
     }
+
+    fn server(&self) -> Option<String> {
+        Some("shedlock-memory's MemoryServer, the in-process reference model (no backend)".into())
+    }
 }
 
 /// Raw record access: the memory server exposes its records like a table.

@@ -126,6 +126,84 @@ pub(crate) fn probes(backend: Backend, ports: &[u16], nats_monitor: u16) -> Vec<
         .collect()
 }
 
+/// (image, tag, container client port, env, cmd).
+pub(crate) type ImageSpec =
+    (&'static str, &'static str, u16, Vec<(&'static str, &'static str)>, Vec<&'static str>);
+
+/// The image of a backend: the same images as docker-compose.yml.
+pub(crate) fn image(backend: Backend) -> Option<ImageSpec> {
+    Some(match backend {
+        Backend::Postgres => {
+            ("postgres", "15.10", 5432, vec![("POSTGRES_HOST_AUTH_METHOD", "trust")], vec![])
+        }
+        Backend::MariaDb => (
+            "mariadb",
+            "10.11.10",
+            3306,
+            vec![("MARIADB_ALLOW_EMPTY_ROOT_PASSWORD", "1"), ("MARIADB_DATABASE", "shedlock")],
+            vec![],
+        ),
+        Backend::Redis => {
+            ("redis", "7.4.1", 6379, vec![], vec!["redis-server", "--appendonly", "yes"])
+        }
+        Backend::Valkey => {
+            ("valkey/valkey", "8.0.1", 6379, vec![], vec!["valkey-server", "--appendonly", "yes"])
+        }
+        Backend::Memcached => ("memcached", "1.6.32", 11211, vec![], vec![]),
+        Backend::Nats => {
+            ("nats", "2.11.0-alpine", 4222, vec![], vec!["-js", "-sd", "/data", "-m", "8222"])
+        }
+        Backend::MongoDb => ("mongo", "7.0.16", 27017, vec![], vec![]),
+        Backend::DynamoDb => (
+            "amazon/dynamodb-local",
+            "2.5.3",
+            8000,
+            vec![],
+            vec!["-jar", "DynamoDBLocal.jar", "-sharedDb", "-dbPath", "/tmp"],
+        ),
+        Backend::S3 => (
+            "minio/minio",
+            "RELEASE.2024-11-07T00-52-20Z",
+            9000,
+            vec![
+                ("MINIO_ROOT_USER", "shedlock"),
+                ("MINIO_ROOT_PASSWORD", "shedlock-test-secret-key-0123456789"),
+            ],
+            vec!["server", "/data"],
+        ),
+        Backend::Etcd => (
+            "quay.io/coreos/etcd",
+            "v3.5.17",
+            2379,
+            vec![],
+            vec![
+                "etcd",
+                "--listen-client-urls",
+                "http://0.0.0.0:2379",
+                "--advertise-client-urls",
+                "http://127.0.0.1:2379",
+                "--data-dir",
+                "/tmp/etcd",
+            ],
+        ),
+        Backend::ZooKeeper => ("zookeeper", "3.8.4", 2181, vec![], vec![]),
+        Backend::Sqlite
+        | Backend::EtcdCluster
+        | Backend::ZooKeeperEnsemble
+        | Backend::RedisCluster => return None,
+    })
+}
+
+/// What a docker launch of `backend` runs, for reports: its image (from the table the
+/// launcher's containers use, which an xtask test keeps equal to docker-compose.yml's), and
+/// `where` it runs.
+pub(crate) fn describe(backend: Backend, r#where: &str) -> String {
+    match image(backend) {
+        Some((image, tag, ..)) => format!("{image}:{tag} ({where})"),
+        None => format!("docker-compose.yml's {} services ({where})", backend.name()),
+    }
+}
+
 /// The NATS monitoring port published by docker-compose.yml.
 pub(crate) const COMPOSE_NATS_MONITOR: u16 = 18222;
 
@@ -288,7 +366,7 @@ pub(crate) mod containers {
         runners::SyncRunner,
     };
 
-    use super::{local, probes};
+    use super::{image, local, probes};
     use crate::{Backend, LaunchError, ports::PortLease, probe::Probe};
 
     /// A running container with fixed host ports (so a restart keeps them).
@@ -302,78 +380,6 @@ pub(crate) mod containers {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.debug_struct("Running").field("id", &self.container.id()).finish()
         }
-    }
-
-    /// (image, tag, container client port, env, cmd).
-    type ImageSpec =
-        (&'static str, &'static str, u16, Vec<(&'static str, &'static str)>, Vec<&'static str>);
-
-    /// The image of a backend: the same images as docker-compose.yml.
-    fn image(backend: Backend) -> Option<ImageSpec> {
-        Some(match backend {
-            Backend::Postgres => {
-                ("postgres", "15.10", 5432, vec![("POSTGRES_HOST_AUTH_METHOD", "trust")], vec![])
-            }
-            Backend::MariaDb => (
-                "mariadb",
-                "10.11.10",
-                3306,
-                vec![("MARIADB_ALLOW_EMPTY_ROOT_PASSWORD", "1"), ("MARIADB_DATABASE", "shedlock")],
-                vec![],
-            ),
-            Backend::Redis => {
-                ("redis", "7.4.1", 6379, vec![], vec!["redis-server", "--appendonly", "yes"])
-            }
-            Backend::Valkey => (
-                "valkey/valkey",
-                "8.0.1",
-                6379,
-                vec![],
-                vec!["valkey-server", "--appendonly", "yes"],
-            ),
-            Backend::Memcached => ("memcached", "1.6.32", 11211, vec![], vec![]),
-            Backend::Nats => {
-                ("nats", "2.11.0-alpine", 4222, vec![], vec!["-js", "-sd", "/data", "-m", "8222"])
-            }
-            Backend::MongoDb => ("mongo", "7.0.16", 27017, vec![], vec![]),
-            Backend::DynamoDb => (
-                "amazon/dynamodb-local",
-                "2.5.3",
-                8000,
-                vec![],
-                vec!["-jar", "DynamoDBLocal.jar", "-sharedDb", "-dbPath", "/tmp"],
-            ),
-            Backend::S3 => (
-                "minio/minio",
-                "RELEASE.2024-11-07T00-52-20Z",
-                9000,
-                vec![
-                    ("MINIO_ROOT_USER", "shedlock"),
-                    ("MINIO_ROOT_PASSWORD", "shedlock-test-secret-key-0123456789"),
-                ],
-                vec!["server", "/data"],
-            ),
-            Backend::Etcd => (
-                "quay.io/coreos/etcd",
-                "v3.5.17",
-                2379,
-                vec![],
-                vec![
-                    "etcd",
-                    "--listen-client-urls",
-                    "http://0.0.0.0:2379",
-                    "--advertise-client-urls",
-                    "http://127.0.0.1:2379",
-                    "--data-dir",
-                    "/tmp/etcd",
-                ],
-            ),
-            Backend::ZooKeeper => ("zookeeper", "3.8.4", 2181, vec![], vec![]),
-            Backend::Sqlite
-            | Backend::EtcdCluster
-            | Backend::ZooKeeperEnsemble
-            | Backend::RedisCluster => return None,
-        })
     }
 
     fn tc_err(backend: Backend, e: impl std::fmt::Display) -> LaunchError {

@@ -83,6 +83,19 @@ pub fn skip_requested(backend: Backend) -> bool {
 
 type SharedCell = Arc<OnceLock<Result<&'static Service, LaunchError>>>;
 
+/// The cell of each backend's process-wide instance.
+fn cells() -> std::sync::MutexGuard<'static, HashMap<Backend, SharedCell>> {
+    static CELLS: OnceLock<Mutex<HashMap<Backend, SharedCell>>> = OnceLock::new();
+    CELLS.get_or_init(Default::default).lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The process-wide instance of `backend` if [`shared`] has started it already; never starts
+/// anything (and never blocks on a start in progress).
+pub fn started(backend: Backend) -> Option<&'static Service> {
+    let cell = cells().get(&backend)?.clone();
+    cell.get()?.as_ref().ok().copied()
+}
+
 /// The process-wide instance of `backend`, started on first use with
 /// [`LaunchOptions::default`] (so `$SHEDLOCK_*_URL` wins, and `SHEDLOCK_VIA` picks the mode) and
 /// kept for the life of the process; concurrent first callers wait for the one start. A failed
@@ -96,14 +109,7 @@ pub fn shared(backend: Backend) -> Result<&'static Service, LaunchError> {
     if skip_requested(backend) {
         return Err(LaunchError::Skipped { backend: backend.name(), list: skip_list().join(",") });
     }
-    static CELLS: OnceLock<Mutex<HashMap<Backend, SharedCell>>> = OnceLock::new();
-    let cell = CELLS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .entry(backend)
-        .or_default()
-        .clone();
+    let cell = cells().entry(backend).or_default().clone();
     cell.get_or_init(|| {
         Service::start(backend, &LaunchOptions::default()).map(|s| &*Box::leak(Box::new(s)))
     })

@@ -249,6 +249,112 @@ fn nats_server(local: &Path) -> Result<Programs, LaunchError> {
     }
 }
 
+/// What a native launch of `backend` runs, for reports: the product and its version, and where
+/// the program is a stand-in for the real server, that it is one.
+pub(crate) fn describe(backend: Backend, programs: &Programs, local: &Path) -> String {
+    let unknown = || "(version unknown)".to_owned();
+    let asked = |program: &Path, arg: &str| {
+        program_output(program, arg).as_deref().and_then(version_in).unwrap_or_else(unknown)
+    };
+    let what = match programs {
+        Programs::Postgres { postgres, .. } => {
+            format!("PostgreSQL {}", asked(postgres, "--version"))
+        }
+        Programs::MariaDb { server, .. } => format!("MariaDB {}", asked(server, "--version")),
+        Programs::Sqlite => {
+            return "SQLite, embedded in the provider (sqlx's libsqlite3), on a file in a \
+                    temporary directory"
+                .to_owned();
+        }
+        Programs::Redis { server } | Programs::RedisCluster { server, .. } => {
+            let product = if backend == Backend::Valkey { "Valkey" } else { "Redis" };
+            let nodes =
+                if backend == Backend::RedisCluster { ", 3 masters and 3 replicas" } else { "" };
+            format!("{product} {}{nodes}", asked(server, "--version"))
+        }
+        Programs::Memcached { server } => format!("memcached {}", asked(server, "-V")),
+        Programs::Nats { server } => {
+            format!("NATS server {} (JetStream)", asked(server, "--version"))
+        }
+        Programs::MongoDb { .. } => format!(
+            "SecantusDB {}, a MongoDB wire-protocol stand-in (not mongod)",
+            pip_version(local, "secantusdb").unwrap_or_else(unknown)
+        ),
+        Programs::DynamoDb { script, .. } => {
+            let package = script.with_file_name("package.json");
+            let version = std::fs::read_to_string(package)
+                .ok()
+                .and_then(|json| json_version(&json))
+                .unwrap_or_else(unknown);
+            format!("dynalite {version}, a DynamoDB stand-in (not DynamoDB)")
+        }
+        Programs::S3 { .. } => format!(
+            "moto {}, an S3 stand-in (not S3)",
+            pip_version(local, "moto").unwrap_or_else(unknown)
+        ),
+        Programs::Etcd { server } => {
+            let nodes = if backend == Backend::EtcdCluster { ", 3 members" } else { "" };
+            format!("etcd {}{nodes}", asked(server, "--version"))
+        }
+        Programs::ZooKeeper { jar, .. } => {
+            let version = std::fs::canonicalize(jar)
+                .ok()
+                .and_then(|j| j.file_name().map(|f| f.to_string_lossy().into_owned()))
+                .as_deref()
+                .and_then(version_in)
+                .unwrap_or_else(unknown);
+            let nodes =
+                if backend == Backend::ZooKeeperEnsemble { ", an ensemble of 3" } else { "" };
+            format!("ZooKeeper {version}{nodes}")
+        }
+    };
+    format!("{what}, native processes on loopback")
+}
+
+/// What `program arg` prints (standard output, then standard error).
+fn program_output(program: &Path, arg: &str) -> Option<String> {
+    let out = Command::new(program).arg(arg).output().ok()?;
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    Some(text)
+}
+
+/// The first version number in `text`: a word (split at spaces and `-`) that starts with a digit,
+/// after an optional `v` or `v=`, and holds a dot, cut at the first character that is neither a
+/// digit nor a dot ("Ver 10.11.14-MariaDB" → `10.11.14`, "v=7.0.15" → `7.0.15`).
+fn version_in(text: &str) -> Option<String> {
+    text.split(|c: char| c.is_whitespace() || c == '-').find_map(|word| {
+        let word = word.trim_start_matches("v=").trim_start_matches('v');
+        if !word.starts_with(|c: char| c.is_ascii_digit()) {
+            return None;
+        }
+        let end = word.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(word.len());
+        let version = word[..end].trim_end_matches('.');
+        version.contains('.').then(|| version.to_owned())
+    })
+}
+
+/// The version of a PyPI package in the venv under `local`, from its `.dist-info` directory.
+fn pip_version(local: &Path, package: &str) -> Option<String> {
+    let lib = std::fs::read_dir(local.join("venv/lib")).ok()?;
+    lib.flatten().find_map(|python| {
+        let site = std::fs::read_dir(python.path().join("site-packages")).ok()?;
+        site.flatten().find_map(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let rest = name.strip_prefix(package)?.strip_prefix('-')?;
+            rest.strip_suffix(".dist-info").map(str::to_owned)
+        })
+    })
+}
+
+/// The `"version"` of a `package.json`.
+fn json_version(json: &str) -> Option<String> {
+    let after = &json[json.find("\"version\"")? + "\"version\"".len()..];
+    let start = after.find('"')? + 1;
+    let end = start + after[start..].find('"')?;
+    Some(after[start..end].to_owned())
+}
+
 fn nats_version(server: &Path) -> Option<(u32, u32)> {
     let out = Command::new(server).arg("--version").output().ok()?;
     let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -283,6 +389,27 @@ pub(crate) fn system_user(name: &str) -> Option<(u32, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn versions_are_read_from_what_the_servers_print() {
+        let cases = [
+            ("postgres (PostgreSQL) 15.14 (Debian 15.14-0+deb12u1)", "15.14"),
+            ("mariadbd  Ver 10.11.14-MariaDB-0+deb12u2 for debian-linux-gnu", "10.11.14"),
+            ("Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0", "7.0.15"),
+            ("memcached 1.6.18", "1.6.18"),
+            ("nats-server: v2.15.1", "2.15.1"),
+            ("etcd Version: 3.4.23\nGit SHA: Not provided", "3.4.23"),
+            ("zookeeper-3.8.0.jar", "3.8.0"),
+        ];
+        for (text, version) in cases {
+            assert_eq!(version_in(text).as_deref(), Some(version), "{text}");
+        }
+        assert_eq!(version_in("no version here, v2"), None);
+        assert_eq!(
+            json_version("{\"name\": \"dynalite\", \"version\": \"4.0.1\"}").as_deref(),
+            Some("4.0.1")
+        );
+    }
 
     #[test]
     fn versions() {

@@ -44,6 +44,7 @@ pub enum Mode {
 pub struct Service {
     backend: Backend,
     url: String,
+    server: String,
     addrs: Vec<SocketAddr>,
     mode: Mode,
     ready_timeout: Duration,
@@ -56,6 +57,7 @@ impl std::fmt::Debug for Service {
         f.debug_struct("Service")
             .field("backend", &self.backend)
             .field("url", &redact_url(&self.url))
+            .field("server", &self.server)
             .field("addrs", &self.addrs)
             .field("mode", &self.mode)
             .field("ready_timeout", &self.ready_timeout)
@@ -456,6 +458,10 @@ impl Service {
             backend,
             addrs: parse_addr(&url).into_iter().collect(),
             url,
+            server: format!(
+                "the server at ${} (started elsewhere; not probed for its version)",
+                backend.env_var()
+            ),
             mode: Mode::External,
             ready_timeout: Duration::ZERO,
             started_in: Duration::ZERO,
@@ -465,6 +471,7 @@ impl Service {
 
     fn start_native(backend: Backend, options: &LaunchOptions) -> Result<Service, LaunchError> {
         let programs = locate::programs(backend, &options.get_backends_dir())?;
+        let server = locate::describe(backend, &programs, &options.get_backends_dir());
         let dir = run_dir(backend)?;
         if let Programs::Sqlite = programs {
             // No process to stop, but the dir goes when this process does.
@@ -476,6 +483,7 @@ impl Service {
             return Ok(Service {
                 backend,
                 url: format!("sqlite://{}?mode=rwc", dir.join("shedlock.db").display()),
+                server,
                 addrs: Vec::new(),
                 mode: Mode::Native,
                 ready_timeout: options.get_ready_timeout(),
@@ -494,6 +502,7 @@ impl Service {
                 Ok(Service {
                     backend,
                     url: backend.url_for_ports(&ports),
+                    server,
                     addrs: native.specs.iter().map(|s| s.probe.addr()).collect(),
                     mode: Mode::Native,
                     ready_timeout: options.get_ready_timeout(),
@@ -519,6 +528,7 @@ impl Service {
                 backend,
                 addrs: running.probes.iter().map(|p| p.addr()).collect(),
                 url,
+                server: docker::describe(backend, "a private container"),
                 mode: Mode::Docker,
                 ready_timeout: options.get_ready_timeout(),
                 started_in: Duration::ZERO,
@@ -529,6 +539,7 @@ impl Service {
         Ok(Service {
             backend,
             url: backend.url_for_ports(backend.compose_ports()),
+            server: docker::describe(backend, "docker-compose.yml"),
             addrs: compose.probes.iter().map(|p| p.addr()).collect(),
             mode: Mode::Docker,
             ready_timeout: options.get_ready_timeout(),
@@ -540,6 +551,14 @@ impl Service {
     /// The backend.
     pub fn backend(&self) -> Backend {
         self.backend
+    }
+
+    /// What runs as this backend, for reports: the product and its version, and whether it is
+    /// a stand-in (`dynalite 4.0.1, a DynamoDB stand-in (not DynamoDB), native processes on
+    /// loopback`; `PostgreSQL 15.14, native processes on loopback`; the image of a docker run).
+    /// Never the URL (it may hold credentials).
+    pub fn server(&self) -> &str {
+        &self.server
     }
 
     /// The URL to connect to (see [`Backend`] for each backend's form).

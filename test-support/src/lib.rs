@@ -191,7 +191,45 @@ where
             ),
         );
     }
-    SuiteSpec::new(name, options, setup)
+    SuiteSpec::new(name, options, move || {
+        let made = setup();
+        async move { made.await.map(|inner| OnServer { inner, backend }) }
+    })
+}
+
+/// A suite's factory that names, for the report, the server the launcher started for `backend`
+/// ([`Service::server`]); everything else is `inner`'s.
+struct OnServer<P> {
+    inner: P,
+    backend: Backend,
+}
+
+#[async_trait::async_trait]
+impl<P: ProviderFactory> ProviderFactory for OnServer<P> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    async fn create(
+        &self,
+        options: shedlock_conformance::InstanceOptions,
+    ) -> Result<std::sync::Arc<dyn shedlock::LockProvider>, BoxError> {
+        self.inner.create(options).await
+    }
+
+    fn hooks(&self) -> Hooks {
+        self.inner.hooks()
+    }
+
+    async fn teardown(&self) {
+        self.inner.teardown().await;
+    }
+
+    fn server(&self) -> Option<String> {
+        self.inner
+            .server()
+            .or_else(|| shedlock_launcher::started(self.backend).map(|s| s.server().to_owned()))
+    }
 }
 
 /// The row-level checks every SQL provider runs against its real database, beyond the

@@ -50,6 +50,10 @@ impl ProviderFactory for ToyFactory {
             None => hooks,
         }
     }
+
+    fn server(&self) -> Option<String> {
+        Some("the toy server of this example, in the test process, on loopback".into())
+    }
 }
 
 struct Records(Arc<ToyServer>);
