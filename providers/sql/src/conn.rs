@@ -7,8 +7,8 @@ use std::{
 };
 
 use sqlx::{
-    Connection, Database, Encode, Executor, IntoArguments, Pool, Type, error::DatabaseError,
-    pool::PoolConnection,
+    ConnectOptions, Connection, Database, Encode, Executor, IntoArguments, Pool, Type,
+    error::DatabaseError, pool::PoolConnection,
 };
 
 use crate::{ArgValues, DbErrorKind, Stmt, bind};
@@ -259,7 +259,7 @@ where
         values: &ArgValues<'_>,
     ) -> Result<Done<DB>, sqlx::Error> {
         if !self.dedicated {
-            let mut conn = self.pool.acquire().await?;
+            let mut conn = self.acquire().await?;
             return once(&mut conn, work, values).await;
         }
         let mut retried = false;
@@ -298,7 +298,7 @@ where
         let previous = std::mem::replace(&mut *self.slot(), Slot::Busy);
         let held = match previous {
             // In use by another statement: do not queue behind it.
-            Slot::Busy => return Ok(Checkout::Pooled(self.pool.acquire().await?)),
+            Slot::Busy => return Ok(Checkout::Pooled(self.acquire().await?)),
             Slot::Idle(h) => Some(h),
             Slot::Empty => None,
         };
@@ -320,6 +320,31 @@ where
             || o.get_idle_timeout().is_some_and(|max| h.idle_since.elapsed() > max)
     }
 
+    /// A connection from the pool. When none comes within the pool's acquire timeout, one
+    /// direct connection attempt (at most [`CAUSE_PROBE`]) finds out why: sqlx retries a
+    /// refused or failing connect in the background and reports only "pool timed out", which
+    /// loses the cause (connection refused, authentication, TLS). The probe's error is returned
+    /// with it; a pool that is merely busy (the probe connects) keeps `PoolTimedOut`.
+    async fn acquire(&self) -> Result<PoolConnection<DB>, sqlx::Error> {
+        match self.pool.acquire().await {
+            Err(sqlx::Error::PoolTimedOut) => {
+                let options = self.pool.connect_options();
+                match tokio::time::timeout(CAUSE_PROBE, options.connect()).await {
+                    Ok(Err(cause)) => Err(sqlx::Error::Io(std::io::Error::other(NoConnection {
+                        timeout: self.pool.options().get_acquire_timeout(),
+                        cause,
+                    }))),
+                    Ok(Ok(conn)) => {
+                        close_later(conn);
+                        Err(sqlx::Error::PoolTimedOut)
+                    }
+                    Err(_) => Err(sqlx::Error::PoolTimedOut),
+                }
+            }
+            other => other,
+        }
+    }
+
     /// Takes a connection from the pool and detaches it. A connection that was idle in a pool
     /// that does not test connections on checkout is pinged first (once per dedicated
     /// connection, not per statement): after a server restart, the pool's idle connections are
@@ -330,7 +355,7 @@ where
         let mut last = sqlx::Error::PoolTimedOut;
         for _ in 0..tries {
             let was_idle = self.pool.num_idle() > 0;
-            let mut conn = self.pool.acquire().await?.detach();
+            let mut conn = self.acquire().await?.detach();
             if !tested
                 && was_idle
                 && let Err(e) = conn.ping().await
@@ -343,6 +368,32 @@ where
             return Ok(Held { conn, since: now, idle_since: now });
         }
         Err(last)
+    }
+}
+
+/// How long [`LockConn`] tries a direct connection to learn why the pool gave none.
+pub const CAUSE_PROBE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The pool gave no connection, and connecting fails: the cause, kept as the source.
+#[derive(Debug)]
+struct NoConnection {
+    timeout: std::time::Duration,
+    cause: sqlx::Error,
+}
+
+impl fmt::Display for NoConnection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "no connection from the pool within its acquire timeout ({:?}): connecting fails: {}",
+            self.timeout, self.cause
+        )
+    }
+}
+
+impl std::error::Error for NoConnection {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.cause)
     }
 }
 

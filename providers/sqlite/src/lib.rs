@@ -290,7 +290,10 @@ impl Dialect for SqliteDialect {
     }
 
     async fn acquire(&self, values: &ArgValues<'_>) -> Result<Option<i64>, sqlx::Error> {
-        let row = bind::<Sqlite>(&self.stmts.acquire, values).fetch_optional(&self.pool).await?;
+        let row = bind::<Sqlite>(&self.stmts.acquire, values)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.with_path(e))?;
         row.map(|r| r.try_get::<i64, _>(0)).transpose()
     }
 
@@ -301,16 +304,47 @@ impl Dialect for SqliteDialect {
             Op::Delete => &self.stmts.delete,
             Op::Write => &self.stmts.write,
         };
-        bind::<Sqlite>(stmt, values).execute(&self.pool).await.map(|r| r.rows_affected())
+        bind::<Sqlite>(stmt, values)
+            .execute(&self.pool)
+            .await
+            .map(|r| r.rows_affected())
+            .map_err(|e| self.with_path(e))
     }
 
     async fn record(&self, values: &ArgValues<'_>) -> Result<Option<LockRecord>, sqlx::Error> {
-        let row = bind::<Sqlite>(&self.stmts.select, values).fetch_optional(&self.pool).await?;
+        let row = bind::<Sqlite>(&self.stmts.select, values)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.with_path(e))?;
         row.map(|r| record_from_row(&r, r.try_get(0)?)).transpose()
     }
 
     async fn run_ddl(&self, ddl: &str) -> Result<(), sqlx::Error> {
-        sqlx::raw_sql(AssertSqlSafe(ddl.to_owned())).execute(&self.pool).await.map(|_| ())
+        sqlx::raw_sql(AssertSqlSafe(ddl.to_owned()))
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+            .map_err(|e| self.with_path(e))
+    }
+}
+
+impl SqliteDialect {
+    /// SQLite says "unable to open database file" without the file: a database that cannot
+    /// be opened (SQLITE_CANTOPEN: a missing directory, no permission) names it.
+    fn with_path(&self, e: sqlx::Error) -> sqlx::Error {
+        match e {
+            sqlx::Error::Database(db)
+                if db.code().and_then(|c| c.parse::<i32>().ok()).map(|c| c & 0xff) == Some(14) =>
+            {
+                let file = self.pool.connect_options().get_filename().display().to_string();
+                sqlx::Error::Io(std::io::Error::other(format!(
+                    "cannot open the database file {file:?} (does its directory exist, and may \
+                     this process write there?): {}",
+                    db.message()
+                )))
+            }
+            e => e,
+        }
     }
 }
 

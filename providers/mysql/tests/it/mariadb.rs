@@ -453,6 +453,9 @@ async fn unreachable_server_is_unavailable() {
     let started = std::time::Instant::now();
     let err = p.try_lock(&cfg("x", 1000, 0)).await.unwrap_err();
     assert!(err.is_retryable(), "{err:?}");
+    // The cause survives sqlx's "pool timed out": the refused connection is named.
+    let message = err.to_string();
+    assert!(message.contains("Connection refused"), "{message}");
     assert!(started.elapsed() < Duration::from_secs(5));
     // Detection needs the server too: the same typed error.
     let p2 = MySqlLockProvider::builder(p_pool(port).await).build().unwrap();

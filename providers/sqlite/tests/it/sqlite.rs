@@ -244,3 +244,22 @@ async fn a_locked_database_is_a_retryable_error() {
     sqlx::query("ROLLBACK").execute(&mut *conn).await.unwrap();
     assert!(p.try_lock(&cfg("busy", 60_000, 0)).await.unwrap().is_some());
 }
+
+#[tokio::test]
+async fn a_database_file_that_cannot_be_opened_is_unavailable_naming_the_file() {
+    // A directory that does not exist: SQLite can create the file, not its directory.
+    let db = db_file();
+    let file = db.dir.join("no-such-dir").join("locks.db");
+    let pool = recommended_pool_options()
+        .acquire_timeout(Duration::from_secs(2))
+        .connect_lazy_with(recommended_connect_options(&file));
+    let p = SqliteLockProvider::builder(pool).build().unwrap();
+    for err in
+        [p.create_table().await.unwrap_err(), p.try_lock(&cfg("x", 1000, 0)).await.unwrap_err()]
+    {
+        assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+        let message = err.to_string();
+        assert!(message.contains(&format!("{:?}", file.display().to_string())), "{message}");
+        assert!(message.contains("unable to open database file"), "{message}");
+    }
+}
