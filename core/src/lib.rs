@@ -72,7 +72,7 @@ pub use executor::{
 pub use keepalive::KeepAliveProvider;
 pub use lease::{Acquisition, Lease, LostSignal};
 pub use provider::{Capabilities, Lock, LockHandle, LockProvider};
-pub use scheduler::{Schedule, ScheduleError, Scheduler};
+pub use scheduler::{Schedule, ScheduleError, Scheduler, scheduled_fire_time};
 #[cfg(feature = "macros")]
 pub use shedlock_macros::{lock, lock_spec};
 pub use support::TimeSource;

@@ -120,6 +120,21 @@ impl Schedule {
     }
 }
 
+tokio::task_local! {
+    static FIRE_TIME: SystemTime;
+}
+
+/// When the scheduled run now executing was due: inside a task that a [`Scheduler`] fired, the
+/// fire time of this run on the scheduler's clock (a cron schedule's own instant; for a fixed
+/// rate, the start plus a whole number of periods; for a fixed delay, the instant it fired),
+/// however late the run started. `None` outside a scheduled task (and in tasks it spawns).
+///
+/// A run can start late (a busy runtime, a slow `try_lock`): this is the fire time it belongs
+/// to, e.g. to process the data of that interval, or to tell runs of one fire time apart.
+pub fn scheduled_fire_time() -> Option<SystemTime> {
+    FIRE_TIME.try_with(|t| *t).ok()
+}
+
 type BoxTask = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
 /// What a [`Scheduler`] calls when a fire fails: the lock name and the error.
@@ -311,10 +326,11 @@ impl Runner {
         }
     }
 
-    async fn fire(&mut self) {
+    /// One run of the task, due at `due`.
+    async fn fire(&mut self, due: SystemTime) {
         let task = self.task.clone();
         let run = self.executor.execute(&self.config, move || task());
-        match CatchUnwind::new(run).await {
+        match FIRE_TIME.scope(due, CatchUnwind::new(run)).await {
             Ok(Ok(TaskResult::Executed(()) | TaskResult::NotExecuted)) => self.recovered(),
             Ok(Err(error)) => self.failed(&error),
             Err(_) => tracing::error!(lock = self.config.name(), "scheduled task panicked"),
@@ -366,19 +382,23 @@ impl Runner {
                         return;
                     }
                     last_fire = Some(next);
-                    self.fire().await;
+                    self.fire(next).await;
                 }
             }
             Schedule::FixedRate { period, initial_delay } => {
                 // Fire times are start + k * period. After a run, the next fire is the first one
                 // strictly in the future: fire times that passed during the run are skipped.
                 let start = later(tokio::time::Instant::now(), initial_delay);
+                let wall_start = self.clock.now().checked_add(initial_delay);
                 let mut next = start;
                 loop {
                     if !self.wait_until(next).await {
                         return;
                     }
-                    self.fire().await;
+                    let due = wall_start
+                        .and_then(|w| w.checked_add(next.saturating_duration_since(start)))
+                        .unwrap_or_else(|| self.clock.now());
+                    self.fire(due).await;
                     let elapsed = tokio::time::Instant::now().saturating_duration_since(start);
                     let periods = elapsed.as_nanos() / period.as_nanos().max(1) + 1;
                     let offset = u32::try_from(periods)
@@ -393,7 +413,8 @@ impl Runner {
                     return;
                 }
                 loop {
-                    self.fire().await;
+                    let due = self.clock.now();
+                    self.fire(due).await;
                     if !self.wait(delay).await {
                         return;
                     }

@@ -279,3 +279,52 @@ async fn a_failing_fire_is_reported_once_per_distinct_error_and_the_task_runs_on
     );
     assert_eq!(*runs.lock().unwrap(), 3, "the fires after the failures ran");
 }
+
+/// The in-memory provider, `delay` slower on every `try_lock`.
+struct Slow {
+    inner: MemoryLockProvider,
+    delay: Duration,
+}
+
+#[async_trait::async_trait]
+impl LockProvider for Slow {
+    async fn try_lock(&self, config: &LockConfig) -> shedlock::Result<Option<shedlock::Lock>> {
+        tokio::time::sleep(self.delay).await;
+        self.inner.try_lock(config).await
+    }
+
+    fn capabilities(&self) -> shedlock::Capabilities {
+        self.inner.capabilities()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_that_starts_late_knows_the_fire_time_it_belongs_to() {
+    assert_eq!(shedlock::scheduled_fire_time(), None, "outside a scheduled task");
+    let clock: SharedClock = Arc::new(TokioClock::new());
+    let server = MemoryServer::with_clock(clock.clone());
+    let slow = Slow { inner: MemoryLockProvider::new(&server), delay: Duration::from_millis(700) };
+    let s = Scheduler::new(LockingExecutor::new(Arc::new(slow))).with_clock(clock.clone());
+    let seen: Arc<Mutex<Vec<(Duration, Duration)>>> = Arc::default();
+    let (log, c) = (seen.clone(), clock.clone());
+    s.schedule(Schedule::cron("*/2 * * * * *").unwrap(), cfg("late", 0), move || {
+        let (log, c) = (log.clone(), c.clone());
+        async move {
+            let due = shedlock::scheduled_fire_time().expect("inside a scheduled task");
+            let since = |t: std::time::SystemTime| t.duration_since(UNIX_EPOCH).unwrap();
+            log.lock().unwrap().push((since(due), since(c.now())));
+        }
+    })
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(6_500)).await;
+    s.shutdown().await;
+    let seen = seen.lock().unwrap().clone();
+    assert!(seen.len() >= 3, "{seen:?}");
+    for (due, started) in &seen {
+        assert_eq!(due.subsec_nanos(), 0, "a cron instant: {due:?}");
+        assert_eq!(due.as_secs() % 2, 0, "every two seconds: {due:?}");
+        // The run started after the 700 ms try_lock, still labelled with its own fire time.
+        assert!(*started >= *due + Duration::from_millis(700), "{due:?} started {started:?}");
+        assert!(*started < *due + Duration::from_secs(1), "{due:?} started {started:?}");
+    }
+}
