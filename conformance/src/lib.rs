@@ -98,7 +98,7 @@
 //! | C20–C21 | monotonic fencing tokens; a fenced resource refuses a paused stale holder | `fencing` |
 //! | C22 | keep-alive: long task keeps the lock, dead holder frees it, failed extension signals loss | `extend` |
 //! | C23 | executor: skip, release on return / error / panic / cancel, reentrancy, `assert_locked` | — |
-//! | C24 | backend unreachable or stalled: typed errors in bounded time, no false "held", recovery | backend address |
+//! | C24 | backend unreachable or stalled: typed errors in bounded time (`check` too, where declared), no false "held", recovery | backend address (+ `check`) |
 //! | C25 | backend restart: recovery without a process restart; fencing tokens keep increasing | restart hook |
 //! | C26 | futures dropped mid-flight at random await points never leave a name locked past at-most | — |
 //! | C27 | hostile names, max length (+1 is `InvalidName`, never truncation) | — |

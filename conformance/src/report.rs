@@ -19,6 +19,9 @@ struct JsonCaps {
     owner_checked: bool,
     granularity_ms: u64,
     max_name_len: Option<usize>,
+    /// Added later (`LockProvider::check` asks the backend): absent in older reports.
+    #[serde(default)]
+    check: bool,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -84,6 +87,7 @@ impl Report {
                 owner_checked: c.owner_checked,
                 granularity_ms: ms(c.granularity),
                 max_name_len: c.max_name_len,
+                check: c.check,
             },
             results: self
                 .results
@@ -132,6 +136,7 @@ impl Report {
             "| max_name_len | {} |\n",
             c.max_name_len.map_or_else(|| "unlimited".to_owned(), |n| format!("{n} bytes"))
         ));
+        s.push_str(&format!("| check | {} |\n", yn(c.check)));
         s.push_str(&format!("\n## Results\n\n{}\n\n", self.summary()));
         s.push_str("| id | check | outcome | detail | ms |\n|---|---|---|---|---|\n");
         for r in &self.results {
@@ -198,14 +203,15 @@ impl Report {
         let c = &self.capabilities;
         let mut s = format!(
             "conformance report for {}: extend={} fencing={} server_time={} owner_checked={} \
-             granularity={} ms max_name_len={}\n",
+             granularity={} ms max_name_len={} check={}\n",
             self.provider,
             c.extend,
             c.fencing,
             c.server_time,
             c.owner_checked,
             ms(c.granularity),
-            c.max_name_len.map_or_else(|| "unlimited".to_owned(), |n| format!("{n} bytes"))
+            c.max_name_len.map_or_else(|| "unlimited".to_owned(), |n| format!("{n} bytes")),
+            c.check
         );
         for r in &self.results {
             s.push_str(&format!(
@@ -388,7 +394,15 @@ mod tests {
         assert_eq!(keys(&u), ["capabilities", "figures", "provider", "results"]);
         assert_eq!(
             keys(&v["capabilities"]),
-            ["extend", "fencing", "granularity_ms", "max_name_len", "owner_checked", "server_time"]
+            [
+                "check",
+                "extend",
+                "fencing",
+                "granularity_ms",
+                "max_name_len",
+                "owner_checked",
+                "server_time"
+            ]
         );
         // `expected` and `as_expected` were added after the first schema (fields only added).
         assert_eq!(

@@ -1,6 +1,6 @@
 //! The one error type of shedlock and its providers.
 
-use std::time::Duration;
+use std::{fmt, time::Duration};
 
 use crate::duration::DurationError;
 
@@ -137,7 +137,11 @@ pub enum Error {
         message: String,
     },
     /// The backend could not be reached (connection refused, reset, timed out). Retrying may help.
-    #[error("{backend} unavailable: {source}")]
+    ///
+    /// The message quotes the client error and its causes (`dispatch failure: … tcp connect
+    /// error: Connection refused`), each once, so a log line that prints only this error still
+    /// says what happened.
+    #[error("{backend} unavailable: {}", Causes(&**.source))]
     Unavailable {
         /// The backend.
         backend: &'static str,
@@ -145,8 +149,9 @@ pub enum Error {
         #[source]
         source: BoxError,
     },
-    /// The backend answered with an error.
-    #[error("{backend} error: {source}")]
+    /// The backend answered with an error. The message quotes the client error and its causes,
+    /// as for [`Unavailable`](Self::Unavailable).
+    #[error("{backend} error: {}", Causes(&**.source))]
     Backend {
         /// The backend.
         backend: &'static str,
@@ -243,5 +248,73 @@ impl Error {
     }
 }
 
+/// An error and its causes (`source()` chain) on one line, `: `-separated; a cause whose text
+/// the line already contains (clients often repeat their source in their own message) is left
+/// out. At most eight levels.
+struct Causes<'a>(&'a (dyn std::error::Error + 'static));
+
+impl fmt::Display for Causes<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut line = self.0.to_string();
+        let mut next = self.0.source();
+        for _ in 0..8 {
+            let Some(cause) = next else { break };
+            let text = cause.to_string();
+            if !text.is_empty() && !line.contains(&text) {
+                line.push_str(": ");
+                line.push_str(&text);
+            }
+            next = cause.source();
+        }
+        f.write_str(&line)
+    }
+}
+
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client error with an optional cause, as HTTP and database clients nest them.
+    #[derive(Debug)]
+    struct Layer(&'static str, Option<Box<Layer>>);
+
+    impl fmt::Display for Layer {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Layer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|l| l as _)
+        }
+    }
+
+    #[test]
+    fn unavailable_and_backend_errors_quote_every_cause_once() {
+        let refused = Layer("Connection refused (os error 111)", None);
+        let connect = Layer("tcp connect error", Some(Box::new(refused)));
+        let dispatch = Layer("dispatch failure", Some(Box::new(connect)));
+        assert_eq!(
+            Error::unavailable("s3", dispatch).to_string(),
+            "s3 unavailable: dispatch failure: tcp connect error: Connection refused (os error 111)"
+        );
+        // A client that repeats its cause in its own message is not repeated.
+        let io = Layer("Connection refused (os error 111)", None);
+        let sqlx = Layer(
+            "error communicating with database: Connection refused (os error 111)",
+            Some(Box::new(io)),
+        );
+        assert_eq!(
+            Error::backend("postgres", sqlx).to_string(),
+            "postgres error: error communicating with database: Connection refused (os error 111)"
+        );
+        // The chain stays reachable through `source()`.
+        let e = Error::unavailable("x", Layer("outer", Some(Box::new(Layer("inner", None)))));
+        let first = std::error::Error::source(&e).map(ToString::to_string);
+        assert_eq!(first.as_deref(), Some("outer"));
+    }
+}

@@ -65,6 +65,10 @@ impl LockProvider for KeepAliveProvider {
     fn backend_name(&self) -> &'static str {
         self.inner.backend_name()
     }
+
+    async fn check(&self) -> Result<()> {
+        self.inner.check().await
+    }
 }
 
 /// The smallest pause between two extension attempts after a transient failure.

@@ -34,6 +34,18 @@ pub trait LockProvider: Send + Sync + 'static {
     fn backend_name(&self) -> &'static str {
         "unknown"
     }
+
+    /// Asks the backend, without taking or changing any lock, whether it can hold locks now:
+    /// reachable, and its table, bucket or collection in place. Call it once at start-up to fail
+    /// there rather than at the first fire (`Scheduler::check` does).
+    ///
+    /// The errors are those [`try_lock`](Self::try_lock) would give: [`Error::Unavailable`]
+    /// with its cause, [`Error::Setup`] saying how to create what is missing,
+    /// [`Error::Timeout`]. A provider that checks declares [`Capabilities::check`]; the
+    /// default does no I/O and answers `Ok(())`.
+    async fn check(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -48,6 +60,10 @@ impl<P: LockProvider + ?Sized> LockProvider for Arc<P> {
 
     fn backend_name(&self) -> &'static str {
         (**self).backend_name()
+    }
+
+    async fn check(&self) -> Result<()> {
+        (**self).check().await
     }
 }
 
@@ -223,11 +239,14 @@ pub struct Capabilities {
     pub granularity: Duration,
     /// The longest lock name accepted, in bytes; `None` when effectively unlimited.
     pub max_name_len: Option<usize>,
+    /// [`LockProvider::check`] asks the backend (an unreachable one is an error); `false`: it
+    /// does no I/O and answers `Ok(())`.
+    pub check: bool,
 }
 
 impl Capabilities {
     /// Nothing optional supported: no extend, no fencing, client time, not owner-checked,
-    /// 1 ms granularity, unlimited names.
+    /// 1 ms granularity, unlimited names, no backend check.
     pub fn new() -> Self {
         Self {
             extend: false,
@@ -236,6 +255,7 @@ impl Capabilities {
             owner_checked: false,
             granularity: Duration::from_millis(1),
             max_name_len: None,
+            check: false,
         }
     }
 
@@ -272,6 +292,12 @@ impl Capabilities {
     /// Sets [`max_name_len`](Self::max_name_len).
     pub fn with_max_name_len(mut self, v: Option<usize>) -> Self {
         self.max_name_len = v;
+        self
+    }
+
+    /// Sets [`check`](Self::check).
+    pub fn with_check(mut self, v: bool) -> Self {
+        self.check = v;
         self
     }
 }

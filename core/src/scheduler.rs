@@ -281,6 +281,25 @@ impl Scheduler {
         Ok(())
     }
 
+    /// Asks the provider once whether it can hold locks ([`LockProvider::check`]: backend
+    /// reachable, table or bucket in place), so a service fails at start-up with the typed error
+    /// instead of reporting it at every fire. Takes no lock.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> shedlock::Result<()> {
+    /// # use std::sync::Arc;
+    /// # use shedlock::{LockingExecutor, Scheduler};
+    /// # let provider = Arc::new(shedlock_memory::MemoryLockProvider::new(&shedlock_memory::MemoryServer::new()));
+    /// let scheduler = Scheduler::new(LockingExecutor::new(provider));
+    /// scheduler.check().await?; // e.g. Error::Setup naming the missing table and its DDL
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// [`LockProvider::check`]: crate::LockProvider::check
+    pub async fn check(&self) -> crate::Result<()> {
+        self.executor.provider().check().await
+    }
+
     /// The executor the fires run through.
     pub fn executor(&self) -> &LockingExecutor {
         &self.executor

@@ -126,26 +126,30 @@ pub enum Operation {
     Unlock,
     /// [`Lock::extend`].
     Extend,
+    /// [`LockProvider::check`].
+    Check,
 }
 
 impl Operation {
-    /// `try_lock`, `unlock` or `extend`.
+    /// `try_lock`, `unlock`, `extend` or `check`.
     pub const fn label(self) -> &'static str {
         match self {
             Operation::TryLock => "try_lock",
             Operation::Unlock => "unlock",
             Operation::Extend => "extend",
+            Operation::Check => "check",
         }
     }
 
     /// The span every provider opens around this operation: `shedlock.try_lock`,
-    /// `shedlock.unlock` or `shedlock.extend` at debug level, with fields `provider` (the
-    /// backend name) and `lock` (the lock name).
+    /// `shedlock.unlock`, `shedlock.extend` or `shedlock.check` at debug level, with fields
+    /// `provider` (the backend name) and `lock` (the lock name; empty for `check`).
     pub fn span(self, provider: &'static str, lock: &str) -> tracing::Span {
         match self {
             Operation::TryLock => tracing::debug_span!("shedlock.try_lock", provider, lock),
             Operation::Unlock => tracing::debug_span!("shedlock.unlock", provider, lock),
             Operation::Extend => tracing::debug_span!("shedlock.extend", provider, lock),
+            Operation::Check => tracing::debug_span!("shedlock.check", provider, lock),
         }
     }
 
@@ -617,6 +621,16 @@ pub trait LeaseStore: Send + Sync + 'static {
         let _ = held;
         Err(Error::Unsupported { backend: req.settings().backend(), operation: "extend" })
     }
+
+    /// Asks the backend whether it can hold locks now (reachable; table, bucket or collection
+    /// present), changing nothing: [`LockProvider::check`]. The store that implements it
+    /// declares [`Capabilities::check`]. [`StoreProvider`] bounds it by the operation timeout
+    /// (always, even where the store [enforces deadlines](Self::enforces_deadline) itself).
+    /// Default: no I/O, `Ok(())`.
+    async fn check(&self, settings: &Settings) -> Result<()> {
+        let _ = settings;
+        Ok(())
+    }
 }
 
 struct Inner<S> {
@@ -731,6 +745,18 @@ impl<S: LeaseStore> LockProvider for StoreProvider<S> {
     fn backend_name(&self) -> &'static str {
         self.inner.settings.backend
     }
+
+    async fn check(&self) -> Result<()> {
+        let inner = &self.inner;
+        let span = Operation::Check.span(inner.settings.backend, "");
+        let fut = inner.store.check(&inner.settings).instrument(span);
+        match inner.settings.timeout {
+            Some(after) => tokio::time::timeout(after, fut)
+                .await
+                .unwrap_or_else(|_| Err(Operation::Check.timed_out(after))),
+            None => fut.await,
+        }
+    }
 }
 
 /// A provider type of its own (with its own builder and inherent methods) that answers the
@@ -774,6 +800,10 @@ impl<T: DelegatingProvider> LockProvider for T {
 
     fn backend_name(&self) -> &'static str {
         self.delegate().backend_name()
+    }
+
+    async fn check(&self) -> Result<()> {
+        self.delegate().check().await
     }
 }
 
@@ -867,6 +897,13 @@ mod tests {
             self.record(req);
             Ok(self.extend.lock().unwrap().take().unwrap_or(Extension::Extended))
         }
+
+        async fn check(&self, settings: &Settings) -> Result<()> {
+            if let Some(d) = self.delay {
+                tokio::time::sleep(d).await;
+            }
+            Err(Error::Setup { backend: settings.backend(), message: "no table".into() })
+        }
     }
 
     fn cfg(name: &str) -> LockConfig {
@@ -911,6 +948,27 @@ mod tests {
             }
         }
         assert!(p.store().seen.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn check_answers_from_the_store_within_the_operation_timeout_and_takes_no_lock() {
+        let p =
+            StoreProvider::new(Probe::default(), ProviderSettings::new().validate("p").unwrap());
+        match p.check().await {
+            Err(Error::Setup { backend: "p", message }) => assert_eq!(message, "no table"),
+            other => panic!("{other:?}"),
+        }
+        let slow = Probe { delay: Some(Duration::from_secs(60)), ..Probe::default() };
+        let mut s = ProviderSettings::new();
+        s.set_timeout(Some(Duration::from_secs(1)));
+        let p = StoreProvider::new(slow, s.validate("p").unwrap());
+        match p.check().await {
+            Err(Error::Timeout { operation, after }) => {
+                assert_eq!((operation, after), ("check", Duration::from_secs(1)));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(p.store().seen.lock().unwrap().is_empty(), "no lock operation ran");
     }
 
     #[tokio::test(start_paused = true)]

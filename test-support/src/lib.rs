@@ -21,6 +21,7 @@ use shedlock::{Error, LockProvider};
 pub use shedlock_conformance::tools::proxy::FaultProxy;
 
 pub mod fleet;
+pub mod unreachable;
 use shedlock_conformance::{Hooks, Options, ProviderFactory, RecordHooks, RestartHook, SuiteSpec};
 pub use shedlock_launcher::Backend;
 use shedlock_launcher::{Mode, Service};

@@ -49,7 +49,8 @@ async fn guarded_for<T: Send + 'static>(
 
 /// C24: backend unreachable (connections cut by the kit's fault proxy, new ones refused, a
 /// call cut mid-operation, or a stalled backend that accepts connections and never answers):
-/// every call returns a typed error within a bounded time; no panic,
+/// every call returns a typed error within a bounded time (`check` too, where the provider
+/// declares it, and it answers `Ok` while the backend is reachable); no panic,
 /// no hang, no lock reported held that is not; the provider recovers when the backend is
 /// reachable again. Needs [`Hooks::with_backend_address`](crate::Hooks::with_backend_address).
 pub async fn c24_backend_unreachable(suite: &Suite) -> Verdict {
@@ -83,6 +84,14 @@ async fn c24(suite: &Suite) -> R {
 
     let mut worst = Duration::ZERO;
     let mut notes = Vec::new();
+    let checks = suite.capabilities().check;
+    if checks {
+        let x2 = x.clone();
+        let (r, _) = guarded(suite, "check", async move { x2.check().await }).await?;
+        if let Err(e) = r {
+            bail!("check failed while the backend was reachable: {e}");
+        }
+    }
 
     // 1. A held lock, then every connection cut and new ones refused.
     let n1 = suite.lock_name("c24a");
@@ -133,6 +142,21 @@ async fn c24(suite: &Suite) -> R {
             Err(e) => notes.push(format!("unlock: {} ({} ms)", kind(&e), took.as_millis())),
             Ok(()) => bail!("unlock reported success while the backend was unreachable"),
         }
+    }
+    if checks {
+        let x2 = x.clone();
+        let (r, took) =
+            guarded(suite, "check during the outage", async move { x2.check().await }).await?;
+        worst = worst.max(took);
+        match r {
+            Err(e) => notes.push(format!("check: {} ({} ms)", kind(&e), took.as_millis())),
+            Ok(()) => bail!(
+                "check answered Ok while the backend was unreachable (the provider declares \
+                 `check`: it must ask the backend)"
+            ),
+        }
+    } else {
+        notes.push("check: not declared".to_owned());
     }
     // A new instance while refused: building may fail; if it builds, its calls must fail.
     {

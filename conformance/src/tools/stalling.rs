@@ -43,6 +43,10 @@ impl LockProvider for Stalling {
     fn backend_name(&self) -> &'static str {
         self.inner.backend_name()
     }
+
+    async fn check(&self) -> ShedResult<()> {
+        self.inner.check().await
+    }
 }
 
 #[async_trait]

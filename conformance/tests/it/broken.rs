@@ -399,6 +399,8 @@ mod net {
         /// No client timeout: a backend that accepts the connection and never answers hangs
         /// every call.
         NoTimeout,
+        /// Declares `check` but answers `Ok` without asking the backend.
+        CheckWithoutAsking,
     }
 
     #[derive(Debug, Clone, Copy)]
@@ -564,6 +566,14 @@ mod net {
                 .with_owner_checked(true)
                 .with_server_time(true)
                 .with_granularity(Duration::from_millis(1))
+                .with_check(true)
+        }
+
+        async fn check(&self) -> Result<()> {
+            if self.bug == NetBug::CheckWithoutAsking {
+                return Ok(());
+            }
+            self.call("GET shedlock-check".to_owned()).await.map(drop)
         }
     }
 
@@ -672,4 +682,14 @@ async fn extend_reading_the_owner_then_writing_unconditionally_fails_c13() {
 async fn a_client_without_timeouts_fails_c24_on_a_stalled_backend() {
     let v = net::rejected_by(net::NetBug::NoTimeout, "C24").await;
     assert!(v.detail.contains("on a stalled backend hung"), "{}", v.detail);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_that_does_not_ask_the_backend_fails_c24() {
+    let v = net::rejected_by(net::NetBug::CheckWithoutAsking, "C24").await;
+    assert!(
+        v.detail.contains("check answered Ok while the backend was unreachable"),
+        "{}",
+        v.detail
+    );
 }

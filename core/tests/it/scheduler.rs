@@ -240,8 +240,36 @@ impl LockProvider for Failing {
     }
 
     fn capabilities(&self) -> shedlock::Capabilities {
-        self.inner.capabilities()
+        self.inner.capabilities().with_check(true)
     }
+
+    async fn check(&self) -> shedlock::Result<()> {
+        match self.errors.lock().unwrap().first() {
+            Some(message) => Err(Error::Unavailable { backend: "test", source: (*message).into() }),
+            None => Ok(()),
+        }
+    }
+}
+
+#[tokio::test]
+async fn check_at_start_gives_the_providers_error_and_ok_once_it_can_hold_locks() {
+    let server = MemoryServer::new();
+    let provider = Arc::new(Failing {
+        errors: Mutex::new(vec!["connection refused"]),
+        inner: MemoryLockProvider::new(&server),
+    });
+    let s = Scheduler::new(LockingExecutor::new(provider.clone()));
+    match s.check().await {
+        Err(Error::Unavailable { backend: "test", source }) => {
+            assert_eq!(source.to_string(), "connection refused");
+        }
+        other => panic!("{other:?}"),
+    }
+    provider.errors.lock().unwrap().clear();
+    s.check().await.unwrap();
+    // Checking took no lock: the name is free for another instance.
+    let other = MemoryLockProvider::new(&server);
+    assert!(other.try_lock(&cfg("flaky-backend", 0)).await.unwrap().is_some());
 }
 
 #[tokio::test(start_paused = true)]

@@ -345,6 +345,43 @@ impl DynamoStore {
         }
     }
 
+    /// The table's status after checking its key schema; `None` while it is being created.
+    async fn describe(&self) -> Result<Option<TableStatus>> {
+        let i = self;
+        let out = i
+            .client
+            .describe_table()
+            .table_name(&i.table)
+            .send()
+            .await
+            .map_err(|e| i.map_err("describe_table", e))?;
+        let Some(t) = out.table else { return Ok(None) };
+        let keys = t.key_schema();
+        let attr_type = t
+            .attribute_definitions()
+            .iter()
+            .find(|a| a.attribute_name() == ATTR_ID)
+            .map(|a| a.attribute_type().clone());
+        let key_ok = keys.len() == 1
+            && keys[0].attribute_name() == ATTR_ID
+            && keys[0].key_type() == &KeyType::Hash
+            && attr_type == Some(ScalarAttributeType::S);
+        if !key_ok {
+            return Err(setup(format!(
+                "the table {:?} cannot hold locks: its key must be the string partition key \
+                 {ATTR_ID:?} alone, but it is {:?}",
+                i.table,
+                keys.iter()
+                    .map(|k| format!("{} {:?}", k.attribute_name(), k.key_type()))
+                    .collect::<Vec<_>>()
+            )));
+        }
+        Ok(match t.table_status {
+            Some(TableStatus::Creating) | None => None,
+            Some(s) => Some(s),
+        })
+    }
+
     fn missing_table(&self) -> Error {
         setup(format!(
             "the table {t:?} does not exist (or is not active yet): call create_table(), or create \
@@ -518,6 +555,19 @@ impl LeaseStore for DynamoStore {
             .with_owner_checked(true)
             .with_granularity(Duration::from_millis(1))
             .with_max_name_len(Some(MAX_NAME_LEN))
+            .with_check(true)
+    }
+
+    /// One `DescribeTable`: the table exists, is active and has the string partition key
+    /// `_id` and no sort key; otherwise [`Error::Setup`] says what to change.
+    async fn check(&self, _: &Settings) -> Result<()> {
+        match self.describe().await? {
+            Some(TableStatus::Active) | Some(TableStatus::Updating) => Ok(()),
+            Some(status) => {
+                Err(setup(format!("the table {:?} is {status:?}, not active yet", self.table)))
+            }
+            None => Err(self.missing_table()),
+        }
     }
 
     async fn acquire(&self, req: &Request<'_>) -> Result<Option<Granted<Held>>> {
@@ -673,7 +723,7 @@ impl DynamoDbLockProvider {
                 Err(e) => return Err(i.map_err("create_table", e)),
             }
             loop {
-                match self.describe().await? {
+                match i.describe().await? {
                     Some(TableStatus::Active) | Some(TableStatus::Updating) => return Ok(()),
                     _ => tokio::time::sleep(Duration::from_millis(200)).await,
                 }
@@ -684,56 +734,9 @@ impl DynamoDbLockProvider {
 
     /// Checks that the table exists, is active and has the string partition key `_id` and no
     /// sort key. Otherwise [`Error::Setup`] says what to change. One
-    /// `DescribeTable` request.
+    /// `DescribeTable` request: the same as [`LockProvider::check`].
     pub async fn check_table(&self) -> Result<()> {
-        let i = self.inner.store();
-        with_timeout("check_table", self.inner.settings().timeout(), async {
-            match self.describe().await? {
-                Some(TableStatus::Active) | Some(TableStatus::Updating) => Ok(()),
-                Some(status) => {
-                    Err(setup(format!("the table {:?} is {status:?}, not active yet", i.table)))
-                }
-                None => Err(i.missing_table()),
-            }
-        })
-        .await
-    }
-
-    /// The table's status after checking its key schema; `None` while it is being created.
-    async fn describe(&self) -> Result<Option<TableStatus>> {
-        let i = self.inner.store();
-        let out = i
-            .client
-            .describe_table()
-            .table_name(&i.table)
-            .send()
-            .await
-            .map_err(|e| i.map_err("describe_table", e))?;
-        let Some(t) = out.table else { return Ok(None) };
-        let keys = t.key_schema();
-        let attr_type = t
-            .attribute_definitions()
-            .iter()
-            .find(|a| a.attribute_name() == ATTR_ID)
-            .map(|a| a.attribute_type().clone());
-        let key_ok = keys.len() == 1
-            && keys[0].attribute_name() == ATTR_ID
-            && keys[0].key_type() == &KeyType::Hash
-            && attr_type == Some(ScalarAttributeType::S);
-        if !key_ok {
-            return Err(setup(format!(
-                "the table {:?} cannot hold locks: its key must be the string partition key \
-                 {ATTR_ID:?} alone, but it is {:?}",
-                i.table,
-                keys.iter()
-                    .map(|k| format!("{} {:?}", k.attribute_name(), k.key_type()))
-                    .collect::<Vec<_>>()
-            )));
-        }
-        Ok(match t.table_status {
-            Some(TableStatus::Creating) | None => None,
-            Some(s) => Some(s),
-        })
+        self.inner.check().await
     }
 }
 

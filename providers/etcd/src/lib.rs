@@ -664,10 +664,29 @@ impl LockProvider for EtcdLockProvider {
             .with_owner_checked(true)
             .with_granularity(Duration::from_secs(1))
             .with_max_name_len(Some(MAX_NAME_LEN))
+            .with_check(true)
     }
 
     fn backend_name(&self) -> &'static str {
         BACKEND
+    }
+
+    /// One linearizable read of the key prefix itself (a key no lock has): the cluster answers
+    /// with a quorum. Writes nothing.
+    async fn check(&self) -> Result<()> {
+        let key = self.key("");
+        let read = async {
+            sent(|| {
+                let mut kv = self.inner.client.kv_client();
+                let key = key.clone();
+                async move { kv.get(key, None).await.map(drop) }
+            })
+            .await
+            .map_err(Failure::into_error)
+        };
+        with_timeout(Operation::Check.label(), self.inner.timeout, read)
+            .instrument(Operation::Check.span(BACKEND, ""))
+            .await
     }
 }
 

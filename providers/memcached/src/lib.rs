@@ -328,10 +328,24 @@ impl LeaseStore for MemcachedStore {
             .with_owner_checked(true)
             .with_granularity(GRANULARITY)
             .with_max_name_len(Some(self.max_name_len))
+            .with_check(true)
     }
 
     fn enforces_deadline(&self) -> bool {
         true
+    }
+
+    /// One meta no-op (`mn`, answered `MN`) on a pooled connection: the server is reachable
+    /// and speaks the meta protocol (memcached 1.6 or newer).
+    async fn check(&self, _: &Settings) -> Result<()> {
+        let mut c = self.pool.checkout(None).await.map_err(map_err)?;
+        let reply = c.conn().request(b"mn\r\n", None).await.map_err(map_err)?;
+        if reply.is("MN") {
+            c.done();
+            Ok(())
+        } else {
+            Err(unexpected("check", &reply))
+        }
     }
 
     async fn acquire(&self, req: &Request<'_>) -> Result<Option<Granted<Held>>> {

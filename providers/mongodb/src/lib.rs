@@ -601,6 +601,18 @@ impl LeaseStore for MongoStore {
             // BSON dates are milliseconds.
             .with_granularity(Duration::from_millis(1))
             .with_max_name_len(Some(MAX_NAME_LEN))
+            .with_check(true)
+    }
+
+    /// Reads the collection (a `find` of an `_id` no lock can have): the deployment is
+    /// reachable, the user authenticates and may read it. A missing collection is fine:
+    /// MongoDB creates it on the first lock write.
+    async fn check(&self, _: &Settings) -> Result<()> {
+        self.collection
+            .find_one(doc! { "_id": "" })
+            .await
+            .map(drop)
+            .map_err(|e| map_err(self, "check", e))
     }
 
     async fn acquire(&self, req: &Request<'_>) -> Result<Option<Granted<Held>>> {

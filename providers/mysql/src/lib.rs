@@ -461,7 +461,7 @@ impl MySqlDialect {
                 let flavor = match self.flavor {
                     Flavor::Detect => {
                         let version: String = sqlx::query_scalar("SELECT VERSION()")
-                            .fetch_one(self.conn.pool())
+                            .fetch_one(&mut *self.conn.pooled().await?)
                             .await?;
                         let flavor = flavor_of(&version);
                         tracing::debug!(%version, ?flavor, "mysql flavor detected");
@@ -487,7 +487,7 @@ impl MySqlDialect {
              TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), NOW()), TIMESTAMPDIFF(SECOND, \
              UTC_TIMESTAMP(), CONVERT_TZ(UTC_TIMESTAMP(), '+00:00', @@global.time_zone))",
             )
-            .fetch_one(self.conn.pool())
+            .fetch_one(&mut *self.conn.pooled().await?)
             .await?;
         match global_offset {
             Some(g) if g != session_offset => Err(sqlx::Error::Configuration(
@@ -611,7 +611,10 @@ impl Dialect for MySqlDialect {
     }
 
     async fn run_ddl(&self, ddl: &str) -> Result<(), sqlx::Error> {
-        sqlx::raw_sql(AssertSqlSafe(ddl.to_owned())).execute(self.conn.pool()).await.map(|_| ())
+        sqlx::raw_sql(AssertSqlSafe(ddl.to_owned()))
+            .execute(&mut *self.conn.pooled().await?)
+            .await
+            .map(|_| ())
     }
 }
 

@@ -799,10 +799,19 @@ impl LockProvider for NatsLockProvider {
                 Duration::from_millis(1)
             })
             .with_max_name_len(Some(MAX_NAME_LEN))
+            .with_check(true)
     }
 
     fn backend_name(&self) -> &'static str {
         BACKEND
+    }
+
+    /// [`check_bucket`](NatsLockProvider::check_bucket).
+    async fn check(&self) -> Result<()> {
+        let span = tracing::debug_span!("shedlock.check", provider = BACKEND);
+        with_timeout("check", self.inner.settings.timeout(), self.inner.check_bucket())
+            .instrument(span)
+            .await
     }
 }
 
@@ -891,9 +900,9 @@ impl NatsLockProvider {
     /// Checks that the bucket exists and can hold locks: its subjects cover `$KV.<bucket>.>`,
     /// direct get and purge are allowed, and (in server time) per-message TTL is enabled (which
     /// needs nats-server 2.11 or newer). Otherwise [`Error::Setup`]
-    /// says what to change.
+    /// says what to change. The same as [`LockProvider::check`].
     pub async fn check_bucket(&self) -> Result<()> {
-        with_timeout("check_bucket", self.inner.settings.timeout(), self.inner.check_bucket()).await
+        LockProvider::check(self).await
     }
 }
 

@@ -421,7 +421,10 @@ impl Dialect for PostgresDialect {
     }
 
     async fn run_ddl(&self, ddl: &str) -> Result<(), sqlx::Error> {
-        sqlx::raw_sql(AssertSqlSafe(ddl.to_owned())).execute(self.conn.pool()).await.map(|_| ())
+        sqlx::raw_sql(AssertSqlSafe(ddl.to_owned()))
+            .execute(&mut *self.conn.pooled().await?)
+            .await
+            .map(|_| ())
     }
 }
 

@@ -58,9 +58,7 @@ use shedlock::{
         DelegatingProvider, Extension, Granted, LeaseStore, ProviderSettings, Request, Settings,
         StoreProvider,
     },
-    support::{
-        acquisition_id, duration_micros, duration_millis_ceil, iso8601_millis, with_timeout,
-    },
+    support::{acquisition_id, duration_micros, duration_millis_ceil, iso8601_millis},
 };
 
 const BACKEND: &str = "redis";
@@ -392,7 +390,8 @@ impl<C: RedisConnection> RedisLockProviderBuilder<C> {
             compat: self.compat,
         };
         let provider = RedisLockProvider { inner: StoreProvider::new(store, settings) };
-        provider.verify().await?;
+        // Loads the scripts and proves the connection answers (LeaseStore::check).
+        provider.inner.check().await?;
         Ok(provider)
     }
 }
@@ -496,26 +495,6 @@ impl<C: RedisConnection> RedisLockProvider<C> {
     pub fn connection(&self) -> C {
         self.inner.store().conn.clone()
     }
-
-    async fn verify(&self) -> Result<()> {
-        let store = self.inner.store();
-        let mut conn = store.conn.clone();
-        let s = &store.scripts;
-        let run = async {
-            for lua in [&s.acquire, &s.unlock, &s.extend] {
-                lua.script.load_async(&mut conn).await.map_err(map_err)?;
-            }
-            // Runs the unlock script on a key no one holds: 0, and nothing written.
-            let probe = self.key("shedlock-setup-probe");
-            let r: i64 =
-                s.unlock.run(&mut conn, &[&probe], &["no one", "0", "0"]).await.map_err(map_err)?;
-            if r != 0 {
-                return Err(bad_reply("the setup probe", r));
-            }
-            Ok(())
-        };
-        with_timeout("redis setup", self.inner.settings().timeout(), run).await
-    }
 }
 
 impl<C: RedisConnection> RedisStore<C> {
@@ -616,6 +595,24 @@ impl<C: RedisConnection> LeaseStore for RedisStore<C> {
             .with_owner_checked(true)
             .with_granularity(Duration::from_millis(1))
             .with_max_name_len(Some(MAX_NAME_LEN))
+            .with_check(true)
+    }
+
+    /// Loads the three scripts (so a server that refuses scripts fails here), then runs the
+    /// unlock script on a key no one holds: 0, and nothing written.
+    async fn check(&self, _: &Settings) -> Result<()> {
+        let mut conn = self.conn.clone();
+        let s = &self.scripts;
+        for lua in [&s.acquire, &s.unlock, &s.extend] {
+            lua.script.load_async(&mut conn).await.map_err(map_err)?;
+        }
+        let probe = self.key("shedlock-setup-probe");
+        let r: i64 =
+            s.unlock.run(&mut conn, &[&probe], &["no one", "0", "0"]).await.map_err(map_err)?;
+        if r != 0 {
+            return Err(bad_reply("the setup probe", r));
+        }
+        Ok(())
     }
 
     async fn acquire(&self, req: &Request<'_>) -> Result<Option<Granted<Held>>> {

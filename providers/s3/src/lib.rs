@@ -606,6 +606,17 @@ impl LeaseStore for S3Store {
             .with_owner_checked(true)
             .with_granularity(Duration::from_millis(1))
             .with_max_name_len(Some(MAX_NAME_LEN))
+            .with_check(true)
+    }
+
+    /// One `HeadBucket`: the bucket exists and this client may use it; otherwise
+    /// [`Error::Setup`] says what to do.
+    async fn check(&self, _: &Settings) -> Result<()> {
+        match self.client.head_bucket().bucket(&self.bucket).send().await {
+            Ok(_) => Ok(()),
+            Err(e) if matches!(status(&e), Some(404)) => Err(self.missing_bucket()),
+            Err(e) => Err(self.map_err("check", e)),
+        }
     }
 
     async fn acquire(&self, req: &Request<'_>) -> Result<Option<Granted<Held>>> {
@@ -730,17 +741,9 @@ impl S3LockProvider {
     }
 
     /// Checks that the bucket exists and this client may use it (one `HeadBucket`): otherwise
-    /// [`Error::Setup`] says what to do.
+    /// [`Error::Setup`] says what to do. The same as [`LockProvider::check`].
     pub async fn check_bucket(&self) -> Result<()> {
-        let i = self.inner.store();
-        with_timeout("check_bucket", self.inner.settings().timeout(), async {
-            match i.client.head_bucket().bucket(&i.bucket).send().await {
-                Ok(_) => Ok(()),
-                Err(e) if matches!(status(&e), Some(404)) => Err(i.missing_bucket()),
-                Err(e) => Err(i.map_err("check_bucket", e)),
-            }
-        })
-        .await
+        self.inner.check().await
     }
 }
 

@@ -320,6 +320,13 @@ where
             || o.get_idle_timeout().is_some_and(|max| h.idle_since.elapsed() > max)
     }
 
+    /// A connection from the pool for a statement outside the lock calls (a set-up query, the
+    /// DDL), with the same error as theirs when the pool gives none: the cause of the failing
+    /// connect, not only "pool timed out".
+    pub async fn pooled(&self) -> Result<PoolConnection<DB>, sqlx::Error> {
+        self.acquire().await
+    }
+
     /// A connection from the pool. When none comes within the pool's acquire timeout, one
     /// direct connection attempt (at most [`CAUSE_PROBE`]) finds out why: sqlx retries a
     /// refused or failing connect in the background and reports only "pool timed out", which

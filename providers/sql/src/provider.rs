@@ -293,10 +293,20 @@ impl<D: Dialect> LeaseStore for SqlStore<D> {
             .with_server_time(settings.time_source().is_server())
             .with_granularity(Duration::from_millis(1))
             .with_max_name_len(Some(self.max_name_len))
+            .with_check(true)
     }
 
     fn rejects_nul(&self) -> bool {
         D::REJECT_NUL
+    }
+
+    /// Reads the row of a name no lock can have (the empty name), through the same statement
+    /// and error mapping as every lock call: the database answers, and the table has every
+    /// configured column (a missing table is [`Error::Setup`] with its DDL; a table in the other
+    /// mode says which mode it is in). Writes nothing.
+    async fn check(&self, settings: &store::Settings) -> Result<()> {
+        let values = self.values(settings, "");
+        self.dialect.record(&values).await.map(drop).map_err(|e| self.err(None, e))
     }
 
     /// One acquire statement.

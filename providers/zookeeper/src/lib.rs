@@ -282,6 +282,59 @@ fn setup(message: impl Into<String>) -> Error {
     Error::Setup { backend: BACKEND, message: message.into() }
 }
 
+/// The client found no host to connect to ("no available hosts", its only words for it), and
+/// what a plain TCP connect to each host of the connect string says (refused, not resolved):
+/// the cause the client does not keep.
+#[derive(Debug)]
+struct HostsFailed {
+    error: zookeeper_client::Error,
+    hosts: Vec<(String, std::io::Error)>,
+}
+
+impl HostsFailed {
+    /// How long each host's connect may take: a host that neither answers nor refuses is
+    /// reported as not answering.
+    const PROBE: Duration = Duration::from_millis(500);
+
+    async fn probe(error: zookeeper_client::Error, connect_string: &str) -> Self {
+        let hosts = connect_string.split('/').next().unwrap_or("");
+        let mut failed = Vec::new();
+        for host in hosts.split(',').map(str::trim).filter(|h| !h.is_empty()) {
+            let why = match tokio::time::timeout(Self::PROBE, tokio::net::TcpStream::connect(host))
+                .await
+            {
+                Ok(Ok(_)) => continue,
+                Ok(Err(e)) => e,
+                Err(_) => std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer within {:?}", Self::PROBE),
+                ),
+            };
+            failed.push((host.to_owned(), why));
+        }
+        Self { error, hosts: failed }
+    }
+}
+
+impl fmt::Display for HostsFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.error)?;
+        for (i, (host, why)) in self.hosts.iter().enumerate() {
+            write!(f, "{}{host}: {why}", if i == 0 { " (" } else { "; " })?;
+        }
+        if !self.hosts.is_empty() {
+            f.write_str(")")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for HostsFailed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
 /// Maps a client error: connection problems are retryable [`Error::Unavailable`], permission
 /// problems [`Error::Setup`], the rest [`Error::Backend`].
 fn map_err(root: &str, e: zookeeper_client::Error) -> Error {
@@ -425,7 +478,16 @@ impl Inner {
         if let Some(t) = self.connection_timeout {
             connector = connector.with_connection_timeout(t);
         }
-        let client = connector.connect(&self.connect_string).await.map_err(|e| self.map(e))?;
+        let client = match connector.connect(&self.connect_string).await {
+            Ok(c) => c,
+            Err(e @ zookeeper_client::Error::NoHosts) => {
+                return Err(Error::unavailable(
+                    BACKEND,
+                    HostsFailed::probe(e, &self.connect_string).await,
+                ));
+            }
+            Err(e) => return Err(self.map(e)),
+        };
         tracing::debug!(session = %client.session_id(), "ZooKeeper session opened");
         *slot = Some(client.clone());
         Ok(client)
@@ -859,10 +921,24 @@ impl LockProvider for ZooKeeperLockProvider {
             // The leader stamps mtime in whole milliseconds.
             .with_granularity(Duration::from_millis(1))
             .with_max_name_len(Some(MAX_NAME_LEN))
+            .with_check(true)
     }
 
     fn backend_name(&self) -> &'static str {
         BACKEND
+    }
+
+    /// Opens the session if there is none (or says it is reconnecting), then reads the root
+    /// node's stat: the ensemble answers. A missing root is fine: the first lock creates it.
+    async fn check(&self) -> Result<()> {
+        let inner = &self.inner;
+        let read = async {
+            let client = inner.client().await?;
+            client.check_stat(&inner.root).await.map(drop).map_err(|e| inner.map(e))
+        };
+        with_timeout(Operation::Check.label(), inner.timeout, read)
+            .instrument(Operation::Check.span(BACKEND, ""))
+            .await
     }
 }
 

@@ -157,7 +157,10 @@ async fn invalid_table_names_and_locked_by_are_refused_before_any_request() {
 }
 
 #[tokio::test]
-async fn an_unreachable_server_is_unavailable_and_credentials_never_show() {
+async fn an_unreachable_server_is_unavailable_says_why_and_credentials_never_show() {
+    use shedlock_test_support::unreachable::{
+        REFUSED, UNRESOLVABLE_HOST, UNRESOLVED, assert_named,
+    };
     // A port nothing listens on.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let p = provider(&format!("http://127.0.0.1:{port}"), "shedlock");
@@ -168,6 +171,9 @@ async fn an_unreachable_server_is_unavailable_and_credentials_never_show() {
     for text in [format!("{e:?}"), e.to_string(), format!("{p:?}")] {
         assert!(!text.contains(&credentials().1), "the secret key leaked: {text}");
     }
+    assert_named(&p, "a closed port", REFUSED).await;
+    let p = provider(&format!("http://{UNRESOLVABLE_HOST}:9000"), "shedlock");
+    assert_named(&p, "an unresolvable host", UNRESOLVED).await;
 }
 
 #[tokio::test]

@@ -11,7 +11,7 @@ use shedlock_memcached::{
     MAX_KEY_LEN, MAX_LOCK_DURATION, MemcachedLockProvider, MemcachedLockProviderBuilder,
     RawConnection, RawReply,
 };
-use shedlock_test_support::{self as testing, FaultProxy, cfg, unique};
+use shedlock_test_support::{self as testing, FaultProxy, cfg, unique, unreachable};
 
 async fn address() -> String {
     let url = testing::url(Backend::Memcached, "memcached").await;
@@ -410,4 +410,17 @@ async fn after_a_server_restart_an_old_lock_never_touches_a_new_record_with_the_
     assert!(a.try_lock(&c).await.unwrap().is_none(), "the new holder keeps it");
     new.unlock().await.unwrap();
     drop(service);
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_unavailable_and_the_message_says_why() {
+    use unreachable::{REFUSED, UNRESOLVABLE_HOST, UNRESOLVED, assert_named, closed_port};
+    let cases = [
+        ("a closed port", closed_port().to_string(), REFUSED),
+        ("an unresolvable host", format!("{UNRESOLVABLE_HOST}:11211"), UNRESOLVED),
+    ];
+    for (case, address, expected) in cases {
+        let p = MemcachedLockProvider::builder(address).build().unwrap();
+        assert_named(&p, case, expected).await;
+    }
 }

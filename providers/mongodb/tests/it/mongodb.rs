@@ -192,7 +192,7 @@ async fn bad_setup_is_refused_by_build_with_a_setup_error() {
 }
 
 #[tokio::test]
-async fn an_unreachable_server_is_a_typed_error_in_bounded_time_without_the_password() {
+async fn an_unreachable_server_is_a_typed_error_saying_why_in_bounded_time_without_the_password() {
     // A port nothing listens on.
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -213,6 +213,20 @@ async fn an_unreachable_server_is_a_typed_error_in_bounded_time_without_the_pass
     assert!(took < Duration::from_secs(5), "took {took:?}");
     for text in [format!("{e}"), format!("{e:?}"), format!("{:?}", std::error::Error::source(&e))] {
         assert!(!text.contains(secret), "the password leaked: {text}");
+    }
+    // The message says why, for a closed port and for a host that does not resolve.
+    {
+        use shedlock_test_support::unreachable::{
+            REFUSED, UNRESOLVABLE_HOST, UNRESOLVED, assert_named,
+        };
+        assert_named(&p, "a closed port", REFUSED).await;
+        let client = Client::with_uri_str(format!(
+            "mongodb://{UNRESOLVABLE_HOST}:27017/?directConnection=true&serverSelectionTimeoutMS=500"
+        ))
+        .await
+        .unwrap();
+        let unresolved = MongoLockProvider::builder(client.database("app")).build().unwrap();
+        assert_named(&unresolved, "an unresolvable host", UNRESOLVED).await;
     }
     // The provider's own time limit bounds a call when the driver would wait longer.
     let client = Client::with_uri_str(format!(

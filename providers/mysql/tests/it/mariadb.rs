@@ -245,23 +245,28 @@ async fn session_time_zone_is_never_consulted() {
 }
 
 #[tokio::test]
-async fn missing_table_is_a_setup_error_quoting_the_ddl() {
+async fn a_missing_table_is_a_setup_error_quoting_the_ddl_from_try_lock_and_check() {
     let p = MySqlLockProvider::builder(pool().await)
         .table(format!("{DB}.{}", unique("missing")))
         .build()
         .unwrap();
-    match p.try_lock(&cfg("x", 1000, 0)).await {
-        Err(Error::Setup { message, .. }) => {
-            assert!(message.contains(p.ddl()), "{message}");
-            assert!(message.contains("CREATE TABLE"), "{message}");
+    let answers = [p.try_lock(&cfg("x", 1000, 0)).await.map(drop), p.check().await];
+    for answer in answers {
+        match answer {
+            Err(Error::Setup { message, .. }) => {
+                assert!(message.contains(p.ddl()), "{message}");
+                assert!(message.contains("CREATE TABLE"), "{message}");
+            }
+            other => panic!("expected Setup, got {other:?}"),
         }
-        other => panic!("expected Setup, got {other:?}"),
     }
     let p2 = MySqlLockProvider::builder(pool().await)
         .table(format!("{}.shedlock", unique("nodb")))
         .build()
         .unwrap();
     assert!(matches!(p2.try_lock(&cfg("x", 1000, 0)).await, Err(Error::Setup { .. })));
+    p.create_table().await.unwrap();
+    p.check().await.unwrap();
 }
 
 #[tokio::test]
@@ -441,31 +446,30 @@ async fn database_time_ignores_client_skew_client_time_does_not() {
 }
 
 #[tokio::test]
-async fn unreachable_server_is_unavailable() {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    drop(l);
-    let opts: MySqlConnectOptions =
-        common::url().await.parse::<MySqlConnectOptions>().unwrap().host("127.0.0.1").port(port);
-    let pool =
-        recommended_pool_options().acquire_timeout(Duration::from_secs(1)).connect_lazy_with(opts);
-    let p = MySqlLockProvider::builder(pool).option(Flavor::MariaDb).build().unwrap();
+async fn an_unreachable_server_is_unavailable_and_the_message_says_why() {
+    use shedlock_test_support::unreachable::{
+        REFUSED, UNRESOLVABLE_HOST, UNRESOLVED, assert_named, closed_port,
+    };
+    let base: MySqlConnectOptions = common::url().await.parse().unwrap();
+    let port = closed_port().port();
+    let cases = [
+        ("a closed port", base.clone().host("127.0.0.1").port(port), REFUSED),
+        ("an unresolvable host", base.host(UNRESOLVABLE_HOST), UNRESOLVED),
+    ];
     let started = std::time::Instant::now();
-    let err = p.try_lock(&cfg("x", 1000, 0)).await.unwrap_err();
-    assert!(err.is_retryable(), "{err:?}");
-    // The cause survives sqlx's "pool timed out": the refused connection is named.
-    let message = err.to_string();
-    assert!(message.contains("Connection refused"), "{message}");
-    assert!(started.elapsed() < Duration::from_secs(5));
-    // Detection needs the server too: the same typed error.
-    let p2 = MySqlLockProvider::builder(p_pool(port).await).build().unwrap();
-    assert!(p2.try_lock(&cfg("x", 1000, 0)).await.unwrap_err().is_retryable());
-}
-
-async fn p_pool(port: u16) -> MySqlPool {
-    let opts: MySqlConnectOptions =
-        common::url().await.parse::<MySqlConnectOptions>().unwrap().host("127.0.0.1").port(port);
-    recommended_pool_options().acquire_timeout(Duration::from_secs(1)).connect_lazy_with(opts)
+    for (case, opts, expected) in cases {
+        let pool = recommended_pool_options()
+            .acquire_timeout(Duration::from_secs(1))
+            .connect_lazy_with(opts);
+        // The cause survives sqlx's "pool timed out": the probe's connect error is named.
+        let p = MySqlLockProvider::builder(pool.clone()).option(Flavor::MariaDb).build().unwrap();
+        assert_named(&p, case, expected).await;
+        // Detecting the flavor needs the server too: the same typed error.
+        let detecting = MySqlLockProvider::builder(pool).build().unwrap();
+        assert_named(&detecting, &format!("{case}, flavor detection"), expected).await;
+    }
+    // Each call: the 1 s acquire timeout, then at most the 2 s probe; eight calls.
+    assert!(started.elapsed() < Duration::from_secs(40), "took {:?}", started.elapsed());
 }
 
 #[tokio::test]

@@ -136,7 +136,10 @@ async fn invalid_bucket_names_prefixes_and_locked_by_are_refused_before_any_requ
 }
 
 #[tokio::test]
-async fn an_unreachable_server_is_unavailable_and_credentials_never_show() {
+async fn an_unreachable_server_is_unavailable_says_why_and_credentials_never_show() {
+    use shedlock_test_support::unreachable::{
+        REFUSED, UNRESOLVABLE_HOST, UNRESOLVED, assert_named,
+    };
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let p = provider(&format!("http://127.0.0.1:{port}"), "locks");
     let e = p.try_lock(&cfg("x", 60_000, 0)).await.unwrap_err();
@@ -146,4 +149,7 @@ async fn an_unreachable_server_is_unavailable_and_credentials_never_show() {
     for text in [format!("{e:?}"), e.to_string(), format!("{p:?}")] {
         assert!(!text.contains(&credentials().1), "the secret key leaked: {text}");
     }
+    assert_named(&p, "a closed port", REFUSED).await;
+    let p = provider(&format!("http://{UNRESOLVABLE_HOST}:9000"), "locks");
+    assert_named(&p, "an unresolvable host", UNRESOLVED).await;
 }

@@ -77,16 +77,21 @@ async fn lock_until_keeps_milliseconds_and_utc() {
 }
 
 #[tokio::test]
-async fn missing_table_is_a_setup_error_quoting_the_ddl() {
+async fn a_missing_table_is_a_setup_error_quoting_the_ddl_from_try_lock_and_check() {
     let db = db_file();
     let path = &db.path;
     let p = SqliteLockProvider::builder(pool(path).await).table("missing").build().unwrap();
-    match p.try_lock(&cfg("x", 1000, 0)).await {
-        Err(Error::Setup { message, .. }) => assert!(message.contains(p.ddl()), "{message}"),
-        other => panic!("expected Setup, got {other:?}"),
+    let answers = [p.try_lock(&cfg("x", 1000, 0)).await.map(drop), p.check().await];
+    for answer in answers {
+        match answer {
+            Err(Error::Setup { message, .. }) => assert!(message.contains(p.ddl()), "{message}"),
+            other => panic!("expected Setup, got {other:?}"),
+        }
     }
     let p2 = SqliteLockProvider::builder(pool(path).await).table("nodb.shedlock").build().unwrap();
     assert!(matches!(p2.try_lock(&cfg("x", 1000, 0)).await, Err(Error::Setup { .. })));
+    p.create_table().await.unwrap();
+    p.check().await.unwrap();
 }
 
 #[tokio::test]

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use shedlock::{Error, LockProvider};
 use shedlock_launcher::Backend;
-use shedlock_test_support::{FaultProxy, cfg, unique};
+use shedlock_test_support::{FaultProxy, cfg, unique, unreachable};
 use shedlock_zookeeper::ZooKeeperLockProvider;
 use tokio::time::Instant;
 
@@ -151,7 +151,8 @@ async fn round_trips_are_one_on_a_free_name_two_when_held_three_for_a_takeover_o
 }
 
 #[tokio::test]
-async fn an_ensemble_with_every_member_down_gives_a_typed_error_within_the_operation_timeout() {
+async fn an_ensemble_with_every_member_down_gives_a_typed_error_saying_why_within_the_operation_timeout()
+ {
     // Three ports nobody listens on.
     let ports: Vec<u16> = (0..3)
         .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port())
@@ -167,6 +168,13 @@ async fn an_ensemble_with_every_member_down_gives_a_typed_error_within_the_opera
     assert!(matches!(e, Error::Unavailable { .. } | Error::Timeout { .. }), "{e:?}");
     assert!(e.is_retryable());
     assert!(took <= Duration::from_millis(2_200), "{took:?}");
+    // The message says why.
+    unreachable::assert_named(&p, "every member refusing", unreachable::REFUSED).await;
+    let p = ZooKeeperLockProvider::builder(format!("{}:2181", unreachable::UNRESOLVABLE_HOST))
+        .operation_timeout(Some(Duration::from_secs(2)))
+        .build()
+        .unwrap();
+    unreachable::assert_named(&p, "an unresolvable host", unreachable::UNRESOLVED).await;
 }
 
 #[tokio::test]
