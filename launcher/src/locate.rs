@@ -297,18 +297,41 @@ pub(crate) fn describe(backend: Backend, programs: &Programs, local: &Path) -> S
             format!("etcd {}{nodes}", asked(server, "--version"))
         }
         Programs::ZooKeeper { jar, .. } => {
-            let version = std::fs::canonicalize(jar)
-                .ok()
-                .and_then(|j| j.file_name().map(|f| f.to_string_lossy().into_owned()))
-                .as_deref()
-                .and_then(version_in)
-                .unwrap_or_else(unknown);
+            let version = jar_version(jar).unwrap_or_else(unknown);
             let nodes =
                 if backend == Backend::ZooKeeperEnsemble { ", an ensemble of 3" } else { "" };
             format!("ZooKeeper {version}{nodes}")
         }
     };
     format!("{what}, native processes on loopback")
+}
+
+/// ZooKeeper's version from its jar's name (`zookeeper-3.8.0.jar`), following a link; for an
+/// unversioned `zookeeper.jar` (Debian installs a copy, not a link), from the versioned
+/// `zookeeper-<version>.jar` beside it.
+fn jar_version(jar: &Path) -> Option<String> {
+    let file = std::fs::canonicalize(jar).ok()?;
+    let named = |f: &Path| f.file_name().map(|n| n.to_string_lossy().into_owned());
+    if let Some(v) = named(&file).as_deref().and_then(jar_name_version) {
+        return Some(v);
+    }
+    let mut versions: Vec<String> = std::fs::read_dir(file.parent()?)
+        .ok()?
+        .filter_map(|e| e.ok().and_then(|e| named(&e.path())))
+        .filter_map(|n| jar_name_version(&n))
+        .collect();
+    versions.sort();
+    versions.dedup();
+    // Only an unambiguous answer: one versioned jar.
+    (versions.len() == 1).then(|| versions.remove(0))
+}
+
+/// `zookeeper-3.8.0.jar` → `3.8.0`; any other name (`zookeeper-jute-3.8.0.jar`) → `None`.
+fn jar_name_version(name: &str) -> Option<String> {
+    let v = name.strip_prefix("zookeeper-")?.strip_suffix(".jar")?;
+    (v.starts_with(|c: char| c.is_ascii_digit())
+        && v.chars().all(|c| c.is_ascii_digit() || c == '.'))
+    .then(|| v.to_owned())
 }
 
 /// What `program arg` prints (standard output, then standard error).
@@ -409,6 +432,17 @@ mod tests {
             json_version("{\"name\": \"dynalite\", \"version\": \"4.0.1\"}").as_deref(),
             Some("4.0.1")
         );
+    }
+
+    #[test]
+    fn zookeeper_jar_names_give_the_version_and_nothing_else() {
+        assert_eq!(jar_name_version("zookeeper-3.8.0.jar").as_deref(), Some("3.8.0"));
+        assert_eq!(jar_name_version("zookeeper-3.8.4.jar").as_deref(), Some("3.8.4"));
+        for other in
+            ["zookeeper.jar", "zookeeper-jute-3.8.0.jar", "zookeeper-it.jar", "x-3.8.0.jar"]
+        {
+            assert_eq!(jar_name_version(other), None, "{other}");
+        }
     }
 
     #[test]

@@ -25,26 +25,48 @@ pub fn closed_port() -> SocketAddr {
     l.local_addr().unwrap()
 }
 
+/// The two cases every network provider's tests run, as (case, host, port, what the message
+/// must say): nothing listening on a loopback port, and a host name that does not resolve (on
+/// `port`, the backend's usual one).
+pub fn cases(port: u16) -> [(&'static str, String, u16, &'static [&'static str]); 2] {
+    [
+        ("a closed port", "127.0.0.1".to_owned(), closed_port().port(), REFUSED),
+        ("an unresolvable host", UNRESOLVABLE_HOST.to_owned(), port, UNRESOLVED),
+    ]
+}
+
 /// Asserts that `try_lock` and `check` on `p` both fail with a retryable error whose message
 /// names the cause (one of `expected`). `case` names the case in failure messages.
 pub async fn assert_named(p: &dyn LockProvider, case: &str, expected: &[&str]) {
-    let try_lock = p.try_lock(&cfg("unreachable-cause", 60_000, 0)).await.map(drop);
-    for (call, answer) in [("try_lock", try_lock), ("check", p.check().await)] {
-        let e = match answer {
-            Err(e) => e,
-            Ok(()) => panic!("{case}: {call} succeeded"),
-        };
-        assert_error_named(&e, &format!("{case}: {call}"), expected);
+    for e in both_fail(p, case).await {
+        assert!(
+            matches!(e, Error::Unavailable { .. } | Error::Timeout { .. }),
+            "{case}: expected Unavailable or Timeout, got {e:?}"
+        );
+        assert_says(&e, case, expected);
     }
 }
 
-/// Asserts that `e` is retryable ([`Error::Unavailable`] or [`Error::Timeout`]) and that its
-/// message contains one of `expected`, case-insensitively.
-pub fn assert_error_named(e: &Error, case: &str, expected: &[&str]) {
-    assert!(
-        matches!(e, Error::Unavailable { .. } | Error::Timeout { .. }),
-        "{case}: expected Unavailable or Timeout, got {e:?}"
-    );
+/// Asserts that `try_lock` and `check` on `p` both fail, of whatever kind (a wrong password or
+/// a TLS mismatch is not retryable), with a message that contains one of `expected`.
+pub async fn assert_both_say(p: &dyn LockProvider, case: &str, expected: &[&str]) {
+    for e in both_fail(p, case).await {
+        assert_says(&e, case, expected);
+    }
+}
+
+/// The errors of `try_lock` and `check` on `p`; panics if either succeeds.
+async fn both_fail(p: &dyn LockProvider, case: &str) -> [Error; 2] {
+    let try_lock = p.try_lock(&cfg("unreachable-cause", 60_000, 0)).await.map(drop);
+    let check = p.check().await;
+    [("try_lock", try_lock), ("check", check)].map(|(call, answer)| match answer {
+        Err(e) => e,
+        Ok(()) => panic!("{case}: {call} succeeded"),
+    })
+}
+
+/// Asserts that the message of `e` contains one of `expected`, case-insensitively.
+pub fn assert_says(e: &Error, case: &str, expected: &[&str]) {
     println!("{case}: {e}");
     let message = e.to_string().to_lowercase();
     assert!(

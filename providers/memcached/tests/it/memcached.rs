@@ -414,13 +414,8 @@ async fn after_a_server_restart_an_old_lock_never_touches_a_new_record_with_the_
 
 #[tokio::test]
 async fn an_unreachable_server_is_unavailable_and_the_message_says_why() {
-    use unreachable::{REFUSED, UNRESOLVABLE_HOST, UNRESOLVED, assert_named, closed_port};
-    let cases = [
-        ("a closed port", closed_port().to_string(), REFUSED),
-        ("an unresolvable host", format!("{UNRESOLVABLE_HOST}:11211"), UNRESOLVED),
-    ];
-    for (case, address, expected) in cases {
-        let p = MemcachedLockProvider::builder(address).build().unwrap();
-        assert_named(&p, case, expected).await;
+    for (case, host, port, expected) in unreachable::cases(11211) {
+        let p = MemcachedLockProvider::builder(format!("{host}:{port}")).build().unwrap();
+        unreachable::assert_named(&p, case, expected).await;
     }
 }
