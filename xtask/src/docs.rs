@@ -136,4 +136,49 @@ mod tests {
             );
         }
     }
+
+    /// Every backend provider's README states its guarantees in one table form: these rows, in
+    /// this order (a provider may add rows of its own between them).
+    const GUARANTEE_ROWS: [&str; 8] = [
+        "time judged by",
+        "extend",
+        "fencing",
+        "owner-checked unlock",
+        "durability",
+        "granularity",
+        "max name length",
+        "start-up check",
+    ];
+
+    #[test]
+    fn every_provider_readme_states_its_guarantees_in_the_same_table_form() {
+        let mut providers = 0;
+        for (dir, name, _) in members() {
+            if !dir.starts_with("providers/") || name == "shedlock-sql" {
+                continue;
+            }
+            providers += 1;
+            let readme = read(&format!("{dir}/README.md"));
+            let lines: Vec<&str> = readme.lines().collect();
+            let starts: Vec<usize> =
+                (0..lines.len()).filter(|&i| lines[i].starts_with("| guarantee |")).collect();
+            assert!(!starts.is_empty(), "{dir}/README.md has no `| guarantee |` table");
+            for start in starts {
+                let rows: Vec<&str> = lines[start + 2..]
+                    .iter()
+                    .take_while(|l| l.starts_with('|'))
+                    .map(|l| l.trim_matches('|').split('|').next().unwrap_or_default().trim())
+                    .collect();
+                let common: Vec<&str> =
+                    rows.iter().copied().filter(|r| GUARANTEE_ROWS.contains(r)).collect();
+                assert_eq!(
+                    common,
+                    GUARANTEE_ROWS,
+                    "{dir}/README.md line {}: the guarantee table's rows",
+                    start + 1
+                );
+            }
+        }
+        assert!(providers >= 12, "found {providers} provider crates");
+    }
 }
