@@ -107,7 +107,12 @@ impl Options {
         let mut problems = Vec::new();
         for (i, e) in self.expected.iter().enumerate() {
             if checks::by_id(&e.id).is_none() {
-                problems.push(format!("{:?} is not a check id of the catalogue (C01-C27)", e.id));
+                let ids = checks::catalogue();
+                let range = match (ids.first(), ids.last()) {
+                    (Some(a), Some(b)) => format!("{}–{}", a.id, b.id),
+                    _ => "empty".to_owned(),
+                };
+                problems.push(format!("{:?} is not a check id of the catalogue ({range})", e.id));
             }
             if e.reason.trim().is_empty() {
                 problems.push(format!(

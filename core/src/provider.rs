@@ -99,7 +99,11 @@ pub trait LockHandle: Send + Sync + 'static {
 /// acquire request was sent plus `lock_at_most_for` ([`valid_until`](Lock::valid_until)), and
 /// successful extensions move it forward. Providers build locks only through
 /// [`Acquisition::grant`](crate::Acquisition::grant), which never hands out a lock whose lease
-/// has already ended.
+/// has already ended: there is no `Lock::new`. A provider calls
+/// [`Acquisition::begin`](crate::Acquisition::begin) before it sends the acquire request and
+/// `grant`s its [`LockHandle`] when the backend said yes; or it implements
+/// [`LeaseStore`](crate::store::LeaseStore) and lets [`StoreProvider`](crate::store::StoreProvider)
+/// do both.
 #[must_use = "a lock that is dropped stays held until lock_at_most_for has passed"]
 pub struct Lock {
     config: LockConfig,
