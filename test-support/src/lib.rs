@@ -241,6 +241,21 @@ impl<P: ProviderFactory> ProviderFactory for OnServer<P> {
 pub mod sql {
     use super::*;
 
+    /// `try_lock` and `check` on a provider whose table does not exist both give
+    /// [`Error::Setup`] quoting `ddl` (the statement that creates it).
+    pub async fn missing_table_is_a_setup_error_quoting_the_ddl(p: &dyn LockProvider, ddl: &str) {
+        let try_lock = p.try_lock(&cfg("x", 1000, 0)).await.map(drop);
+        for (call, answer) in [("try_lock", try_lock), ("check", p.check().await)] {
+            match answer {
+                Err(Error::Setup { message, .. }) => {
+                    assert!(message.contains(ddl), "{call}: {message}");
+                    assert!(message.contains("CREATE TABLE"), "{call}: {message}");
+                }
+                other => panic!("{call}: expected Setup, got {other:?}"),
+            }
+        }
+    }
+
     /// The longest default name (255 bytes) is accepted and stored whole; one byte more, or
     /// 64 four-byte characters, is `InvalidName` naming the whole name, never truncated; 63 of
     /// them (252 bytes) are accepted and stored exactly. `a` and `b` use the default

@@ -150,16 +150,7 @@ async fn lock_until_keeps_milliseconds() {
 #[tokio::test]
 async fn a_missing_table_is_a_setup_error_quoting_the_ddl_from_try_lock_and_check() {
     let p = PostgresLockProvider::builder(pool().await).table(unique("missing")).build().unwrap();
-    let answers = [p.try_lock(&cfg("x", 1000, 0)).await.map(drop), p.check().await];
-    for answer in answers {
-        match answer {
-            Err(Error::Setup { message, .. }) => {
-                assert!(message.contains(p.ddl()), "{message}");
-                assert!(message.contains("CREATE TABLE"), "{message}");
-            }
-            other => panic!("expected Setup, got {other:?}"),
-        }
-    }
+    sql::missing_table_is_a_setup_error_quoting_the_ddl(&p, p.ddl()).await;
     let p2 = PostgresLockProvider::builder(pool().await)
         .table(format!("{}.shedlock", unique("noschema")))
         .build()

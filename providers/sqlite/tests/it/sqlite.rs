@@ -81,13 +81,7 @@ async fn a_missing_table_is_a_setup_error_quoting_the_ddl_from_try_lock_and_chec
     let db = db_file();
     let path = &db.path;
     let p = SqliteLockProvider::builder(pool(path).await).table("missing").build().unwrap();
-    let answers = [p.try_lock(&cfg("x", 1000, 0)).await.map(drop), p.check().await];
-    for answer in answers {
-        match answer {
-            Err(Error::Setup { message, .. }) => assert!(message.contains(p.ddl()), "{message}"),
-            other => panic!("expected Setup, got {other:?}"),
-        }
-    }
+    sql::missing_table_is_a_setup_error_quoting_the_ddl(&p, p.ddl()).await;
     let p2 = SqliteLockProvider::builder(pool(path).await).table("nodb.shedlock").build().unwrap();
     assert!(matches!(p2.try_lock(&cfg("x", 1000, 0)).await, Err(Error::Setup { .. })));
     p.create_table().await.unwrap();
