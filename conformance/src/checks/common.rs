@@ -126,17 +126,23 @@ pub(crate) async fn stale_in_flight(
     let give_up = hold_until + extend_to + t.slack * 2;
     let (bp, bc, poll) = (p[1].clone(), taker_cfg.clone(), t.poll);
     let mut taker = tokio::spawn(async move {
+        // A retryable error (a loaded machine's "no response in time") is polled through like
+        // "held": what this check proves is that the name frees, and a name that never does
+        // still fails at `give_up`, with the last error said.
+        let mut last_error = None;
         loop {
             let b0 = Instant::now();
             match bp.try_lock(&bc).await {
                 Ok(Some(lock)) => return Ok((lock, b0, Instant::now())),
                 Ok(None) => {}
+                Err(e) if e.is_retryable() => last_error = Some(e),
                 Err(e) => return Err(format!("the new holder's try_lock failed: {e}")),
             }
             if Instant::now() > give_up {
+                let last = last_error.map(|e| format!("; its last error: {e}")).unwrap_or_default();
                 return Err(format!(
                     "the name was still held {} ms after the stale holder's lock was taken \
-                     (lock_at_most_for {} ms)",
+                     (lock_at_most_for {} ms){last}",
                     at(a1, Instant::now()),
                     ms(l)
                 ));
