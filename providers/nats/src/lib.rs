@@ -808,9 +808,9 @@ impl LockProvider for NatsLockProvider {
 
     /// [`check_bucket`](NatsLockProvider::check_bucket).
     async fn check(&self) -> Result<()> {
-        let span = tracing::debug_span!("shedlock.check", provider = BACKEND);
-        with_timeout("check", self.inner.settings.timeout(), self.inner.check_bucket())
-            .instrument(span)
+        let check = Operation::Check;
+        with_timeout(check.label(), self.inner.settings.timeout(), self.inner.check_bucket())
+            .instrument(check.span(BACKEND, ""))
             .await
     }
 }
