@@ -160,6 +160,16 @@ pub trait RecordHooks: Send + Sync + 'static {
     /// earlier process would have left behind. It must be a record the provider itself could have
     /// written, owned by nobody alive.
     async fn plant_expired_record(&self, name: &str) -> Result<(), BoxError>;
+
+    /// Whether the backend drops an expired record by itself (a TTL: Redis `PX`, an etcd
+    /// lease, memcached's expiry), so that a planted expired record is gone by the time
+    /// [`plant_expired_record`](RecordHooks::plant_expired_record) returns. Default `false`: C14
+    /// then requires [`record_exists`](RecordHooks::record_exists) to see the planted record (a
+    /// plant that did nothing would prove nothing). Declared `true`, C14 proves it instead: the
+    /// record of a lock left to expire must vanish.
+    fn expired_records_vanish(&self) -> bool {
+        false
+    }
 }
 
 /// Restarts the backend while the process runs (C25).
@@ -167,6 +177,14 @@ pub trait RecordHooks: Send + Sync + 'static {
 pub trait RestartHook: Send + Sync + 'static {
     /// Stops and starts the backend (same address), returning once it accepts connections again.
     async fn restart(&self) -> Result<(), BoxError>;
+
+    /// Something about the running backend that every restart changes: a server run id, its
+    /// start time, its process ids. C25 uses it to prove that [`restart`](Self::restart) restarted
+    /// something when the factory gives no backend address (with an address the kit sees a
+    /// connection it opened before the restart closed). The default, `None`, says nothing.
+    async fn identity(&self) -> Result<Option<String>, BoxError> {
+        Ok(None)
+    }
 }
 
 /// Optional hooks a [`ProviderFactory`] offers. Checks that need a hook that is not given are
@@ -196,7 +214,8 @@ impl Hooks {
     /// The environment that lets a separate node process of this test binary reach the same
     /// backend as this process — e.g. `SHEDLOCK_POSTGRES_URL` set to the server this process
     /// started — (enables C28). Node processes also inherit the run id
-    /// ([`run_id`](crate::run_id)), which the factory must use to namespace its records. An
+    /// ([`run_id`](crate::run_id)): a factory that namespaces its records per run (on a backend
+    /// shared by several runs) uses it, so that nodes and parent meet on the same records. An
     /// empty list says the node processes need nothing extra.
     pub fn with_node_env<K: Into<String>, V: Into<String>>(
         mut self,

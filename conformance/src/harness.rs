@@ -238,9 +238,8 @@ where
 /// as in [`harness`], per suite.
 pub fn harness_suites(suites: Vec<SuiteSpec>) -> ExitCode {
     // A node process of C28 runs the node of the suite that started it.
-    if let Ok(spec) = std::env::var(checks::NODE_ENV) {
-        let provider =
-            serde_json::from_str::<checks::NodeSpec>(&spec).map(|s| s.provider).unwrap_or_default();
+    if std::env::var_os(checks::NODE_ENV).is_some() {
+        let provider = crate::node_provider().unwrap_or_default();
         for suite in suites {
             if let Plan::Run { node, .. } = suite.plan
                 && suite.name == provider

@@ -110,6 +110,15 @@ pub fn monotonic_ns() -> u64 {
     u64::try_from(ORIGIN.get_or_init(Instant::now).elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// In a C28 node process, the name of the suite that started it (its factory's
+/// [`name`](ProviderFactory::name)); `None` in any other process. A test binary with its own
+/// `main` and several factories reads it in the `setup` of [`node_main_if_requested`] to build
+/// the one the node is for ([`harness_suites`](crate::harness_suites) does this itself).
+pub fn node_provider() -> Option<String> {
+    let spec = std::env::var(NODE_ENV).ok()?;
+    serde_json::from_str::<NodeSpec>(&spec).ok().map(|s| s.provider)
+}
+
 /// If this process was started as a C28 node ([`NODE_ENV`] is set), runs the node — `setup`
 /// builds the factory, one instance runs the contended workload — and returns its exit code;
 /// otherwise returns `None` without calling `setup`. [`harness`](crate::harness) calls it first;
@@ -249,8 +258,10 @@ pub(crate) fn unix_us() -> i64 {
 
 /// The id of this conformance run: the parent process's id, inherited by the node processes of
 /// C28 (through `SHEDLOCK_CONFORMANCE_RUN_ID`). A factory that namespaces its records per run
-/// (a table, a key prefix) should use it instead of its own process id, so that node processes
-/// address the same records as the instances of the parent.
+/// (a table, a key prefix: needed when the backend is shared by several runs, such as a server
+/// given by URL) should use it instead of its own process id, so that node processes address
+/// the same records as the instances of the parent. A backend started for this run alone needs
+/// no namespace at all.
 pub fn run_id() -> String {
     std::env::var(RUN_ID_ENV)
         .ok()

@@ -77,6 +77,10 @@ impl RestartHook for Restart {
         self.0.restart();
         Ok(())
     }
+
+    async fn identity(&self) -> Result<Option<String>, BoxError> {
+        Ok(Some(format!("restarted {} times", self.0.restarts())))
+    }
 }
 
 fn main() -> std::process::ExitCode {

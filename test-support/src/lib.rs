@@ -130,6 +130,11 @@ impl RestartHook for Restart {
         tokio::task::spawn_blocking(move || service.restart()).await??;
         Ok(())
     }
+
+    /// The server processes' ids: a restart starts new ones.
+    async fn identity(&self) -> Result<Option<String>, BoxError> {
+        Ok(Some(format!("pids {:?}", self.0.pids())))
+    }
 }
 
 /// The hooks of a server-backed provider: raw row access (C14), the server address for the

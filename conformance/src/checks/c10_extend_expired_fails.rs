@@ -57,8 +57,12 @@ async fn c10(suite: &Suite) -> R {
 
     // The extend leaves in time but reaches the backend after the lock expired there.
     let stall = t.at_most + t.slack;
-    let stalling: Arc<dyn LockProvider> =
-        Arc::new(Stalling { inner: p[0].clone(), pause: Arc::new(AtomicBool::new(true)), stall });
+    let stalling: Arc<dyn LockProvider> = Arc::new(Stalling {
+        inner: p[0].clone(),
+        pause: Arc::new(AtomicBool::new(true)),
+        stall,
+        hold: None,
+    });
     let cfg = suite.config(&suite.lock_name("c10b"), t.at_most, Duration::ZERO)?;
     let mut lock = must_lock(suite, &stalling, &cfg, "lock to extend late").await?;
     // The kit's own stall comes on top of the provider's time: bound the call by both.

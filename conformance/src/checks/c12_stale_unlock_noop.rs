@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::common::{LONG, StaleCall, need_owner_checked, stale_in_flight};
+use super::common::{LONG, StaleCall, need_owner_checked, stale_in_flight, stale_in_transit};
 use crate::{
     outcome::Verdict,
     suite::Suite,
@@ -17,6 +17,9 @@ use crate::{
 /// stale holder's unlock leaves before the takeover, the kit's fault proxy holds the backend's
 /// answers while another instance takes over, then releases them; the new holder must keep the
 /// lock (an unlock that reads the owner, then writes without checking it again, frees it).
+/// In transit: a stale unlock sent while the lease was valid but delivered only after the
+/// takeover (held in the proxy, or past the core's checks by the kit's wrapper where there is no
+/// address) leaves the new holder's lock held.
 pub async fn c12_stale_unlock_noop(suite: &Suite) -> Verdict {
     finish(c12(suite).await)
 }
@@ -53,7 +56,8 @@ async fn c12(suite: &Suite) -> R {
     .await?;
     unlock(suite, l3).await?;
     let in_flight = stale_in_flight(suite, StaleCall::Unlock, &p).await?;
+    let in_transit = stale_in_transit(suite, StaleCall::Unlock, &p).await?;
     Ok(format!(
-        "the stale holder's unlock changed nothing; the new holder kept the lock; {in_flight}"
+        "the stale holder's unlock changed nothing; the new holder kept the lock; {in_flight}; {in_transit}"
     ))
 }

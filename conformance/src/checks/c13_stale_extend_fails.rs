@@ -4,7 +4,9 @@ use std::time::{Duration, Instant};
 
 use shedlock::Error;
 
-use super::common::{LONG, StaleCall, need_extend, need_owner_checked, stale_in_flight};
+use super::common::{
+    LONG, StaleCall, need_extend, need_owner_checked, stale_in_flight, stale_in_transit,
+};
 use crate::{
     outcome::Verdict,
     suite::Suite,
@@ -15,6 +17,10 @@ use crate::{
 /// address also in flight, as in [`c12_stale_unlock_noop`](crate::checks::c12_stale_unlock_noop): an extend whose answers the proxy
 /// holds while another instance takes over must not extend the new holder's lock (an extend
 /// that reads the owner, then writes the new expiry without checking it again, does).
+/// In transit: a stale extend to a short `lock_at_most_for`, sent while the lease was valid (so
+/// the core's client-side refusal of an expired lease does not stop it) but delivered only after
+/// the takeover, must not rewrite the new holder's expiry: a backend that extends without
+/// checking the owner frees the new holder's lock early.
 pub async fn c13_stale_extend_fails(suite: &Suite) -> Verdict {
     finish(c13(suite).await)
 }
@@ -63,9 +69,10 @@ async fn c13(suite: &Suite) -> R {
     drop(stale);
     unlock(suite, l3).await?;
     let in_flight = stale_in_flight(suite, StaleCall::Extend, &p).await?;
+    let in_transit = stale_in_transit(suite, StaleCall::Extend, &p).await?;
     Ok(format!(
         "stale extend gave LockLost; the new holder's {} ms lock freed at +{} ms as scheduled; \
-         {in_flight}",
+         {in_flight}; {in_transit}",
         ms(held),
         at(b0, got)
     ))

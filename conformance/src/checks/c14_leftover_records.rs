@@ -7,7 +7,8 @@ use crate::{
     outcome::Verdict,
     suite::Suite,
     tools::calls::{
-        R, at, bounded, finish, instances, ms, must_lock, must_not_lock, poll_acquire, unlock,
+        R, at, bounded, finish, instances, ms, must_lock, must_not_lock, poll_acquire,
+        timed_try_lock, unlock,
     },
 };
 
@@ -15,7 +16,10 @@ use crate::{
 /// while the process runs — never block locking for longer than `lock_at_most_for`.
 /// When the provider declares `fencing`, the tokens of the locks taken after a deletion exceed
 /// every token taken before it (a counter kept in the record itself starts over).
-/// Needs [`RecordHooks`](crate::RecordHooks).
+/// Needs [`RecordHooks`](crate::RecordHooks), and sees them act: the planted record must be
+/// there, unless the hooks declare that the backend drops expired records itself
+/// ([`RecordHooks::expired_records_vanish`](crate::RecordHooks::expired_records_vanish)), which
+/// the check then proves with a lock left to expire.
 pub async fn c14_leftover_records(suite: &Suite) -> Verdict {
     finish(c14(suite).await)
 }
@@ -37,6 +41,19 @@ async fn c14(suite: &Suite) -> R {
     bounded(suite, "plant_expired_record", hooks.plant_expired_record(&n1))
         .await?
         .map_err(hook("plant_expired_record"))?;
+    // A plant that did nothing would make this a fresh name, and the check prove nothing:
+    // unless the backend drops expired records itself (declared, and proven in step 4), the
+    // planted record must be there.
+    let vanish = hooks.expired_records_vanish();
+    let exists = bounded(suite, "record_exists", hooks.record_exists(&n1))
+        .await?
+        .map_err(hook("record_exists"))?;
+    ensure!(
+        exists || vanish,
+        "plant_expired_record({n1:?}) returned, but record_exists says there is no record: the \
+         hook planted nothing the provider could meet (if the backend drops expired records \
+         itself, declare it with RecordHooks::expired_records_vanish)"
+    );
     let planted = Instant::now();
     let (l, got) = poll_acquire(
         suite,
@@ -122,8 +139,41 @@ async fn c14(suite: &Suite) -> R {
     .await?;
     fence.saw(&l, "the lock taken after the free record was deleted")?;
     unlock(suite, l).await?;
+
+    // 4. Declared: the backend drops expired records itself. An expired lock's record must go.
+    let planted_what = if vanish {
+        let n4 = suite.lock_name("c14d");
+        let cfg = suite.config(&n4, t.at_most, Duration::ZERO)?;
+        let (l, a0, a1) = timed_try_lock(suite, &p[0], &cfg).await?;
+        let Some(l) = l else { bail!("try_lock found a fresh name held") };
+        // A TTL is enforced by the backend's own sweep, so the record may outlive the lease a
+        // little: it is polled until three slacks past the expiry.
+        tokio::time::sleep_until((a1 + t.at_most).into()).await;
+        let give_up = a1 + t.at_most + t.slack * 3;
+        let exists = loop {
+            let exists = bounded(suite, "record_exists", hooks.record_exists(&n4))
+                .await?
+                .map_err(hook("record_exists"))?;
+            if !exists || Instant::now() > give_up {
+                break exists;
+            }
+            tokio::time::sleep(t.poll).await;
+        };
+        drop(l);
+        ensure!(
+            !exists,
+            "RecordHooks::expired_records_vanish is declared, but the record of a lock that \
+             expired {} ms ago is still there: the backend keeps expired records, so \
+             plant_expired_record must leave one that record_exists sees",
+            at(a0 + t.at_most, Instant::now())
+        );
+        "planted expired record (gone at once: the backend drops expired records, shown by an \
+         expired lock's record vanishing)"
+    } else {
+        "planted expired record (seen by record_exists)"
+    };
     Ok(format!(
-        "planted expired record: locked at +{planted_ms} ms; record deleted while held: relocked at +{deleted_ms} ms; \
+        "{planted_what}: locked at +{planted_ms} ms; record deleted while held: relocked at +{deleted_ms} ms; \
          deleted while free: relocked by its creator (lock_at_most_for {} ms){}",
         ms(t.at_most),
         fence.summary("across both deletions")

@@ -1,10 +1,11 @@
-//! C20 `fencing_monotonic`: fencing tokens strictly increase, across expiry and takeover.
+//! C20 `fencing_monotonic`: fencing tokens strictly increase, across expiry and takeover, and
+//! across instances whose clocks disagree.
 
 use std::{sync::Arc, time::Duration};
 
 use shedlock::{Lock, LockConfig, LockProvider};
 
-use super::common::{LONG, need_fencing, token};
+use super::common::{LONG, fencing_skew, need_fencing, token};
 use crate::{
     outcome::Verdict,
     suite::Suite,
@@ -12,7 +13,9 @@ use crate::{
 };
 
 /// C20: each successful acquisition carries a token strictly greater than every earlier token
-/// for that name, including after expiry and takeover.
+/// for that name, including after expiry and takeover, and when the instances taking turns have
+/// clocks an hour ahead and an hour behind (a quarter of `lock_at_most_for` for client-time
+/// providers): a token drawn from the acquiring client's clock goes backwards there.
 pub async fn c20_fencing_monotonic(suite: &Suite) -> Verdict {
     finish(c20(suite).await)
 }
@@ -59,8 +62,40 @@ async fn c20(suite: &Suite) -> R {
             unlock(suite, l).await?;
         }
     }
+    // Turns and a takeover between an instance ahead and one behind.
+    let (skewed, skew, extra) = fencing_skew(suite).await?;
+    let tag = format!("skew ±{} ms", skew.as_millis());
+    for (i, inst) in [0usize, 1, 0, 1].iter().enumerate() {
+        let what = format!("{tag}: turn {i} on the instance {}", ["ahead", "behind"][*inst]);
+        let from = std::time::Instant::now();
+        let (l, _) = poll_acquire(
+            suite,
+            &skewed[*inst],
+            &long,
+            from,
+            Duration::ZERO,
+            extra + t.slack,
+            &what,
+        )
+        .await?;
+        push(&what, token(&l, &what)?)?;
+        unlock(suite, l).await?;
+    }
+    let (l, a0, a1) = timed_try_lock(suite, &skewed[0], &short).await?;
+    let Some(l) = l else { bail!("{tag}: the instance ahead found a free name held") };
+    push(&format!("{tag}: short lock on the instance ahead"), token(&l, "short lock")?)?;
+    let deadline = t.at_most + a1.duration_since(a0) + t.slack + extra;
+    let what = format!("{tag}: takeover after expiry by the instance behind");
+    let (l2, _) = poll_acquire(suite, &skewed[1], &long, a0, t.at_most, deadline, &what).await?;
+    push(&what, token(&l2, "takeover")?)?;
+    drop(l);
+    unlock(suite, l2).await?;
     let list: Vec<String> = tokens.iter().map(|(_, t)| t.to_string()).collect();
-    Ok(format!("{} acquisitions, tokens strictly increasing: {}", tokens.len(), list.join(" < ")))
+    Ok(format!(
+        "{} acquisitions (the last 6 on instances {tag}), tokens strictly increasing: {}",
+        tokens.len(),
+        list.join(" < ")
+    ))
 }
 
 /// All instances try at once; returns the winners.

@@ -107,7 +107,7 @@ async fn c22(suite: &Suite) -> R {
     let pause = Arc::new(AtomicBool::new(false));
     let stall = l * 2 + t.slack;
     let stalling: Arc<dyn LockProvider> =
-        Arc::new(Stalling { inner: p[2].clone(), pause: pause.clone(), stall });
+        Arc::new(Stalling { inner: p[2].clone(), pause: pause.clone(), stall, hold: None });
     let ka3 = keep_alive(stalling)?;
     let name = suite.lock_name("c22c");
     let cfg = suite.config(&name, l, Duration::ZERO)?;

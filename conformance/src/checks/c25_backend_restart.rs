@@ -2,17 +2,24 @@
 
 use std::time::{Duration, Instant};
 
+use tokio::{io::AsyncReadExt, net::TcpStream};
+
 use super::common::{Fence, recover};
 use crate::{
+    factory::RestartHook,
     outcome::Verdict,
     suite::Suite,
-    tools::calls::{R, at, bounded, finish, instances, must_lock, poll_acquire, unlock},
+    tools::calls::{R, at, bounded, finish, instances, ms, must_lock, poll_acquire, unlock},
 };
 
 /// C25: backend restarted while the process runs: the provider recovers without a process
 /// restart, and a lock held across the restart frees within `lock_at_most_for`. When the
 /// provider declares `fencing`, tokens after the restart exceed every token before it. Needs
 /// [`Hooks::with_restart`](crate::Hooks::with_restart).
+///
+/// The hook must be seen to act, or a hook that does nothing would pass as a durable backend: a
+/// connection the kit opens to the backend address before the restart must be closed by it, or
+/// (without an address) [`RestartHook::identity`](crate::RestartHook::identity) must change.
 pub async fn c25_backend_restart(suite: &Suite) -> Verdict {
     finish(c25(suite).await)
 }
@@ -35,12 +42,14 @@ async fn c25(suite: &Suite) -> R {
     let held = must_lock(suite, &p[0], &cfg, "lock before the restart").await?;
     fence.saw(&held, "the lock held across the restart")?;
     fence.settle(suite).await;
+    let witness = Witness::before(suite, hook.as_ref()).await?;
     let restart_started = Instant::now();
     tokio::time::timeout(suite.options().recovery_bound, hook.restart())
         .await
         .map_err(|_| Verdict::fail("the restart hook did not finish within the recovery bound"))?
         .map_err(|e| Verdict::fail(format!("the restart hook failed: {e}")))?;
     let restarted = Instant::now();
+    let proof = witness.after(suite, hook.as_ref()).await?;
     let r0 = recover(suite, &p[0]).await?;
     let r1 = recover(suite, &p[1]).await?;
     // The pre-restart lock: its unlock returns (whatever it says) and the name frees in time.
@@ -61,10 +70,83 @@ async fn c25(suite: &Suite) -> R {
     fence.saw(&l, "a relock after the restart")?;
     unlock(suite, l).await?;
     Ok(format!(
-        "restart took {} ms; instances recovered after {} and {} ms{}",
+        "restart took {} ms ({proof}); instances recovered after {} and {} ms{}",
         at(restart_started, restarted),
         r0.as_millis(),
         r1.as_millis(),
         fence.summary("across the restart")
     ))
 }
+
+/// What shows that the restart hook restarted the backend.
+enum Witness {
+    /// A raw connection to the backend address, opened before the restart: it must be closed.
+    Connection(TcpStream),
+    /// The hook's identity before the restart: it must change.
+    Identity(String),
+}
+
+impl Witness {
+    async fn before(suite: &Suite, hook: &dyn RestartHook) -> Result<Self, Verdict> {
+        if let Some(addr) = suite.hooks().backend_address() {
+            let conn = bounded(suite, "a connection to the backend", TcpStream::connect(addr))
+                .await?
+                .map_err(|e| {
+                    Verdict::fail(format!("could not connect to the backend at {addr}: {e}"))
+                })?;
+            return Ok(Witness::Connection(conn));
+        }
+        match bounded(suite, "RestartHook::identity", hook.identity()).await? {
+            Ok(Some(id)) => Ok(Witness::Identity(id)),
+            Ok(None) => bail!(
+                "the kit cannot see that the restart hook restarts anything: give the factory the \
+                 backend's address (Hooks::with_backend_address), whose connections a restart \
+                 closes, or implement RestartHook::identity (a server run id, start time or pids)"
+            ),
+            Err(e) => bail!("RestartHook::identity failed: {e}"),
+        }
+    }
+
+    async fn after(self, suite: &Suite, hook: &dyn RestartHook) -> R {
+        match self {
+            Witness::Connection(mut conn) => {
+                // A server that stopped has closed it; one that never stopped keeps it open (it
+                // may send a greeting first).
+                let mut buf = [0u8; 1024];
+                let closed = tokio::time::timeout(CLOSE_WAIT, async {
+                    loop {
+                        match conn.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(_) => {}
+                        }
+                    }
+                })
+                .await;
+                ensure!(
+                    closed.is_ok(),
+                    "the restart hook returned, but a connection the kit opened to the backend \
+                     before it was still open {} ms later: the hook did not restart the backend",
+                    ms(CLOSE_WAIT)
+                );
+                Ok("a connection opened before it was closed by it".to_owned())
+            }
+            Witness::Identity(before) => {
+                let after = bounded(suite, "RestartHook::identity", hook.identity())
+                    .await?
+                    .map_err(|e| Verdict::fail(format!("RestartHook::identity failed: {e}")))?;
+                match after {
+                    Some(after) if after != before => {
+                        Ok(format!("the backend's identity changed: {before} → {after}"))
+                    }
+                    _ => bail!(
+                        "the restart hook returned, but RestartHook::identity still says \
+                         {before:?}: the hook did not restart the backend"
+                    ),
+                }
+            }
+        }
+    }
+}
+
+/// How long a connection to a stopped server may take to be seen closed.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);

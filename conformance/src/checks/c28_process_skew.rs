@@ -10,41 +10,21 @@
 
 use std::{
     collections::HashMap,
-    path::{Path, PathBuf},
-    process::{Command, Stdio},
+    path::Path,
+    process::Stdio,
     time::{Duration, Instant},
 };
 
 use crate::{
-    node::{NODE_ENV, NodeCall, NodeLog, NodeSpec, RUN_ID_ENV, monotonic_ns, run_id, unix_us},
+    node::{NODE_ENV, NodeCall, NodeLog, NodeSpec, monotonic_ns, unix_us},
     outcome::Verdict,
     suite::Suite,
     tools::{
         calls::{R, finish, ms},
+        clocks::{LIBFAKETIME_INSTALL_HINT, libfaketime, skewed_process},
         history::{Interval, check_intervals},
     },
 };
-
-/// The environment variable that overrides where libfaketime's multi-threaded library is.
-pub const LIBFAKETIME_ENV: &str = "SHEDLOCK_LIBFAKETIME";
-
-const LIBFAKETIME_PATHS: &[&str] = &[
-    "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
-    "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
-    "/usr/lib/faketime/libfaketimeMT.so.1",
-    "/usr/local/lib/faketime/libfaketimeMT.so.1",
-];
-
-const INSTALL_HINT: &str = "libfaketime is not installed: `apt-get install libfaketime` (Debian, \
-    Ubuntu; `cargo xtask provision` does it), or set SHEDLOCK_LIBFAKETIME to libfaketimeMT.so.1";
-
-/// The libfaketime library to preload, if installed.
-fn libfaketime() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os(LIBFAKETIME_ENV).filter(|v| !v.is_empty()) {
-        return Some(PathBuf::from(p));
-    }
-    LIBFAKETIME_PATHS.iter().map(PathBuf::from).find(|p| p.is_file())
-}
 
 /// One rung of the ladder: the `FAKETIME` of each node, and the largest offset between two.
 struct Rung {
@@ -116,7 +96,7 @@ async fn c28(suite: &Suite) -> R {
         ));
     };
     let Some(lib) = libfaketime() else {
-        return Err(Verdict::not_applicable(INSTALL_HINT));
+        return Err(Verdict::not_applicable(LIBFAKETIME_INSTALL_HINT));
     };
     let exe = std::env::current_exe()
         .map_err(|e| Verdict::fail(format!("cannot find the test binary to re-execute: {e}")))?;
@@ -305,12 +285,8 @@ async fn run_rung(
             serde_json::to_string(&spec).map_err(|e| Verdict::fail(format!("node spec: {e}")))?;
         let stderr = std::fs::File::create(&err)
             .map_err(|e| Verdict::fail(format!("creating {}: {e}", err.display())))?;
-        let mut cmd = Command::new(exe);
+        let mut cmd = skewed_process(exe, lib, faketime);
         cmd.env(NODE_ENV, spec_json)
-            .env(RUN_ID_ENV, run_id())
-            .env("LD_PRELOAD", lib)
-            .env("FAKETIME", faketime)
-            .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
             .envs(node_env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())

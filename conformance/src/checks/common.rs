@@ -1,13 +1,18 @@
 //! Helpers shared by several checks (no check module is imported here): the long lease
-//! [`LONG`], capability guards, the stale-holder race of C12/C13, the fencing-token [`Fence`]
+//! [`LONG`], capability guards, the stale-holder races of C12/C13 (answers held, requests held),
+//! the fencing-token [`Fence`]
 //! of C14/C25, recovery after a fault, instances on skewed clocks.
 
 use std::{
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicUsize},
+    },
     time::{Duration, Instant},
 };
 
 use shedlock::{Lock, LockProvider, SharedClock};
+use tokio::sync::watch;
 
 use crate::{
     factory::InstanceOptions,
@@ -17,6 +22,7 @@ use crate::{
         calls::{R, at, bounded, ms, must_not_lock, poll_acquire, timed_try_lock, unlock},
         clocks,
         proxy::FaultProxy,
+        stalling::{Hold, Stalling},
     },
 };
 
@@ -225,6 +231,122 @@ pub(crate) async fn stale_in_flight(
     ))
 }
 
+/// The in-transit part of C12 (unlock) and C13 (extend): the stale holder's call *leaves* while
+/// its lease is valid, so the core's own checks let it through, but is held on its way and
+/// reaches the backend only after another instance has taken the name — as a slow link, a
+/// retransmission or a paused sender delivers it in production. With a backend address the
+/// fault proxy holds A's requests (client→server data); without one the kit's wrapper holds the
+/// call past the core's checks, right before the provider's handle. The new holder's lock must
+/// be unchanged: an unlock must not free it, and an extend to the short `lock_at_most_for` must
+/// not rewrite its expiry (the name is still held a slack after that extend would have ended).
+pub(crate) async fn stale_in_transit(
+    suite: &Suite,
+    call: StaleCall,
+    p: &[Arc<dyn LockProvider>],
+) -> R {
+    let what = match call {
+        StaleCall::Unlock => "unlock",
+        StaleCall::Extend => "extend",
+    };
+    let t = suite.timing();
+    let l = t.at_most;
+    let (gate, _) = watch::channel(false);
+    let waiting = Arc::new(AtomicUsize::new(0));
+    let (a, proxy, via) = match suite.hooks().backend_address() {
+        Some(upstream) => {
+            let proxy = FaultProxy::start(upstream)
+                .await
+                .map_err(|e| Verdict::fail(format!("could not start the fault proxy: {e}")))?;
+            let opts = InstanceOptions::new(0).with_address(proxy.addr());
+            let a =
+                bounded(suite, "the factory", suite.instance_with(opts)).await?.map_err(|e| {
+                    Verdict::fail(format!(
+                        "the factory could not build an instance via the proxy: {e}"
+                    ))
+                })?;
+            (a, Some(proxy), "the fault proxy")
+        }
+        None => {
+            let hold = Hold { gate: gate.subscribe(), waiting: waiting.clone() };
+            let a: Arc<dyn LockProvider> = Arc::new(Stalling {
+                inner: p[0].clone(),
+                pause: Arc::new(AtomicBool::new(false)),
+                stall: Duration::ZERO,
+                hold: Some(hold),
+            });
+            (a, None, "the kit's wrapper, past the core's checks")
+        }
+    };
+    let hold = |on: bool| match &proxy {
+        Some(proxy) => proxy.set_holding_requests(on),
+        None => {
+            gate.send_replace(on);
+        }
+    };
+    let in_transit = || match &proxy {
+        Some(proxy) => proxy.held_chunks() > 0,
+        None => waiting.load(std::sync::atomic::Ordering::SeqCst) > 0,
+    };
+    let name = suite.lock_name(&format!("stale-{what}-in-transit"));
+    let short = suite.config(&name, l, Duration::ZERO)?;
+    let long = suite.config(&name, LONG, Duration::ZERO)?;
+    let (stale, a0, a1) = timed_try_lock(suite, &a, &short).await?;
+    let Some(mut stale) = stale else { bail!("in transit: try_lock found a fresh name held") };
+    hold(true);
+    let mut stale_call = tokio::spawn(async move {
+        match call {
+            StaleCall::Unlock => stale.unlock().await,
+            StaleCall::Extend => stale.extend(l, Duration::ZERO).await,
+        }
+    });
+    let _abort = AbortOnDrop(stale_call.abort_handle());
+    // The call must have left A (its lease still valid) before the takeover.
+    let left_by = a1 + l;
+    loop {
+        if in_transit() {
+            break;
+        }
+        if stale_call.is_finished() || Instant::now() > left_by {
+            hold(false);
+            let r = bounded(suite, "the stale call", &mut stale_call).await?;
+            return Ok(format!(
+                "in transit: not run, the {what} never left the client while its lease was valid \
+                 (it returned {r:?})"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let deadline = l + a1.duration_since(a0) + t.slack;
+    let step = format!("takeover while the stale {what} was in transit");
+    let (fresh, _) = poll_acquire(suite, &p[1], &long, a0, l, deadline, &step).await?;
+    hold(false);
+    let released = Instant::now();
+    let answered = bounded(suite, &format!("the stale holder's {what} in transit"), stale_call)
+        .await?
+        .map_err(|e| Verdict::fail(format!("the stale holder's {what} panicked: {e}")))?;
+    let answered = match answered {
+        Ok(()) => "Ok".to_owned(),
+        Err(e) => e.to_string(),
+    };
+    let step = format!("after a stale {what} that reached the backend after the takeover");
+    must_not_lock(suite, &p[2], &long, &step).await?;
+    if call == StaleCall::Extend {
+        // Had the stale extend rewritten the record, the name would free `l` after it arrived.
+        tokio::time::sleep_until((released + l + t.slack).into()).await;
+        let step = format!("{} ms {step}", at(released, Instant::now()));
+        must_not_lock(suite, &p[2], &long, &step).await?;
+    } else {
+        tokio::time::sleep(t.poll * 2).await;
+        must_not_lock(suite, &p[2], &long, &step).await?;
+    }
+    unlock(suite, fresh).await?;
+    Ok(format!(
+        "in transit: the stale {what}, sent while its lease was valid and held in {via} until \
+         another instance had taken over, left the new holder's lock unchanged (answered \
+         {answered})"
+    ))
+}
+
 /// The fencing tokens of one name, when the provider declares `fencing`: each new acquisition's
 /// token must exceed every token seen before (C14 across deleted records, C25 across a backend
 /// restart: a counter kept in the lock's own record starts over when the record goes).
@@ -334,4 +456,26 @@ pub(crate) async fn skewed_instances(
 
 pub(crate) fn skew_ms(s: Duration) -> i64 {
     i64::try_from(s.as_millis()).unwrap_or(i64::MAX / 4)
+}
+
+/// Two instances for the fencing checks whose clocks disagree: `[ahead, behind]`, skewed by
+/// `+S` and `-S`, and the extra time the behind instance may need to see the ahead one's lease
+/// end. Server time: `S` is an hour and the lease ignores the clocks (no extra time). Client
+/// time: `S` is a quarter of the short `lock_at_most_for` (capped by the documented skew
+/// bound), so exclusion holds and the behind instance sees the lease end `2S` late.
+pub(crate) async fn fencing_skew(
+    suite: &Suite,
+) -> Result<(Vec<Arc<dyn LockProvider>>, Duration, Duration), Verdict> {
+    let (skew, extra) = if suite.capabilities().server_time {
+        (Duration::from_secs(3600), Duration::ZERO)
+    } else {
+        let mut s = suite.timing().at_most / 4;
+        if let Some(bound) = suite.options().documented_skew_bound {
+            s = s.min(bound);
+        }
+        (s, s * 2)
+    };
+    let s = skew_ms(skew);
+    let p = skewed_instances(suite, &[s, -s]).await?.into_iter().map(|(p, _)| p).collect();
+    Ok((p, skew, extra))
 }

@@ -59,6 +59,7 @@ pub use crate::node::{
     NODE_ENV, NodeAcq, NodeCall, NodeLog, NodeSpec, RUN_ID_ENV, monotonic_ns,
     node_main_if_requested,
 };
+pub use crate::tools::clocks::LIBFAKETIME_ENV;
 pub use c01_lock_is_held::c01_lock_is_held;
 pub use c02_no_double_hold::c02_no_double_hold;
 pub use c03_names_independent::c03_names_independent;
@@ -86,7 +87,6 @@ pub use c24_backend_unreachable::c24_backend_unreachable;
 pub use c25_backend_restart::c25_backend_restart;
 pub use c26_cancellation::c26_cancellation;
 pub use c27_hostile_names::c27_hostile_names;
-pub use c28_process_skew::LIBFAKETIME_ENV;
 pub use c28_process_skew::c28_process_skew;
 
 macro_rules! check {
@@ -141,7 +141,7 @@ static CATALOGUE: [Check; 28] = [
         "C07",
         "at_least_honoured",
         c07_at_least_honoured,
-        "after an early unlock the lock stays held until lock_at_least_for"
+        "after an early unlock the lock stays held until lock_at_least_for, counted from the acquisition (a takeover's own)"
     ),
     check!(
         "C08",
@@ -171,13 +171,13 @@ static CATALOGUE: [Check; 28] = [
         "C12",
         "stale_unlock_noop",
         c12_stale_unlock_noop,
-        "a stale holder's unlock leaves the new holder's lock"
+        "a stale holder's unlock leaves the new holder's lock (also in flight and in transit)"
     ),
     check!(
         "C13",
         "stale_extend_fails",
         c13_stale_extend_fails,
-        "a stale holder's extend fails and does not extend the new lock"
+        "a stale holder's extend fails and does not extend the new lock (also in flight and in transit)"
     ),
     check!(
         "C14",
@@ -219,13 +219,13 @@ static CATALOGUE: [Check; 28] = [
         "C20",
         "fencing_monotonic",
         c20_fencing_monotonic,
-        "fencing tokens strictly increase, across expiry and takeover"
+        "fencing tokens strictly increase, across expiry, takeover and skewed instances"
     ),
     check!(
         "C21",
         "fenced_resource",
         c21_fenced_resource,
-        "a fenced resource refuses a paused stale holder's writes"
+        "a fenced resource refuses a paused stale holder's writes, also across skewed clocks"
     ),
     check!(
         "C22",
@@ -261,7 +261,7 @@ static CATALOGUE: [Check; 28] = [
         "C27",
         "hostile_names",
         c27_hostile_names,
-        "hostile and edge names work or give InvalidName, never collide"
+        "hostile and edge names work or give InvalidName, never collide (normalisation, hashes, bytes)"
     ),
     check!(
         "C28",

@@ -1,5 +1,6 @@
 //! Tools the checks use, each usable on its own: the history recorder and overlap checker, the
-//! fenced register, the TCP fault proxy, clock helpers and the model-based test.
+//! fenced register, the TCP fault proxy, clock helpers, the model-based test and
+//! the names a provider must keep apart (hash collisions, equivalent Unicode spellings).
 
 #[macro_use]
 pub(crate) mod calls;
@@ -7,6 +8,7 @@ pub mod clocks;
 pub mod fenced;
 pub mod history;
 pub mod model;
+pub mod names;
 pub mod proxy;
 pub(crate) mod stalling;
 pub(crate) mod stats;

@@ -11,7 +11,10 @@
 //! - holds answers ([`FaultProxy::set_holding_answers`]): requests reach the backend, but its
 //!   answers wait in the proxy until released, so a call stays in flight after the backend acted
 //!   on it (this is how the kit makes a stale holder's unlock or extend land around another
-//!   instance's takeover deterministically).
+//!   instance's takeover deterministically);
+//! - holds requests ([`FaultProxy::set_holding_requests`]): what the client sends waits in the
+//!   proxy until released, so a request that left the client reaches the backend later (a slow
+//!   link, a retransmission, a paused sender), after whatever happened there meanwhile.
 //!
 //! Data held by a stall or a hold is forwarded when it ends, unless the connection was cut
 //! meanwhile ([`FaultProxy::cut_all`] drops it).
@@ -48,11 +51,13 @@ struct Holds {
     stalled: bool,
     /// Server→client data is held.
     answers: bool,
+    /// Client→server data is held.
+    requests: bool,
 }
 
 impl Holds {
     fn holds(self, dir: u8) -> bool {
-        self.stalled || (dir == TO_CLIENT && self.answers)
+        self.stalled || (dir == TO_CLIENT && self.answers) || (dir == TO_SERVER && self.requests)
     }
 }
 
@@ -145,7 +150,14 @@ impl FaultProxy {
         self.state.holds.send_modify(|h| h.answers = hold);
     }
 
-    /// Chunks read from either side but held back (by a stall or a hold of answers) right now.
+    /// Holds the client's requests (`true`): client→server data waits in the proxy, so a
+    /// request the client sent meanwhile reaches the backend only when `false` releases it (in
+    /// order). Answers still flow.
+    pub fn set_holding_requests(&self, hold: bool) {
+        self.state.holds.send_modify(|h| h.requests = hold);
+    }
+
+    /// Chunks read from either side but held back (by a stall or a hold) right now.
     pub fn held_chunks(&self) -> u64 {
         self.state.held.load(Ordering::SeqCst)
     }

@@ -15,11 +15,13 @@ use std::{
 use async_trait::async_trait;
 use shedlock::{
     Acquisition, BoxError, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
+    SharedClock,
 };
 use shedlock_conformance::{
     Hooks, InstanceOptions, Options, Outcome, ProviderFactory, RecordHooks, RestartHook, Suite,
-    Verdict, checks,
+    Verdict, checks, tools::names::Hash32,
 };
+use unicode_normalization::UnicodeNormalization;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Bug {
@@ -33,10 +35,22 @@ enum Bug {
     AtLeastIgnored,
     /// Extend succeeds on an expired lock.
     ExpiredExtendable,
+    /// Extend rewrites the expiry of whatever live record holds the name, without checking the
+    /// owner (the core refuses an expired lease's extend on the client, so only a request
+    /// delayed in transit shows it).
+    ExtendWithoutOwnerCheck,
     /// Fencing tokens decrease.
     TokenNotMonotonic,
     /// Names are silently truncated to 24 bytes.
     TruncatesNames,
+    /// Names are keyed by their NFKC normal form (`café` spelt precomposed or decomposed, `ﬁ`
+    /// and `fi`, are one lock).
+    NormalisesNames,
+    /// Names are keyed by a 32-bit hash, advisory-lock style: colliding names share a lock.
+    HashedNames(Hash32),
+    /// `max_name_len` = 64 is checked in characters while the key keeps only the first 64
+    /// bytes (a `VARCHAR(64)`-by-bytes column): long multi-byte names with one prefix collide.
+    CharsNotBytes,
     /// lock_at_most_for is ignored: locks never expire.
     NeverExpires,
     /// The fencing token is a counter kept in the lock's own record (previous token + 1), so it
@@ -45,6 +59,17 @@ enum Bug {
     /// Extend moves the expiry but not `locked_at`: an unlock counts the extension's
     /// `lock_at_least_for` from the acquisition.
     AtLeastFromAcquisition,
+    /// A takeover of an expired record keeps that record's `locked_at`: the new holder's
+    /// at-least is counted from the previous acquisition.
+    TakeoverKeepsLockedAt,
+    /// Unlock counts at-least from the unlock instead of the acquisition.
+    AtLeastFromUnlock,
+    /// The test hooks do nothing: planting a record and restarting the backend return `Ok`
+    /// without acting (a third party's broken test setup, not a provider bug).
+    HooksDoNothing,
+    /// The fencing token is the acquiring instance's wall-clock time in nanoseconds: it
+    /// increases while every instance runs one clock, and goes backwards across skewed ones.
+    TokenFromClientClock,
 }
 
 #[derive(Debug, Clone)]
@@ -59,22 +84,48 @@ struct Rec {
 struct Backend {
     recs: Mutex<HashMap<String, Rec>>,
     next: AtomicU64,
+    /// Restarts so far: the backend's identity for C25.
+    restarts: AtomicU64,
 }
 
 #[derive(Clone)]
 struct Broken {
     backend: Arc<Backend>,
     bug: Bug,
+    /// The instance's clock (the lease itself is the backend's, server time).
+    clock: SharedClock,
 }
 
+/// The limit [`Bug::CharsNotBytes`] declares.
+const CHAR_LIMIT: usize = 64;
+
 fn key(bug: Bug, name: &str) -> String {
-    if bug == Bug::TruncatesNames { name.chars().take(24).collect() } else { name.to_owned() }
+    match bug {
+        Bug::TruncatesNames => name.chars().take(24).collect(),
+        Bug::NormalisesNames => name.nfkc().collect(),
+        Bug::HashedNames(hash) => format!("{:08x}", hash.of(name)),
+        Bug::CharsNotBytes => {
+            let mut cut = CHAR_LIMIT.min(name.len());
+            while !name.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            name[..cut].to_owned()
+        }
+        _ => name.to_owned(),
+    }
 }
 
 #[async_trait]
 impl LockProvider for Broken {
     async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
         let acquisition = Acquisition::begin(config);
+        if self.bug == Bug::CharsNotBytes && config.name().chars().count() > CHAR_LIMIT {
+            return Err(Error::InvalidName {
+                backend: "broken",
+                name: config.name().to_owned(),
+                reason: format!("longer than {CHAR_LIMIT} characters"),
+            });
+        }
         let k = key(self.bug, config.name());
         let now = SystemTime::now();
         let until = if self.bug == Bug::NeverExpires {
@@ -87,6 +138,10 @@ impl LockProvider for Broken {
         let token_after = |recs: &HashMap<String, Rec>| match self.bug {
             Bug::TokenNotMonotonic => 1_000_000 - owner,
             Bug::TokenInRecord => recs.get(&k).map_or(0, |r| r.token) + 1,
+            Bug::TokenFromClientClock => {
+                let since = self.clock.now().duration_since(SystemTime::UNIX_EPOCH);
+                since.map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+            }
             _ => owner,
         };
         let token;
@@ -104,7 +159,11 @@ impl LockProvider for Broken {
                 return Ok(None);
             }
             token = token_after(&recs);
-            recs.insert(k.clone(), Rec { until, locked_at: now, owner, token });
+            let locked_at = match recs.get(&k) {
+                Some(r) if self.bug == Bug::TakeoverKeepsLockedAt => r.locked_at,
+                _ => now,
+            };
+            recs.insert(k.clone(), Rec { until, locked_at, owner, token });
         }
         acquisition.grant(Handle { p: self.clone(), key: k, owner, token }).await.map(Some)
     }
@@ -116,6 +175,7 @@ impl LockProvider for Broken {
             .with_owner_checked(true)
             .with_server_time(true)
             .with_granularity(Duration::from_millis(1))
+            .with_max_name_len((self.bug == Bug::CharsNotBytes).then_some(CHAR_LIMIT))
     }
 }
 
@@ -134,7 +194,8 @@ impl LockHandle for Handle {
         if let Some(r) = recs.get_mut(&self.key)
             && (r.owner == self.owner || self.p.bug == Bug::NoOwnerCheck)
         {
-            let at_least = r.locked_at + config.lock_at_least_for();
+            let from = if self.p.bug == Bug::AtLeastFromUnlock { now } else { r.locked_at };
+            let at_least = from + config.lock_at_least_for();
             r.until =
                 if self.p.bug == Bug::AtLeastIgnored || at_least <= now { now } else { at_least };
         }
@@ -146,7 +207,7 @@ impl LockHandle for Handle {
         let mut recs = self.p.backend.recs.lock().unwrap();
         match recs.get_mut(&self.key) {
             Some(r)
-                if r.owner == self.owner
+                if (r.owner == self.owner || self.p.bug == Bug::ExtendWithoutOwnerCheck)
                     && (r.until > now || self.p.bug == Bug::ExpiredExtendable) =>
             {
                 r.until = now + config.lock_at_most_for();
@@ -175,8 +236,9 @@ impl ProviderFactory for Factory {
         "broken"
     }
 
-    async fn create(&self, _options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError> {
-        Ok(Arc::new(Broken { backend: self.backend.clone(), bug: self.bug }))
+    async fn create(&self, options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError> {
+        let clock = options.clock_or_system();
+        Ok(Arc::new(Broken { backend: self.backend.clone(), bug: self.bug, clock }))
     }
 
     fn hooks(&self) -> Hooks {
@@ -204,6 +266,9 @@ impl RecordHooks for BackendHooks {
     }
 
     async fn plant_expired_record(&self, name: &str) -> Result<(), BoxError> {
+        if self.bug == Bug::HooksDoNothing {
+            return Ok(());
+        }
         let an_hour_ago = SystemTime::now() - Duration::from_secs(3600);
         let owner = self.backend.next.fetch_add(1, Ordering::SeqCst) + 1;
         let rec = Rec { until: an_hour_ago, locked_at: an_hour_ago, owner, token: owner };
@@ -216,8 +281,15 @@ impl RecordHooks for BackendHooks {
 impl RestartHook for BackendHooks {
     /// A non-durable backend: a restart forgets every record (the owner counter survives).
     async fn restart(&self) -> Result<(), BoxError> {
-        self.backend.recs.lock().unwrap().clear();
+        if self.bug != Bug::HooksDoNothing {
+            self.backend.recs.lock().unwrap().clear();
+            self.backend.restarts.fetch_add(1, Ordering::SeqCst);
+        }
         Ok(())
+    }
+
+    async fn identity(&self) -> Result<Option<String>, BoxError> {
+        Ok(Some(format!("restarted {} times", self.backend.restarts.load(Ordering::SeqCst))))
     }
 }
 
@@ -286,7 +358,66 @@ async fn token_not_monotonic_fails_c21() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn truncated_names_fail_c27() {
     let v = rejected_by(Bug::TruncatesNames, "C27").await;
-    assert!(v.detail.contains("collision") || v.detail.contains("collided"), "{}", v.detail);
+    let merged = ["collision", "collided", "made two names one lock"];
+    assert!(merged.iter().any(|m| v.detail.contains(m)), "{}", v.detail);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_keyed_by_their_unicode_normal_form_fail_c27() {
+    let v = rejected_by(Bug::NormalisesNames, "C27").await;
+    assert!(v.detail.contains("made two names one lock"), "{}", v.detail);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_keyed_by_a_32_bit_hash_fail_c27_under_each_hash_lock_libraries_use() {
+    for hash in Hash32::ALL {
+        let v = rejected_by(Bug::HashedNames(hash), "C27").await;
+        assert!(v.detail.contains(&format!("equal {}", hash.label())), "{hash:?}: {}", v.detail);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_limit_counted_in_characters_but_cut_in_bytes_fails_c27() {
+    let v = rejected_by(Bug::CharsNotBytes, "C27").await;
+    assert!(v.detail.contains("must count bytes"), "{}", v.detail);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_keeping_the_expired_records_locked_at_fails_c07() {
+    let v = rejected_by(Bug::TakeoverKeepsLockedAt, "C07").await;
+    assert!(v.detail.contains("counted from the takeover"), "{}", v.detail);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_least_counted_from_the_unlock_fails_c07() {
+    let v = rejected_by(Bug::AtLeastFromUnlock, "C07").await;
+    assert!(v.detail.contains("after its lock_at_least_for had passed"), "{}", v.detail);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_from_the_clients_clock_fail_c20_and_c21_across_skewed_instances() {
+    let v = rejected_by(Bug::TokenFromClientClock, "C20").await;
+    assert!(v.detail.contains("skew ±3600000 ms"), "{}", v.detail);
+    let v = rejected_by(Bug::TokenFromClientClock, "C21").await;
+    assert!(
+        v.detail.contains("skew ±3600000 ms: the new holder's write was refused"),
+        "{}",
+        v.detail
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extend_without_owner_check_delivered_after_a_takeover_fails_c13() {
+    let v = rejected_by(Bug::ExtendWithoutOwnerCheck, "C13").await;
+    assert!(v.detail.contains("reached the backend after the takeover"), "{}", v.detail);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hooks_that_do_nothing_fail_c14_and_c25_saying_what_the_hook_did_not_do() {
+    let v = rejected_by(Bug::HooksDoNothing, "C14").await;
+    assert!(v.detail.contains("the hook planted nothing"), "{}", v.detail);
+    let v = rejected_by(Bug::HooksDoNothing, "C25").await;
+    assert!(v.detail.contains("the hook did not restart the backend"), "{}", v.detail);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

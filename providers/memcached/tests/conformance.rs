@@ -88,6 +88,11 @@ impl Records {
 
 #[async_trait::async_trait]
 impl RecordHooks for Records {
+    /// An item's expiry: memcached drops an expired lock's item itself.
+    fn expired_records_vanish(&self) -> bool {
+        true
+    }
+
     async fn record_exists(&self, name: &str) -> Result<bool, BoxError> {
         let key = self.admin.key(name)?;
         match self.request(format!("mg {key} b\r\n"), None).await?.as_str() {

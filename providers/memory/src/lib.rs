@@ -67,6 +67,7 @@ struct ServerInner {
     clock: SharedClock,
     state: Mutex<State>,
     next_owner: AtomicU64,
+    restarts: AtomicU64,
 }
 
 /// The shared "backend": lock records, the fencing counter and the server clock.
@@ -94,6 +95,7 @@ impl MemoryServer {
                 clock,
                 state: Mutex::new(State::default()),
                 next_owner: AtomicU64::new(1),
+                restarts: AtomicU64::new(0),
             }),
         }
     }
@@ -127,6 +129,13 @@ impl MemoryServer {
     /// kept, so tokens stay monotonic.
     pub fn restart(&self) {
         self.state().records.clear();
+        self.inner.restarts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many times [`restart`](Self::restart) has run: the "server identity" a test can use
+    /// to tell that a restart happened.
+    pub fn restarts(&self) -> u64 {
+        self.inner.restarts.load(Ordering::Relaxed)
     }
 
     /// The server's current time.

@@ -46,6 +46,11 @@ pub struct Records(pub EtcdLockProvider);
 
 #[async_trait::async_trait]
 impl RecordHooks for Records {
+    /// A lease: etcd deletes an expired lock's key itself.
+    fn expired_records_vanish(&self) -> bool {
+        true
+    }
+
     async fn record_exists(&self, name: &str) -> Result<bool, BoxError> {
         let mut c = self.0.client();
         Ok(c.get(self.0.key(name), None).await?.count() > 0)

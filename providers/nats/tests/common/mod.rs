@@ -149,6 +149,12 @@ fn header<'a>(m: &'a async_nats::Message, name: &str) -> Option<&'a str> {
 
 #[async_trait::async_trait]
 impl RecordHooks for Records {
+    /// In server time a message TTL: the store forgets an expired lock's message itself. In
+    /// client time the record stays.
+    fn expired_records_vanish(&self) -> bool {
+        !self.client_time
+    }
+
     /// A lock message (not a tombstone) is the name's last message.
     async fn record_exists(&self, name: &str) -> Result<bool, BoxError> {
         Ok(self.last(name).await?.is_some_and(|m| {

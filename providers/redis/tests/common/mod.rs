@@ -43,6 +43,11 @@ pub struct Records<C: shedlock_redis::RedisConnection>(pub RedisLockProvider<C>)
 
 #[async_trait::async_trait]
 impl<C: shedlock_redis::RedisConnection> RecordHooks for Records<C> {
+    /// A key's `PX` expiry: Redis drops an expired lock's key itself.
+    fn expired_records_vanish(&self) -> bool {
+        true
+    }
+
     async fn record_exists(&self, name: &str) -> Result<bool, BoxError> {
         let mut c = self.0.connection();
         Ok(c.exists(self.0.key(name)).await?)
