@@ -180,8 +180,9 @@ pub trait RestartHook: Send + Sync + 'static {
 
     /// Something about the running backend that every restart changes: a server run id, its
     /// start time, its process ids. C25 uses it to prove that [`restart`](Self::restart) restarted
-    /// something when the factory gives no backend address (with an address the kit sees a
-    /// connection it opened before the restart closed). The default, `None`, says nothing.
+    /// something. The default, `None`, says nothing: C25 then needs a backend address, and sees
+    /// a connection it opened before the restart closed by it (a server that stops gracefully
+    /// may wait for that connection first, which slows the restart).
     async fn identity(&self) -> Result<Option<String>, BoxError> {
         Ok(None)
     }

@@ -196,7 +196,10 @@ mod test_support;
 
 pub use factory::{Hooks, InstanceOptions, ProviderFactory, RecordHooks, RestartHook};
 pub use harness::{SuiteSpec, harness, harness_suites};
-pub use node::{node_main_if_requested, node_provider, run_id};
+pub use node::{
+    LIBFAKETIME_ENV, LIBFAKETIME_INSTALL_HINT, libfaketime, node_main_if_requested, node_provider,
+    run_id, skewed_process,
+};
 pub use options::Options;
 pub use outcome::{CheckResult, Expectation, Figures, Outcome, Report, Verdict};
 pub use report::report_dir;

@@ -1,9 +1,15 @@
 //! The node protocol of C28: what a node process is asked to do ([`NodeSpec`]), what it
 //! reports ([`NodeLog`]), the host-monotonic clock the logs share, the run id node processes
-//! inherit ([`run_id`]), and [`node_main_if_requested`], which runs a node. The check that
+//! inherit ([`run_id`]), [`node_main_if_requested`], which runs a node, and how a node process
+//! is started under libfaketime ([`libfaketime`], [`skewed_process`]). The check that
 //! starts the nodes and judges their logs is `checks/c28_process_skew.rs`.
 
-use std::{future::Future, path::PathBuf, process::ExitCode, time::Duration};
+use std::{
+    future::Future,
+    path::{Path, PathBuf},
+    process::{Command, ExitCode},
+    time::Duration,
+};
 
 use serde::{Deserialize, Serialize};
 use shedlock::{BoxError, LockConfig};
@@ -51,6 +57,47 @@ pub struct NodeSpec {
     pub out: PathBuf,
     /// A seed for the node's choices.
     pub seed: u64,
+}
+
+/// The environment variable that overrides where libfaketime's multi-threaded library is.
+pub const LIBFAKETIME_ENV: &str = "SHEDLOCK_LIBFAKETIME";
+
+const LIBFAKETIME_PATHS: &[&str] = &[
+    "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+    "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+    "/usr/lib/faketime/libfaketimeMT.so.1",
+    "/usr/local/lib/faketime/libfaketimeMT.so.1",
+];
+
+/// What to do when [`libfaketime`] finds nothing.
+pub const LIBFAKETIME_INSTALL_HINT: &str = "libfaketime is not installed: `apt-get install \
+    libfaketime` (Debian, Ubuntu; `cargo xtask provision` does it), or set SHEDLOCK_LIBFAKETIME \
+    to libfaketimeMT.so.1";
+
+/// libfaketime's multi-threaded library (`libfaketimeMT.so.1`), to preload into a process whose
+/// wall clock should be skewed: [`LIBFAKETIME_ENV`] if set, else the first of the usual Debian,
+/// Ubuntu and `/usr/local` paths that exists. `None`: not installed (see
+/// [`LIBFAKETIME_INSTALL_HINT`]).
+pub fn libfaketime() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os(LIBFAKETIME_ENV).filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    LIBFAKETIME_PATHS.iter().map(PathBuf::from).find(|p| p.is_file())
+}
+
+/// A command running `exe` with its wall clock skewed by libfaketime (`lib`, from
+/// [`libfaketime`]) as `faketime` says, in libfaketime's `FAKETIME` syntax (`"+1h"`, `"-30s"`,
+/// `"+0 x1.01"` for a clock running 1 % fast). The monotonic clock is left alone
+/// (`FAKETIME_DONT_FAKE_MONOTONIC=1`), so [`monotonic_ns`] stays comparable
+/// across processes, and the child inherits this run's [`run_id`]. C28 starts its node
+/// processes this way; add the node's own environment and spawn it.
+pub fn skewed_process(exe: &Path, lib: &Path, faketime: &str) -> Command {
+    let mut cmd = Command::new(exe);
+    cmd.env(RUN_ID_ENV, run_id())
+        .env("LD_PRELOAD", lib)
+        .env("FAKETIME", faketime)
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+    cmd
 }
 
 /// One `try_lock` call as a node saw it: on the host's monotonic clock (nanoseconds), and on

@@ -17,9 +17,10 @@ use crate::{
 /// provider declares `fencing`, tokens after the restart exceed every token before it. Needs
 /// [`Hooks::with_restart`](crate::Hooks::with_restart).
 ///
-/// The hook must be seen to act, or a hook that does nothing would pass as a durable backend: a
-/// connection the kit opens to the backend address before the restart must be closed by it, or
-/// (without an address) [`RestartHook::identity`](crate::RestartHook::identity) must change.
+/// The hook must be seen to act, or a hook that does nothing would pass as a durable backend:
+/// [`RestartHook::identity`](crate::RestartHook::identity) must change, or, when the hook gives
+/// none, a connection the kit opens to the backend address before the restart must be closed by
+/// it.
 pub async fn c25_backend_restart(suite: &Suite) -> Verdict {
     finish(c25(suite).await)
 }
@@ -87,24 +88,29 @@ enum Witness {
 }
 
 impl Witness {
+    /// The hook's identity when it gives one; else a connection to the backend address (which
+    /// a server that stops gracefully may wait for: gRPC servers do, so an identity is better).
     async fn before(suite: &Suite, hook: &dyn RestartHook) -> Result<Self, Verdict> {
-        if let Some(addr) = suite.hooks().backend_address() {
-            let conn = bounded(suite, "a connection to the backend", TcpStream::connect(addr))
-                .await?
-                .map_err(|e| {
-                    Verdict::fail(format!("could not connect to the backend at {addr}: {e}"))
-                })?;
-            return Ok(Witness::Connection(conn));
+        let identity = bounded(suite, "RestartHook::identity", hook.identity())
+            .await?
+            .map_err(|e| Verdict::fail(format!("RestartHook::identity failed: {e}")))?;
+        if let Some(id) = identity {
+            return Ok(Witness::Identity(id));
         }
-        match bounded(suite, "RestartHook::identity", hook.identity()).await? {
-            Ok(Some(id)) => Ok(Witness::Identity(id)),
-            Ok(None) => bail!(
-                "the kit cannot see that the restart hook restarts anything: give the factory the \
-                 backend's address (Hooks::with_backend_address), whose connections a restart \
-                 closes, or implement RestartHook::identity (a server run id, start time or pids)"
-            ),
-            Err(e) => bail!("RestartHook::identity failed: {e}"),
-        }
+        let Some(addr) = suite.hooks().backend_address() else {
+            bail!(
+                "the kit cannot see that the restart hook restarts anything: implement \
+                 RestartHook::identity (a server run id, start time or pids), or give the \
+                 factory the backend's address (Hooks::with_backend_address), whose connections \
+                 a restart closes"
+            )
+        };
+        let conn = bounded(suite, "a connection to the backend", TcpStream::connect(addr))
+            .await?
+            .map_err(|e| {
+            Verdict::fail(format!("could not connect to the backend at {addr}: {e}"))
+        })?;
+        Ok(Witness::Connection(conn))
     }
 
     async fn after(self, suite: &Suite, hook: &dyn RestartHook) -> R {

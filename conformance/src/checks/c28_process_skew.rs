@@ -16,12 +16,14 @@ use std::{
 };
 
 use crate::{
-    node::{NODE_ENV, NodeCall, NodeLog, NodeSpec, monotonic_ns, unix_us},
+    node::{
+        LIBFAKETIME_INSTALL_HINT, NODE_ENV, NodeCall, NodeLog, NodeSpec, libfaketime, monotonic_ns,
+        skewed_process, unix_us,
+    },
     outcome::Verdict,
     suite::Suite,
     tools::{
         calls::{R, finish, ms},
-        clocks::{LIBFAKETIME_INSTALL_HINT, libfaketime, skewed_process},
         history::{Interval, check_intervals},
     },
 };

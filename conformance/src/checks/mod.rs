@@ -55,11 +55,11 @@ mod c26_cancellation;
 mod c27_hostile_names;
 mod c28_process_skew;
 
+pub use crate::node::LIBFAKETIME_ENV;
 pub use crate::node::{
     NODE_ENV, NodeAcq, NodeCall, NodeLog, NodeSpec, RUN_ID_ENV, monotonic_ns,
     node_main_if_requested,
 };
-pub use crate::tools::clocks::LIBFAKETIME_ENV;
 pub use c01_lock_is_held::c01_lock_is_held;
 pub use c02_no_double_hold::c02_no_double_hold;
 pub use c03_names_independent::c03_names_independent;
