@@ -314,16 +314,24 @@ async fn rejected_by(bug: Bug, id: &str) -> Verdict {
     Verdict { outcome: broken.outcome, detail: broken.detail }
 }
 
+/// [`rejected_by`], and the failure says `says`.
+async fn rejected_saying(bug: Bug, id: &str, says: &str) {
+    let v = rejected_by(bug, id).await;
+    assert!(
+        v.detail.contains(says),
+        "{bug:?} rejected by {id} without saying {says:?}: {}",
+        v.detail
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unlock_without_owner_check_fails_c12() {
-    let v = rejected_by(Bug::NoOwnerCheck, "C12").await;
-    assert!(v.detail.contains("stale holder's unlock"), "{}", v.detail);
+    rejected_saying(Bug::NoOwnerCheck, "C12", "stale holder's unlock").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_then_write_race_fails_c15() {
-    let v = rejected_by(Bug::ReadThenWrite, "C15").await;
-    assert!(v.detail.contains("winners"), "{}", v.detail);
+    rejected_saying(Bug::ReadThenWrite, "C15", "winners").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -333,21 +341,18 @@ async fn read_then_write_race_fails_c08_fuzz() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_least_ignored_fails_c07_and_c11() {
-    let v = rejected_by(Bug::AtLeastIgnored, "C07").await;
-    assert!(v.detail.contains("must stay held"), "{}", v.detail);
+    rejected_saying(Bug::AtLeastIgnored, "C07", "must stay held").await;
     rejected_by(Bug::AtLeastIgnored, "C11").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_lock_extendable_fails_c10() {
-    let v = rejected_by(Bug::ExpiredExtendable, "C10").await;
-    assert!(v.detail.contains("revived the lock"), "{}", v.detail);
+    rejected_saying(Bug::ExpiredExtendable, "C10", "revived the lock").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_not_monotonic_fails_c20() {
-    let v = rejected_by(Bug::TokenNotMonotonic, "C20").await;
-    assert!(v.detail.contains("not greater"), "{}", v.detail);
+    rejected_saying(Bug::TokenNotMonotonic, "C20", "not greater").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -364,8 +369,7 @@ async fn truncated_names_fail_c27() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn names_keyed_by_their_unicode_normal_form_fail_c27() {
-    let v = rejected_by(Bug::NormalisesNames, "C27").await;
-    assert!(v.detail.contains("made two names one lock"), "{}", v.detail);
+    rejected_saying(Bug::NormalisesNames, "C27", "made two names one lock").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -378,26 +382,22 @@ async fn names_keyed_by_a_32_bit_hash_fail_c27_under_each_hash_lock_libraries_us
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_name_limit_counted_in_characters_but_cut_in_bytes_fails_c27() {
-    let v = rejected_by(Bug::CharsNotBytes, "C27").await;
-    assert!(v.detail.contains("must count bytes"), "{}", v.detail);
+    rejected_saying(Bug::CharsNotBytes, "C27", "must count bytes").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_takeover_keeping_the_expired_records_locked_at_fails_c07() {
-    let v = rejected_by(Bug::TakeoverKeepsLockedAt, "C07").await;
-    assert!(v.detail.contains("counted from the takeover"), "{}", v.detail);
+    rejected_saying(Bug::TakeoverKeepsLockedAt, "C07", "counted from the takeover").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_least_counted_from_the_unlock_fails_c07() {
-    let v = rejected_by(Bug::AtLeastFromUnlock, "C07").await;
-    assert!(v.detail.contains("after its lock_at_least_for had passed"), "{}", v.detail);
+    rejected_saying(Bug::AtLeastFromUnlock, "C07", "after its lock_at_least_for had passed").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_from_the_clients_clock_fail_c20_and_c21_across_skewed_instances() {
-    let v = rejected_by(Bug::TokenFromClientClock, "C20").await;
-    assert!(v.detail.contains("skew ±3600000 ms"), "{}", v.detail);
+    rejected_saying(Bug::TokenFromClientClock, "C20", "skew ±3600000 ms").await;
     let v = rejected_by(Bug::TokenFromClientClock, "C21").await;
     assert!(
         v.detail.contains("skew ±3600000 ms: the new holder's write was refused"),
@@ -408,22 +408,19 @@ async fn tokens_from_the_clients_clock_fail_c20_and_c21_across_skewed_instances(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_extend_without_owner_check_delivered_after_a_takeover_fails_c13() {
-    let v = rejected_by(Bug::ExtendWithoutOwnerCheck, "C13").await;
-    assert!(v.detail.contains("reached the backend after the takeover"), "{}", v.detail);
+    rejected_saying(Bug::ExtendWithoutOwnerCheck, "C13", "reached the backend after the takeover")
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hooks_that_do_nothing_fail_c14_and_c25_saying_what_the_hook_did_not_do() {
-    let v = rejected_by(Bug::HooksDoNothing, "C14").await;
-    assert!(v.detail.contains("the hook planted nothing"), "{}", v.detail);
-    let v = rejected_by(Bug::HooksDoNothing, "C25").await;
-    assert!(v.detail.contains("the hook did not restart the backend"), "{}", v.detail);
+    rejected_saying(Bug::HooksDoNothing, "C14", "the hook planted nothing").await;
+    rejected_saying(Bug::HooksDoNothing, "C25", "the hook did not restart the backend").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn never_expiring_locks_fail_c05() {
-    let v = rejected_by(Bug::NeverExpires, "C05").await;
-    assert!(v.detail.contains("still held"), "{}", v.detail);
+    rejected_saying(Bug::NeverExpires, "C05", "still held").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
