@@ -69,11 +69,7 @@ async fn c27(suite: &Suite) -> R {
     let mut held: Vec<(String, Lock)> = Vec::new();
     // Take every name at once: they must all be independent.
     for n in &names {
-        let cfg = match LockConfig::new(n.clone(), LONG, Duration::ZERO) {
-            Ok(c) => c,
-            Err(e) => bail!("kit config for {n:?}: {e}"),
-        };
-        match bounded(suite, "try_lock", p[0].try_lock(&cfg)).await? {
+        match take(suite, &p[0], n).await? {
             Ok(Some(l)) => held.push((n.clone(), l)),
             Ok(None) => {
                 let others: Vec<&String> = held.iter().map(|(h, _)| h).collect();

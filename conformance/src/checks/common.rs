@@ -69,11 +69,36 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// The stale holder's call made in flight by [`stale_in_flight`].
+/// The stale holder's call made in flight by [`stale_in_flight`] and in transit by
+/// [`stale_in_transit`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum StaleCall {
     Unlock,
     Extend,
+}
+
+impl StaleCall {
+    fn label(self) -> &'static str {
+        match self {
+            StaleCall::Unlock => "unlock",
+            StaleCall::Extend => "extend",
+        }
+    }
+}
+
+/// A fault proxy to `upstream` and an instance built to reach the backend through it.
+async fn instance_via_proxy(
+    suite: &Suite,
+    upstream: std::net::SocketAddr,
+) -> Result<(Arc<dyn LockProvider>, FaultProxy), Verdict> {
+    let proxy = FaultProxy::start(upstream)
+        .await
+        .map_err(|e| Verdict::fail(format!("could not start the fault proxy: {e}")))?;
+    let opts = InstanceOptions::new(0).with_address(proxy.addr());
+    let a = bounded(suite, "the factory", suite.instance_with(opts)).await?.map_err(|e| {
+        Verdict::fail(format!("the factory could not build an instance via the proxy: {e}"))
+    })?;
+    Ok((a, proxy))
 }
 
 /// The in-flight part of C12 (unlock) and C13 (extend). Instance A, built through a fault proxy
@@ -93,19 +118,10 @@ pub(crate) async fn stale_in_flight(
     let Some(upstream) = suite.hooks().backend_address() else {
         return Ok("in-flight variant not run: the factory offers no backend address".into());
     };
-    let what = match call {
-        StaleCall::Unlock => "unlock",
-        StaleCall::Extend => "extend",
-    };
+    let what = call.label();
     let t = suite.timing();
     let l = t.at_most;
-    let proxy = FaultProxy::start(upstream)
-        .await
-        .map_err(|e| Verdict::fail(format!("could not start the fault proxy: {e}")))?;
-    let via_proxy = InstanceOptions::new(0).with_address(proxy.addr());
-    let a = bounded(suite, "the factory", suite.instance_with(via_proxy)).await?.map_err(|e| {
-        Verdict::fail(format!("the factory could not build an instance via the proxy: {e}"))
-    })?;
+    let (a, proxy) = instance_via_proxy(suite, upstream).await?;
     let name = suite.lock_name(&format!("stale-{what}-in-flight"));
     let short = suite.config(&name, l, Duration::ZERO)?;
     // The new holder takes a long lock after a stale unlock (it must stay held), and a short one
@@ -244,26 +260,14 @@ pub(crate) async fn stale_in_transit(
     call: StaleCall,
     p: &[Arc<dyn LockProvider>],
 ) -> R {
-    let what = match call {
-        StaleCall::Unlock => "unlock",
-        StaleCall::Extend => "extend",
-    };
+    let what = call.label();
     let t = suite.timing();
     let l = t.at_most;
     let (gate, _) = watch::channel(false);
     let waiting = Arc::new(AtomicUsize::new(0));
     let (a, proxy, via) = match suite.hooks().backend_address() {
         Some(upstream) => {
-            let proxy = FaultProxy::start(upstream)
-                .await
-                .map_err(|e| Verdict::fail(format!("could not start the fault proxy: {e}")))?;
-            let opts = InstanceOptions::new(0).with_address(proxy.addr());
-            let a =
-                bounded(suite, "the factory", suite.instance_with(opts)).await?.map_err(|e| {
-                    Verdict::fail(format!(
-                        "the factory could not build an instance via the proxy: {e}"
-                    ))
-                })?;
+            let (a, proxy) = instance_via_proxy(suite, upstream).await?;
             (a, Some(proxy), "the fault proxy")
         }
         None => {
