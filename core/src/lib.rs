@@ -75,4 +75,5 @@ pub use provider::{Capabilities, Lock, LockHandle, LockProvider};
 pub use scheduler::{Schedule, ScheduleError, Scheduler, scheduled_fire_time};
 #[cfg(feature = "macros")]
 pub use shedlock_macros::{lock, lock_spec};
+pub use store::{ClockBuilder, ProviderBuilder};
 pub use support::TimeSource;

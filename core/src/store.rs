@@ -9,7 +9,8 @@
 //! providers:
 //!
 //! - [`ProviderSettings`] holds the settings every provider shares. A provider's builder embeds
-//!   one, forwards its setters, and validates it once with [`ProviderSettings::validate`] into
+//!   one, implements [`ProviderBuilder`] (and [`ClockBuilder`] where it offers client time) to
+//!   get the shared setters, and validates it once with [`ProviderSettings::validate`] into
 //!   [`Settings`].
 //! - A store sees one [`Request`] per call: the lock's configuration, the acquisition's
 //!   [`Owner`], the caller's clock reading in client-time mode, and the call's deadline.
@@ -167,7 +168,8 @@ impl fmt::Display for Operation {
 
 /// The settings every provider shares, as given to its builder: `locked_by`, the time limit of
 /// each operation, whose clock judges expiry, the instance's clock and the ShedLock-compatible
-/// mode. A builder embeds one, forwards the setters it offers, and calls
+/// mode. A builder embeds one, gets the shared setters through [`ProviderBuilder`] and
+/// [`ClockBuilder`], forwards the others it offers, and calls
 /// [`validate`](Self::validate) once in `build`.
 #[derive(Clone)]
 pub struct ProviderSettings {
@@ -289,6 +291,77 @@ impl ProviderSettings {
             clock: self.clock,
             compat: self.compat,
         })
+    }
+}
+
+/// The setters every provider's builder shares, written once: a builder says where its
+/// [`ProviderSettings`] are and gets [`operation_timeout`](Self::operation_timeout) and
+/// [`locked_by`](Self::locked_by) with the same meaning, defaults and checks everywhere.
+/// What the time limit covers on a given backend (an SDK's retries, a driver's server
+/// selection, a pooled connection's wait) is said in that provider's builder docs.
+///
+/// Bring it into scope to call them (`use shedlock::ProviderBuilder;`; every provider crate
+/// re-exports it), as sqlx's `ConnectOptions` is for its shared connection settings.
+///
+/// ```
+/// use std::time::Duration;
+/// use shedlock::ProviderBuilder;
+/// use shedlock::store::ProviderSettings;
+///
+/// /// A provider's builder: its own fields, and the shared settings.
+/// #[derive(Debug, Default)]
+/// struct MyBuilder {
+///     table: String,
+///     settings: ProviderSettings,
+/// }
+///
+/// impl ProviderBuilder for MyBuilder {
+///     fn settings_mut(&mut self) -> &mut ProviderSettings {
+///         &mut self.settings
+///     }
+/// }
+///
+/// let builder = MyBuilder::default()
+///     .operation_timeout(Some(Duration::from_secs(3)))
+///     .locked_by("billing-7");
+/// let settings = builder.settings.validate("my-backend").unwrap();
+/// assert_eq!(settings.timeout(), Some(Duration::from_secs(3)));
+/// assert_eq!(settings.locked_by(), "billing-7");
+/// ```
+pub trait ProviderBuilder: Sized {
+    /// The shared settings this builder embeds, validated by its `build`.
+    fn settings_mut(&mut self) -> &mut ProviderSettings;
+
+    /// The time limit of each lock operation, waiting for and opening connections included
+    /// (default [`DEFAULT_OPERATION_TIMEOUT`]; `None`: no limit of ours, only the client's
+    /// own). On expiry the call fails with [`Error::Timeout`], whose effect on the backend is
+    /// unknown: a lock it may have taken expires after `lock_at_most_for`.
+    fn operation_timeout(mut self, limit: Option<Duration>) -> Self {
+        self.settings_mut().set_timeout(limit);
+        self
+    }
+
+    /// Who holds the lock, stored with it for people reading the backend (default
+    /// `hostname/pid`): at most [`MAX_LOCKED_BY_LEN`] bytes (less [`ACQUISITION_SUFFIX_LEN`] in
+    /// the ShedLock-compatible mode), no NUL; `build` refuses one that is not with
+    /// [`Error::Setup`], never cutting it. Informational only: ownership rests on the
+    /// acquisition's own id ([`Owner`]).
+    fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
+        self.settings_mut().set_locked_by(locked_by);
+        self
+    }
+}
+
+/// The setter of a builder whose provider can compute leases from this instance's clock (it
+/// offers client time): [`clock`](Self::clock). Providers on server time only do not implement
+/// it, so a clock that would never be read cannot be set.
+pub trait ClockBuilder: ProviderBuilder {
+    /// This instance's wall clock (default: the system clock). It computes the lease only in
+    /// client time ([`TimeSource::Client`], the only mode of a provider without server time);
+    /// with server time it is never read, so a skewed clock changes nothing.
+    fn clock(mut self, clock: SharedClock) -> Self {
+        self.settings_mut().set_clock(clock);
+        self
     }
 }
 

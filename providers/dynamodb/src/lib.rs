@@ -52,7 +52,7 @@ use aws_sdk_dynamodb::{
     },
 };
 use shedlock::{
-    Capabilities, Error, LockProvider, Result, SharedClock, TimeSource,
+    Capabilities, Error, LockProvider, Result, TimeSource,
     store::{
         DelegatingProvider, Extension, Granted, LeaseStore, ProviderSettings, Request, Settings,
         StoreProvider,
@@ -73,6 +73,8 @@ pub const DEFAULT_TABLE: &str = "shedlock";
 
 /// The default time limit of each lock operation: 10 s, as for every provider.
 pub use shedlock::store::DEFAULT_OPERATION_TIMEOUT as DEFAULT_TIMEOUT;
+/// The builder setters every provider shares (`operation_timeout`, `locked_by`, `clock`).
+pub use shedlock::{ClockBuilder, ProviderBuilder};
 
 /// How long [`DynamoDbLockProvider::create_table`] waits for a new table to become active.
 pub const CREATE_TABLE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -196,6 +198,11 @@ pub enum DynamoDbError {
 }
 
 /// Builds a [`DynamoDbLockProvider`].
+///
+/// The shared setters (`operation_timeout`, `locked_by`, `clock`) come from [`ProviderBuilder`]
+/// (and [`ClockBuilder`]), in scope with `use shedlock_dynamodb::ProviderBuilder;`. Here the time
+/// limit includes the SDK's retries (`None`: the SDK's own timeouts only); the clock computes
+/// `lockUntil` (client time is this provider's only mode); `locked_by` is stored as `lockedBy`.
 #[must_use]
 pub struct DynamoDbLockProviderBuilder {
     client: Client,
@@ -213,32 +220,19 @@ impl fmt::Debug for DynamoDbLockProviderBuilder {
     }
 }
 
+impl ProviderBuilder for DynamoDbLockProviderBuilder {
+    fn settings_mut(&mut self) -> &mut ProviderSettings {
+        &mut self.settings
+    }
+}
+
+impl ClockBuilder for DynamoDbLockProviderBuilder {}
+
 impl DynamoDbLockProviderBuilder {
     /// The table (default `shedlock`): 3 to 255 ASCII letters, digits, `_`, `-` or `.`, with the
     /// string partition key `_id`.
     pub fn table(mut self, table: impl Into<String>) -> Self {
         self.table = table.into();
-        self
-    }
-
-    /// The time limit of each lock operation (default [`DEFAULT_TIMEOUT`]; `None`: the SDK's
-    /// own timeouts only), the SDK's retries included. On expiry the call returns
-    /// [`Error::Timeout`], whose effect is unknown.
-    pub fn operation_timeout(mut self, limit: Option<Duration>) -> Self {
-        self.settings.set_timeout(limit);
-        self
-    }
-
-    /// The wall clock of this instance (default: the system clock): it computes `lockUntil`.
-    pub fn clock(mut self, clock: SharedClock) -> Self {
-        self.settings.set_clock(clock);
-        self
-    }
-
-    /// The informational `lockedBy` stored with each lock (default `hostname/pid`). At most 255
-    /// bytes.
-    pub fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
-        self.settings.set_locked_by(locked_by);
         self
     }
 

@@ -62,6 +62,8 @@ const BACKEND: &str = "etcd";
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "shedlock/";
 
+/// The builder setters every provider shares (`operation_timeout`, `locked_by`).
+pub use shedlock::ProviderBuilder;
 /// The default time limit of one operation (acquire, unlock, extend): 10 s, as for every
 /// provider.
 pub use shedlock::store::DEFAULT_OPERATION_TIMEOUT;
@@ -143,6 +145,11 @@ impl fmt::Debug for EtcdLockProvider {
 }
 
 /// Builds an [`EtcdLockProvider`]; see [`EtcdLockProvider::builder`].
+///
+/// The shared setters (`operation_timeout`, `locked_by`) come from [`ProviderBuilder`], in scope
+/// with `use shedlock_etcd::ProviderBuilder;`. Here `locked_by` is stored as the key's value
+/// (ownership rests on the acquisition's revision); when every endpoint is down, an operation
+/// waits for one to come back until its time limit.
 #[must_use]
 pub struct EtcdLockProviderBuilder {
     client: Client,
@@ -167,6 +174,12 @@ fn setup(message: impl Into<String>) -> Error {
     Error::Setup { backend: BACKEND, message: message.into() }
 }
 
+impl ProviderBuilder for EtcdLockProviderBuilder {
+    fn settings_mut(&mut self) -> &mut ProviderSettings {
+        &mut self.settings
+    }
+}
+
 impl EtcdLockProviderBuilder {
     /// The key prefix (default [`DEFAULT_PREFIX`], `shedlock/`): lock `N` is the key
     /// `<prefix>N`. Not empty, at most [`MAX_PREFIX_LEN`] bytes, no control characters. Give
@@ -174,22 +187,6 @@ impl EtcdLockProviderBuilder {
     /// the start of another's (end them with `/`).
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
-        self
-    }
-
-    /// Who holds the lock, stored as the key's value for people reading it (default
-    /// `hostname/pid`). Informational only: ownership rests on the acquisition's revision.
-    pub fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
-        self.settings.set_locked_by(locked_by);
-        self
-    }
-
-    /// The time limit of each operation (default [`DEFAULT_OPERATION_TIMEOUT`]); `None` for
-    /// none. An operation that runs out returns [`Error::Timeout`] (also when every endpoint is
-    /// down: the client then waits for one to come back); a lock it may have taken expires after
-    /// `lock_at_most_for`.
-    pub fn operation_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.settings.set_timeout(timeout);
         self
     }
 

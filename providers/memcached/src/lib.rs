@@ -120,6 +120,8 @@ use crate::{
 };
 
 pub use crate::proto::{MAX_KEY_LEN, MAX_LOCK_DURATION};
+/// The builder setters every provider shares (`operation_timeout`, `locked_by`).
+pub use shedlock::ProviderBuilder;
 /// The default time limit of each operation, connecting included: 10 s, as for every provider.
 pub use shedlock::store::DEFAULT_OPERATION_TIMEOUT;
 
@@ -136,6 +138,10 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 4;
 pub const GRANULARITY: Duration = Duration::from_secs(2);
 
 /// Builds a [`MemcachedLockProvider`].
+///
+/// The shared setters (`operation_timeout`, `locked_by`) come from [`ProviderBuilder`], in scope
+/// with `use shedlock_memcached::ProviderBuilder;`. Here the time limit includes waiting for a
+/// connection and connecting; ownership rests on the record's CAS value, never on `locked_by`.
 #[must_use]
 #[derive(Debug)]
 pub struct MemcachedLockProviderBuilder {
@@ -145,28 +151,18 @@ pub struct MemcachedLockProviderBuilder {
     max_connections: usize,
 }
 
+impl ProviderBuilder for MemcachedLockProviderBuilder {
+    fn settings_mut(&mut self) -> &mut ProviderSettings {
+        &mut self.settings
+    }
+}
+
 impl MemcachedLockProviderBuilder {
     /// The start of every key (default [`DEFAULT_KEY_PREFIX`]): any bytes, since keys are sent
     /// base64-encoded. It shortens the longest lock name: prefix and name together hold at most
     /// [`MAX_KEY_LEN`] bytes.
     pub fn key_prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
         self.prefix = prefix.as_ref().to_vec();
-        self
-    }
-
-    /// Who holds the lock, stored in the record for operators (default `hostname/pid`); at most
-    /// 255 bytes. Informational only: ownership rests on the record's CAS value.
-    pub fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
-        self.settings.set_locked_by(locked_by);
-        self
-    }
-
-    /// The time limit of each operation, waiting for a connection and connecting included
-    /// (default [`DEFAULT_OPERATION_TIMEOUT`]; `None`: no limit). On expiry the call returns
-    /// [`Error::Timeout`]: the command may or may not have taken
-    /// effect.
-    pub fn operation_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.settings.set_timeout(timeout);
         self
     }
 

@@ -12,6 +12,7 @@
 //! check must pass. The fault bound is raised to 15 s (see `main`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use shedlock::ProviderBuilder as _;
 use std::{
     net::{SocketAddr, ToSocketAddrs},
     sync::Arc,

@@ -50,7 +50,7 @@ use mongodb::{
     options::{Acknowledgment, ReturnDocument, WriteConcern},
 };
 use shedlock::{
-    Capabilities, Error, LockProvider, Result, SharedClock,
+    Capabilities, Error, LockProvider, Result,
     store::{
         DelegatingProvider, Extension, Granted, LeaseStore, ProviderSettings, Request, Settings,
         StoreProvider,
@@ -70,6 +70,8 @@ pub const DEFAULT_COLLECTION: &str = "shedLock";
 
 /// The default time limit of each lock operation: 10 s, as for every provider.
 pub use shedlock::store::DEFAULT_OPERATION_TIMEOUT as DEFAULT_TIMEOUT;
+/// The builder setters every provider shares (`operation_timeout`, `locked_by`, `clock`).
+pub use shedlock::{ClockBuilder, ProviderBuilder};
 
 /// The longest namespace (`<database>.<collection>`) MongoDB accepts, in bytes.
 pub const MAX_NAMESPACE_LEN: usize = 255;
@@ -149,6 +151,11 @@ fn check_collection_name(db: &str, name: &str) -> std::result::Result<(), String
 }
 
 /// Builds a [`MongoLockProvider`].
+///
+/// The shared setters (`operation_timeout`, `locked_by`, `clock`) come from [`ProviderBuilder`]
+/// (and [`ClockBuilder`]), in scope with `use shedlock_mongodb::ProviderBuilder;`. Here with the
+/// time limit `None` only the driver's own limits apply (e.g. 30 s of server selection); the clock
+/// is read only with [`TimeSource::Client`]; `locked_by` is stored as `lockedBy`.
 #[must_use]
 pub struct MongoLockProviderBuilder {
     database: Database,
@@ -170,6 +177,14 @@ impl fmt::Debug for MongoLockProviderBuilder {
     }
 }
 
+impl ProviderBuilder for MongoLockProviderBuilder {
+    fn settings_mut(&mut self) -> &mut ProviderSettings {
+        &mut self.settings
+    }
+}
+
+impl ClockBuilder for MongoLockProviderBuilder {}
+
 impl MongoLockProviderBuilder {
     /// The collection holding the locks (default [`DEFAULT_COLLECTION`], `shedLock`). MongoDB
     /// creates it on the first lock; see [`MongoLockProvider::create_collection`].
@@ -186,33 +201,11 @@ impl MongoLockProviderBuilder {
         self
     }
 
-    /// The time limit of each lock operation (default [`DEFAULT_TIMEOUT`]; `None`: the driver's
-    /// own limits only, e.g. 30 s of server selection). On expiry the call returns
-    /// [`Error::Timeout`], whose effect is unknown.
-    pub fn operation_timeout(mut self, limit: Option<Duration>) -> Self {
-        self.settings.set_timeout(limit);
-        self
-    }
-
     /// Whose clock judges expiry (default [`TimeSource::Server`]: the server's `$$NOW`, MongoDB
     /// 4.2 or newer). [`TimeSource::Client`] computes `lockUntil` from this instance's
     /// [`clock`](Self::clock): unsafe beyond the clock skew between nodes.
     pub fn time_source(mut self, source: TimeSource) -> Self {
         self.settings.set_time_source(source);
-        self
-    }
-
-    /// The wall clock of this instance (default: the system clock). Read only with
-    /// [`TimeSource::Client`].
-    pub fn clock(mut self, clock: SharedClock) -> Self {
-        self.settings.set_clock(clock);
-        self
-    }
-
-    /// The informational `lockedBy` stored with each lock (default `hostname/pid`). At most 255
-    /// bytes.
-    pub fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
-        self.settings.set_locked_by(locked_by);
         self
     }
 

@@ -53,7 +53,6 @@ use async_nats::{
 use serde_json::{Value, json};
 use shedlock::{
     Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
-    SharedClock,
     store::{Operation, ProviderSettings, Settings},
     support::{
         MAX_DURATION, check_lock_name, duration_micros, duration_secs_ceil, unix_micros,
@@ -77,6 +76,8 @@ pub const MAX_BUCKET_LEN: usize = 64;
 
 /// The default time limit of each lock operation: 10 s, as for every provider.
 pub use shedlock::store::DEFAULT_OPERATION_TIMEOUT as DEFAULT_TIMEOUT;
+/// The builder setters every provider shares (`operation_timeout`, `locked_by`, `clock`).
+pub use shedlock::{ClockBuilder, ProviderBuilder};
 
 /// The default bucket name.
 pub const DEFAULT_BUCKET: &str = "shedlock";
@@ -125,6 +126,11 @@ pub fn key_for(name: &str) -> String {
 }
 
 /// Builds a [`NatsLockProvider`].
+///
+/// The shared setters (`operation_timeout`, `locked_by`, `clock`) come from [`ProviderBuilder`]
+/// (and [`ClockBuilder`]), in scope with `use shedlock_nats::ProviderBuilder;`. Here with the time
+/// limit `None` only the client's own request timeout applies; the clock is read only with
+/// [`TimeSource::Client`].
 #[must_use]
 pub struct NatsLockProviderBuilder {
     client: Client,
@@ -144,6 +150,14 @@ impl fmt::Debug for NatsLockProviderBuilder {
     }
 }
 
+impl ProviderBuilder for NatsLockProviderBuilder {
+    fn settings_mut(&mut self) -> &mut ProviderSettings {
+        &mut self.settings
+    }
+}
+
+impl ClockBuilder for NatsLockProviderBuilder {}
+
 impl NatsLockProviderBuilder {
     /// The key-value bucket (default `shedlock`): the stream `KV_<bucket>`. ASCII letters,
     /// digits, `-` and `_`, at most [`MAX_BUCKET_LEN`] bytes.
@@ -159,34 +173,12 @@ impl NatsLockProviderBuilder {
         self
     }
 
-    /// The time limit of each lock operation (default [`DEFAULT_TIMEOUT`]; `None`: the client's
-    /// own request timeout only). On expiry the call returns
-    /// [`Error::Timeout`], whose effect is unknown.
-    pub fn operation_timeout(mut self, limit: Option<Duration>) -> Self {
-        self.settings.set_timeout(limit);
-        self
-    }
-
     /// Whose clock judges expiry (default [`TimeSource::Server`]: the server's per-message TTL).
     /// [`TimeSource::Client`] stores `lock_until` from this instance's [`clock`](Self::clock) in
     /// the message instead: for buckets without per-message TTL (servers before 2.11), and unsafe
     /// beyond the clock skew between nodes.
     pub fn time_source(mut self, source: TimeSource) -> Self {
         self.settings.set_time_source(source);
-        self
-    }
-
-    /// The wall clock of this instance (default: the system clock). Read only with
-    /// [`TimeSource::Client`].
-    pub fn clock(mut self, clock: SharedClock) -> Self {
-        self.settings.set_clock(clock);
-        self
-    }
-
-    /// The informational `locked_by` stored with each lock (default `hostname/pid`). At most 255
-    /// bytes.
-    pub fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
-        self.settings.set_locked_by(locked_by);
         self
     }
 

@@ -74,6 +74,8 @@ use sqlx::{
 };
 
 pub use shedlock::TimeSource;
+/// The builder setters every provider shares (`operation_timeout`, `locked_by`, `clock`).
+pub use shedlock_sql::{ClockBuilder, ProviderBuilder};
 pub use shedlock_sql::{
     Columns, DEFAULT_MAX_NAME_LEN, Dialect, LockRecord, SqlLockProvider, SqlLockProviderBuilder,
 };

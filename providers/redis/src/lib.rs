@@ -66,6 +66,8 @@ const BACKEND: &str = "redis";
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "shedlock:";
 
+/// The builder setters every provider shares (`operation_timeout`, `locked_by`).
+pub use shedlock::ProviderBuilder;
 /// The default time limit of one operation (acquire, unlock, extend): 10 s, as for every
 /// provider.
 pub use shedlock::store::DEFAULT_OPERATION_TIMEOUT;
@@ -271,6 +273,10 @@ impl<C> fmt::Debug for RedisLockProvider<C> {
 }
 
 /// Builds a [`RedisLockProvider`]; see [`RedisLockProvider::builder`].
+///
+/// The shared setters (`operation_timeout`, `locked_by`) come from [`ProviderBuilder`], in scope
+/// with `use shedlock_redis::ProviderBuilder;`. Here `locked_by` is stored for people reading the
+/// key; ownership rests on a random per-acquisition id.
 #[must_use]
 pub struct RedisLockProviderBuilder<C> {
     conn: C,
@@ -306,6 +312,12 @@ fn check_segment(what: &str, s: &str) -> Result<()> {
     Ok(())
 }
 
+impl<C> ProviderBuilder for RedisLockProviderBuilder<C> {
+    fn settings_mut(&mut self) -> &mut ProviderSettings {
+        &mut self.settings
+    }
+}
+
 impl<C: RedisConnection> RedisLockProviderBuilder<C> {
     /// The key prefix (default [`DEFAULT_PREFIX`], `shedlock:`). No braces or control
     /// characters. In the [ShedLock-compatible mode](Self::shedlock_compatible) this is
@@ -321,21 +333,6 @@ impl<C: RedisConnection> RedisLockProviderBuilder<C> {
     /// environment (default [`SHEDLOCK_ENVIRONMENT`], `default`), and any text.
     pub fn environment(mut self, environment: impl Into<String>) -> Self {
         self.environment = Some(environment.into());
-        self
-    }
-
-    /// Who holds the lock, stored for people reading the key (default `hostname/pid`).
-    /// Informational only: ownership rests on a random per-acquisition id.
-    pub fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
-        self.settings.set_locked_by(locked_by);
-        self
-    }
-
-    /// The time limit of each operation (default [`DEFAULT_OPERATION_TIMEOUT`]); `None` for
-    /// none. An operation that runs out returns [`Error::Timeout`]; a lock it may have taken
-    /// expires after `lock_at_most_for`.
-    pub fn operation_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.settings.set_timeout(timeout);
         self
     }
 

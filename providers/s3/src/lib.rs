@@ -46,7 +46,7 @@ use aws_sdk_s3::{
 };
 use serde_json::{Value, json};
 use shedlock::{
-    Capabilities, Error, LockProvider, Result, SharedClock, TimeSource,
+    Capabilities, Error, LockProvider, Result, TimeSource,
     store::{
         DelegatingProvider, Extension, Granted, LeaseStore, ProviderSettings, Request, Settings,
         StoreProvider,
@@ -68,6 +68,8 @@ pub const DEFAULT_PREFIX: &str = "shedlock/";
 
 /// The default time limit of each lock operation: 10 s, as for every provider.
 pub use shedlock::store::DEFAULT_OPERATION_TIMEOUT as DEFAULT_TIMEOUT;
+/// The builder setters every provider shares (`operation_timeout`, `locked_by`, `clock`).
+pub use shedlock::{ClockBuilder, ProviderBuilder};
 
 /// Maps a lock name to its object key suffix, one-to-one: ASCII letters, digits, `-` and `_`
 /// stay as they are; every other byte (`/`, `.`, `=`, spaces, control bytes and each byte of a
@@ -137,6 +139,11 @@ pub enum S3Error {
 }
 
 /// Builds an [`S3LockProvider`].
+///
+/// The shared setters (`operation_timeout`, `locked_by`, `clock`) come from [`ProviderBuilder`]
+/// (and [`ClockBuilder`]), in scope with `use shedlock_s3::ProviderBuilder;`. Here the time limit
+/// includes the SDK's retries (`None`: the SDK's own timeouts only); the clock computes the lease
+/// (client time is this provider's only mode).
 #[must_use]
 pub struct S3LockProviderBuilder {
     client: Client,
@@ -156,32 +163,19 @@ impl fmt::Debug for S3LockProviderBuilder {
     }
 }
 
+impl ProviderBuilder for S3LockProviderBuilder {
+    fn settings_mut(&mut self) -> &mut ProviderSettings {
+        &mut self.settings
+    }
+}
+
+impl ClockBuilder for S3LockProviderBuilder {}
+
 impl S3LockProviderBuilder {
     /// The key prefix of the lock objects (default `shedlock/`): ASCII letters, digits, `-`,
     /// `_`, `.` and `/`, at most [`MAX_PREFIX_LEN`] bytes, no `..`, not starting with `/`.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
-        self
-    }
-
-    /// The time limit of each lock operation (default [`DEFAULT_TIMEOUT`]; `None`: the SDK's
-    /// own timeouts only), the SDK's retries included. On expiry the call returns
-    /// [`Error::Timeout`], whose effect is unknown.
-    pub fn operation_timeout(mut self, limit: Option<Duration>) -> Self {
-        self.settings.set_timeout(limit);
-        self
-    }
-
-    /// The wall clock of this instance (default: the system clock): it computes the lease.
-    pub fn clock(mut self, clock: SharedClock) -> Self {
-        self.settings.set_clock(clock);
-        self
-    }
-
-    /// The informational `locked_by` stored with each lock (default `hostname/pid`). At most 255
-    /// bytes.
-    pub fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
-        self.settings.set_locked_by(locked_by);
         self
     }
 

@@ -39,6 +39,8 @@ pub use provider::{
     RecordAdmin, Settings, ShedlockTable, SqlLockProvider, SqlLockProviderBuilder,
     TRANSIENT_ATTEMPTS, bind, record_from_row, retry_transient,
 };
+/// The builder setters every provider shares (`operation_timeout`, `locked_by`, `clock`).
+pub use shedlock::{ClockBuilder, ProviderBuilder};
 pub use stmt::{Arg, ArgValues, Placeholder, Stmt, StmtBuilder, Value};
 
 use shedlock::{Error, support::from_unix_micros};

@@ -7,7 +7,7 @@ use std::{fmt, sync::Arc, time::Duration, time::SystemTime};
 
 use async_trait::async_trait;
 use shedlock::{
-    Capabilities, Error, LockProvider, Result, SharedClock, TimeSource,
+    Capabilities, ClockBuilder, Error, LockProvider, ProviderBuilder, Result, TimeSource,
     store::{
         self, DelegatingProvider, Extension, Granted, LeaseStore, ProviderSettings, Request,
         StoreProvider,
@@ -347,6 +347,11 @@ impl<D: Dialect> LeaseStore for SqlStore<D> {
 }
 
 /// Builds a [`SqlLockProvider`]: [`SqlLockProvider::builder`] on the caller's pool.
+///
+/// The shared setters (`operation_timeout`, `locked_by`, `clock`) come from [`ProviderBuilder`]
+/// (and [`ClockBuilder`]), in scope with `use shedlock_sql::ProviderBuilder;`. Here the time limit
+/// includes waiting for a pooled connection (and, in SQLite, for the database's write lock); the
+/// clock computes `lock_until` only with [`TimeSource::Client`].
 #[must_use]
 pub struct SqlLockProviderBuilder<D: Dialect> {
     pool: D::Pool,
@@ -371,6 +376,14 @@ impl<D: Dialect> fmt::Debug for SqlLockProviderBuilder<D> {
     }
 }
 
+impl<D: Dialect> ProviderBuilder for SqlLockProviderBuilder<D> {
+    fn settings_mut(&mut self) -> &mut ProviderSettings {
+        &mut self.settings
+    }
+}
+
+impl<D: Dialect> ClockBuilder for SqlLockProviderBuilder<D> {}
+
 impl<D: Dialect> SqlLockProviderBuilder<D> {
     /// The lock table, `table` or `schema.table` (default `shedlock`). Each part must be a plain
     /// identifier (`[A-Za-z_][A-Za-z0-9_]*`, at most 63 bytes); it is quoted in SQL, so it is
@@ -388,13 +401,6 @@ impl<D: Dialect> SqlLockProviderBuilder<D> {
         self
     }
 
-    /// What to store in `locked_by` (informational; default `hostname/pid`). At most 255
-    /// bytes. Ownership never depends on it: every acquisition has its own random id.
-    pub fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
-        self.settings.set_locked_by(locked_by);
-        self
-    }
-
     /// The longest lock name in bytes (default [`DEFAULT_MAX_NAME_LEN`], at most the dialect's
     /// [`MAX_NAME_LEN_LIMIT`](Dialect::MAX_NAME_LEN_LIMIT)); it sizes the name column in
     /// [`ddl`](SqlLockProvider::ddl) where the database has sized text. Longer names get
@@ -407,23 +413,6 @@ impl<D: Dialect> SqlLockProviderBuilder<D> {
     /// Whose clock judges expiry (default [`TimeSource::Server`]: the database's).
     pub fn time_source(mut self, time: TimeSource) -> Self {
         self.settings.set_time_source(time);
-        self
-    }
-
-    /// This instance's clock (default: the system clock). It computes `lock_until` only
-    /// with [`TimeSource::Client`]; with server time it is never consulted, so a skewed clock
-    /// changes nothing.
-    pub fn clock(mut self, clock: SharedClock) -> Self {
-        self.settings.set_clock(clock);
-        self
-    }
-
-    /// The time limit of each lock operation, including waiting for a pooled connection (and,
-    /// in SQLite, for the database's write lock); default
-    /// [`DEFAULT_OPERATION_TIMEOUT`](shedlock::store::DEFAULT_OPERATION_TIMEOUT), `None`: no
-    /// limit. On expiry the call returns [`Error::Timeout`].
-    pub fn operation_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.settings.set_timeout(timeout);
         self
     }
 

@@ -8,6 +8,8 @@
 //! other non-pass outcome fails the run.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use shedlock::ClockBuilder as _;
+use shedlock::ProviderBuilder as _;
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use shedlock::{BoxError, LockProvider};

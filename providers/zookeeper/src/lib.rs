@@ -73,6 +73,8 @@ const BACKEND: &str = "zookeeper";
 /// [`key_for`]).
 pub const MAX_NAME_LEN: usize = 1024;
 
+/// The builder setters every provider shares (`operation_timeout`, `locked_by`).
+pub use shedlock::ProviderBuilder;
 /// The default time limit of each lock operation: 10 s, as for every provider.
 pub use shedlock::store::DEFAULT_OPERATION_TIMEOUT as DEFAULT_TIMEOUT;
 
@@ -146,6 +148,10 @@ fn check_root(root: &str) -> std::result::Result<(), String> {
 }
 
 /// Builds a [`ZooKeeperLockProvider`].
+///
+/// The shared setters (`operation_timeout`, `locked_by`) come from [`ProviderBuilder`], in scope
+/// with `use shedlock_zookeeper::ProviderBuilder;`. Here the time limit includes connecting
+/// (`None`: unbounded); `locked_by` is stored in each lock node.
 #[must_use]
 pub struct ZooKeeperLockProviderBuilder {
     connect_string: String,
@@ -165,6 +171,12 @@ impl fmt::Debug for ZooKeeperLockProviderBuilder {
             .field("connection_timeout", &self.connection_timeout)
             .field("settings", &self.settings)
             .finish_non_exhaustive()
+    }
+}
+
+impl ProviderBuilder for ZooKeeperLockProviderBuilder {
+    fn settings_mut(&mut self) -> &mut ProviderSettings {
+        &mut self.settings
     }
 }
 
@@ -188,21 +200,6 @@ impl ZooKeeperLockProviderBuilder {
     /// 2/5 of the session timeout, the client's own default).
     pub fn connection_timeout(mut self, timeout: Duration) -> Self {
         self.connection_timeout = Some(timeout);
-        self
-    }
-
-    /// The time limit of each lock operation, connecting included (default [`DEFAULT_TIMEOUT`];
-    /// `None`: unbounded). On expiry the call returns
-    /// [`Error::Timeout`], whose effect is unknown.
-    pub fn operation_timeout(mut self, limit: Option<Duration>) -> Self {
-        self.settings.set_timeout(limit);
-        self
-    }
-
-    /// The informational `locked_by` stored in each lock node (default `hostname/pid`). At most
-    /// 255 bytes.
-    pub fn locked_by(mut self, locked_by: impl Into<String>) -> Self {
-        self.settings.set_locked_by(locked_by);
         self
     }
 

@@ -8,6 +8,7 @@
 //! applicable". Every other check must pass.
 #![allow(dead_code)]
 
+use shedlock::{ClockBuilder as _, ProviderBuilder as _};
 use std::{
     net::{SocketAddr, ToSocketAddrs},
     sync::Arc,

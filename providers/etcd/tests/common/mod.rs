@@ -2,6 +2,7 @@
 //! the conformance factory with its record hooks.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use shedlock::ProviderBuilder as _;
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use etcd_client::{Client, ConnectOptions, PutOptions};

@@ -3,6 +3,7 @@
 //! connections, durations memcached cannot express, and a server restart.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use shedlock::ProviderBuilder as _;
 use std::{net::SocketAddr, time::Duration};
 
 use shedlock::{Error, LockConfig, LockProvider};

@@ -11,6 +11,8 @@
 // `tests/it` uses a part of it.
 #![allow(dead_code)]
 
+use shedlock::ClockBuilder as _;
+use shedlock::ProviderBuilder as _;
 use std::{
     net::{SocketAddr, ToSocketAddrs},
     sync::Arc,

@@ -4,6 +4,7 @@
 //! unreachable server and credentials kept out of errors.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use shedlock::{ClockBuilder as _, ProviderBuilder as _};
 use std::{
     future::Future,
     net::{SocketAddr, ToSocketAddrs},

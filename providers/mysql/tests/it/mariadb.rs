@@ -11,6 +11,7 @@ mod common {
     }
 }
 
+use shedlock::ClockBuilder as _;
 use std::{
     net::SocketAddr,
     sync::Arc,

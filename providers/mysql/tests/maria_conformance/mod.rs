@@ -10,6 +10,8 @@
 //! Every other check must pass.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use shedlock::ClockBuilder as _;
+use shedlock::ProviderBuilder as _;
 use std::{
     net::{SocketAddr, ToSocketAddrs},
     sync::Arc,

@@ -8,6 +8,8 @@
 //! `SHEDLOCK_NATS_URL`: a server this process does not own cannot be restarted, so C25 is then
 //! expected to be "not applicable". Every other check must pass.
 
+use shedlock::ClockBuilder as _;
+use shedlock::ProviderBuilder as _;
 use std::{
     net::{SocketAddr, ToSocketAddrs},
     sync::Arc,

@@ -1,6 +1,7 @@
 //! Provider-level tests against a real NATS server (JetStream, per-message TTL).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use shedlock::ProviderBuilder as _;
 use std::{
     net::{SocketAddr, ToSocketAddrs},
     time::Duration,

@@ -11,6 +11,7 @@ mod common {
     }
 }
 
+use shedlock::{ClockBuilder as _, ProviderBuilder as _};
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use common::{FaultProxy, unique};

@@ -8,6 +8,8 @@
 //! process does not own cannot be restarted, so C25 is then expected to be "not applicable".
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use shedlock::ClockBuilder as _;
+use shedlock::ProviderBuilder as _;
 use std::{
     net::{SocketAddr, ToSocketAddrs},
     sync::Arc,

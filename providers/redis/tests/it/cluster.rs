@@ -9,6 +9,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
+use shedlock::ProviderBuilder as _;
 
 use std::{
     sync::{Arc, Mutex},

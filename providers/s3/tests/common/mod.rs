@@ -10,6 +10,7 @@
 //! then recover from a bucket without its lock objects.
 #![allow(dead_code)]
 
+use shedlock::{ClockBuilder as _, ProviderBuilder as _};
 use std::{
     net::{SocketAddr, ToSocketAddrs},
     sync::Arc,

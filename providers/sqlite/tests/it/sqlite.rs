@@ -1,6 +1,7 @@
 //! Provider-level tests against real SQLite database files.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use shedlock::ClockBuilder as _;
 use std::{
     path::PathBuf,
     sync::{

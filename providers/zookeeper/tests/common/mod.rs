@@ -8,6 +8,7 @@
 //! applicable". Every other check must pass.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use shedlock::ProviderBuilder as _;
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use shedlock::{BoxError, LockProvider};

@@ -15,6 +15,7 @@
 //! from the fault to the first successful acquisition of a call that started after it).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use shedlock::ProviderBuilder as _;
 use std::{
     io::{Read, Write},
     net::{SocketAddr, TcpStream},
