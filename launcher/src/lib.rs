@@ -48,6 +48,7 @@ use std::{
 pub use backend::Backend;
 pub use error::{LaunchError, ServerOutput};
 pub use locate::{backends_dir, which, workspace_root};
+pub use native::PG_PASSWORD_ROLE;
 pub use options::{LaunchOptions, Via};
 pub use service::{DetachedService, Mode, Service};
 

@@ -125,6 +125,21 @@ fn run(backend: Backend, cmd: &mut Command, log: &Path) -> Result<(), LaunchErro
     }
 }
 
+/// The role whose host connections must give a password (SCRAM), while every other role is
+/// trusted: the PostgreSQL tests create it to see what a wrong password gives, as a server with
+/// `POSTGRES_PASSWORD` (Docker) answers it for every role.
+pub const PG_PASSWORD_ROLE: &str = "shedlock_password_check";
+
+/// Puts a `scram-sha-256` rule for [`PG_PASSWORD_ROLE`] ahead of initdb's `trust` rules.
+fn require_password_for_test_role(backend: Backend, hba: &Path) -> Result<(), LaunchError> {
+    let step = || format!("adding a rule to {}", hba.display());
+    let rules = std::fs::read_to_string(hba).map_err(io(backend, step()))?;
+    let rule = format!(
+        "host all {PG_PASSWORD_ROLE} 127.0.0.1/32 scram-sha-256\nhost all {PG_PASSWORD_ROLE} ::1/128 scram-sha-256\n"
+    );
+    std::fs::write(hba, rule + &rules).map_err(io(backend, step()))
+}
+
 /// One-time preparation (initdb, mariadb-install-db) in the service directory `dir`.
 pub(crate) fn prepare(
     backend: Backend,
@@ -158,7 +173,8 @@ pub(crate) fn prepare(
                 "UTF8",
                 "--locale=C",
             ]);
-            run(backend, &mut cmd, &pg.join("initdb.log"))
+            run(backend, &mut cmd, &pg.join("initdb.log"))?;
+            require_password_for_test_role(backend, &pg.join("data").join("pg_hba.conf"))
         }
         Programs::MariaDb { install_db, .. } => {
             let owner = service_user(backend, "mysql", "mariadb-server")?;

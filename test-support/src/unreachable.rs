@@ -14,6 +14,9 @@ pub const UNRESOLVABLE_HOST: &str = "shedlock-test.invalid";
 
 /// What a message must contain (any one of them, case-insensitively) for each case.
 pub const REFUSED: &[&str] = &["connection refused"];
+/// What a message must contain when a server went away after the client connected: its
+/// connection was cut (the call on it sees a broken pipe or a reset), then a new one is refused.
+pub const GONE: &[&str] = &["connection refused", "broken pipe", "connection reset"];
 /// The resolver's words for a name that does not resolve, as the clients pass them on.
 pub const UNRESOLVED: &[&str] =
     &["failed to lookup address", "name or service not known", "no such host", "dns error"];

@@ -41,7 +41,8 @@ pub struct ErrorContext<'a> {
 }
 
 /// Maps a `sqlx` error: connection-level failures become [`Error::Unavailable`] (retryable),
-/// a missing table (or a configuration error) becomes [`Error::Setup`] quoting the DDL, a
+/// refused credentials become [`Error::Setup`] with the server's message, a missing table (or
+/// a configuration error) becomes [`Error::Setup`] quoting the DDL, a
 /// refused name becomes
 /// [`Error::InvalidName`], anything else [`Error::Backend`].
 pub fn map_sqlx_error(
@@ -51,6 +52,20 @@ pub fn map_sqlx_error(
 ) -> Error {
     let backend = ctx.backend;
     match err {
+        // SQLSTATE class 28, invalid authorization (PostgreSQL's wrong password 28P01, MySQL's
+        // and MariaDB's access denied 28000): the configuration's credentials, not a fault that
+        // retrying mends. The server's own message, without the driver's decoration (sqlx
+        // appends PostgreSQL's source line, which reads like a line of the user's SQL).
+        sqlx::Error::Database(db) if db.code().is_some_and(|c| c.starts_with("28")) => {
+            Error::Setup {
+                backend,
+                message: format!(
+                    "the server refused the connection's credentials (SQLSTATE {}): {}",
+                    db.code().unwrap_or_default(),
+                    db.message()
+                ),
+            }
+        }
         sqlx::Error::Database(db) => match classify(db.as_ref()) {
             DbErrorKind::MissingTable => Error::Setup {
                 backend,

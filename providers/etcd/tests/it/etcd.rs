@@ -338,3 +338,21 @@ async fn without_the_loss_watch_a_revoke_shows_only_at_the_next_extend() {
     }
     assert!(lock.is_lost());
 }
+
+#[tokio::test]
+async fn a_server_gone_after_connecting_is_unavailable_and_the_message_says_why() {
+    use shedlock_test_support::{
+        FaultProxy, host_port,
+        unreachable::{GONE, assert_named},
+    };
+    use std::net::ToSocketAddrs;
+    let url = url().await;
+    let addr = host_port(&url).to_socket_addrs().unwrap().next().unwrap();
+    let proxy = FaultProxy::start(addr).await.unwrap();
+    let p = common::provider(&testing::url_via(&url, proxy.addr()), &prefix()).await;
+    p.try_lock(&cfg("gone", 60_000, 0)).await.unwrap().expect("free").unlock().await.unwrap();
+    // The server goes away: its connection is cut and a new one is refused.
+    proxy.set_refusing(true).await.unwrap();
+    proxy.cut_all();
+    assert_named(&p, "the server gone", GONE).await;
+}

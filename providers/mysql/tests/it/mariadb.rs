@@ -465,6 +465,8 @@ async fn an_unreachable_server_a_wrong_password_and_tls_required_are_errors_that
     .unwrap();
     let wrong = lazy(base.clone().username(&user).password("wrong-password"), Flavor::MariaDb);
     assert_both_say(&wrong, "a wrong password", &["access denied"]).await;
+    let e = wrong.try_lock(&cfg("pw", 60_000, 0)).await.map(drop).unwrap_err();
+    assert!(matches!(e, Error::Setup { .. }), "refused credentials are a setup error: {e:?}");
     sqlx::query(sqlx::AssertSqlSafe(format!("DROP USER '{user}'@'%'")))
         .execute(&root)
         .await

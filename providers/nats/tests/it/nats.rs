@@ -544,3 +544,28 @@ async fn expiry_markers_of_a_bucket_with_subject_delete_marker_ttl_do_not_block_
     assert!(l.fencing_token().unwrap() > first);
     l.unlock().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_server_gone_after_connecting_is_unavailable_and_the_message_says_why() {
+    use shedlock_test_support::unreachable::{GONE, assert_named};
+    let url = url().await;
+    let proxy = FaultProxy::start(addr_of(&url)).await.unwrap();
+    let p = provider(
+        client_at(&shedlock_test_support::url_via(&url, proxy.addr())).await,
+        &unique("gone"),
+    );
+    p.create_bucket().await.unwrap();
+    p.try_lock(&cfg("gone", 60_000, 0)).await.unwrap().expect("free").unlock().await.unwrap();
+    // The server goes away: its connection is cut and a new one is refused.
+    proxy.set_refusing(true).await.unwrap();
+    proxy.cut_all();
+    // async-nats reconnects in the background and tells why a reconnect fails (refused) only
+    // to the client's event callback, which the application sets: the provider's message says
+    // the connection was lost, then that it is not connected and reconnecting.
+    let lost: Vec<&str> = GONE
+        .iter()
+        .copied()
+        .chain(["connection to the nats server was lost", "not connected to the nats server"])
+        .collect();
+    assert_named(&p, "the server gone", &lost).await;
+}

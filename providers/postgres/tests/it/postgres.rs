@@ -369,6 +369,34 @@ async fn an_unreachable_server_is_unavailable_and_the_message_says_why() {
 }
 
 #[tokio::test]
+async fn a_wrong_password_fails_saying_the_password_was_refused() {
+    use shedlock_launcher::PG_PASSWORD_ROLE;
+    use shedlock_test_support::unreachable::assert_both_say;
+    let base: PgConnectOptions = common::url().await.parse().unwrap();
+    // A role that must give its password: the launcher's server asks it of this role alone
+    // (a scram-sha-256 rule in pg_hba.conf), a Docker one of every role.
+    let admin = PgPool::connect_with(base.clone()).await.unwrap();
+    let create = format!(
+        "DO $$ BEGIN CREATE ROLE {PG_PASSWORD_ROLE} LOGIN PASSWORD 'right'; \
+         EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+    );
+    sqlx::raw_sql(sqlx::AssertSqlSafe(create)).execute(&admin).await.unwrap();
+    let as_role = base.username(PG_PASSWORD_ROLE);
+    let right = PgPool::connect_with(as_role.clone().password("right")).await;
+    assert!(right.is_ok(), "the right password must be accepted: {:?}", right.err());
+    let pool = recommended_pool_options()
+        .acquire_timeout(Duration::from_secs(1))
+        .connect_lazy_with(as_role.password("wrong"));
+    let p = PostgresLockProvider::builder(pool).build().unwrap();
+    // A server that trusts every connection (no password rule) would let this call through.
+    assert_both_say(&p, "a wrong password", &["password authentication failed"]).await;
+    // Not retryable, and the server's words without sqlx's "at line 334" (auth.c's line).
+    let e = p.try_lock(&cfg("pw", 60_000, 0)).await.map(drop).unwrap_err();
+    assert!(matches!(e, Error::Setup { .. }), "{e:?}");
+    assert!(!e.to_string().contains("at line"), "{e}");
+}
+
+#[tokio::test]
 async fn dropped_acquire_leaves_no_bad_connection() {
     let pool =
         recommended_pool_options().max_connections(1).connect(&common::url().await).await.unwrap();

@@ -188,3 +188,24 @@ async fn the_debug_output_leaves_out_the_connection_and_its_password() {
     let text = format!("{p:?}");
     assert!(text.contains("dbg:") && !text.contains("redis://"), "{text}");
 }
+
+#[tokio::test]
+async fn a_server_gone_after_connecting_is_unavailable_and_the_message_says_why() {
+    use shedlock_test_support::unreachable::{GONE, assert_named};
+    let addr =
+        common::addr_of(shedlock_test_support::service(Backend::Redis, "Redis").await.unwrap())
+            .unwrap();
+    let proxy = FaultProxy::start(addr).await.unwrap();
+    let manager = common::manager(&format!("redis://{}", proxy.addr())).await.unwrap();
+    let p = RedisLockProvider::builder(manager)
+        .key_prefix(format!("{}:", unique("gone")))
+        .operation_timeout(Some(Duration::from_secs(5)))
+        .build()
+        .await
+        .unwrap();
+    p.try_lock(&cfg("gone", 60_000, 0)).await.unwrap().expect("free").unlock().await.unwrap();
+    // The server goes away: its connection is cut and a new one is refused.
+    proxy.set_refusing(true).await.unwrap();
+    proxy.cut_all();
+    assert_named(&p, "the server gone", GONE).await;
+}
