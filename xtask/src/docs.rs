@@ -110,6 +110,33 @@ mod tests {
     }
 
     #[test]
+    fn every_committed_report_names_what_it_ran_against_and_a_stand_in_as_one() {
+        let dir = root().join("conformance/reports");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).expect("conformance/reports") {
+            let path = entry.expect("a report").path();
+            if path.extension().and_then(|e| e.to_str()) != Some("json") {
+                continue;
+            }
+            let report: Value =
+                serde_json::from_str(&std::fs::read_to_string(&path).expect("readable"))
+                    .expect("a JSON report");
+            let server = report.get("server").and_then(Value::as_str).unwrap_or_default();
+            let name = path.display();
+            assert!(!server.trim().is_empty(), "{name} does not say what it ran against");
+            // The backends whose tests run on a stand-in for the real service say so.
+            let suite = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
+            if ["dynamodb", "s3", "mongodb"].iter().any(|b| suite.starts_with(b)) {
+                assert!(server.contains("stand-in"), "{name}: {server:?} hides its stand-in");
+            }
+            let md = std::fs::read_to_string(path.with_extension("md")).expect("its .md");
+            assert!(md.contains(&format!("Ran against: {server}")), "{name}'s .md lacks the line");
+            seen += 1;
+        }
+        assert!(seen >= 20, "only {seen} reports in {}", dir.display());
+    }
+
+    #[test]
     fn the_docs_name_the_catalogue_as_it_is() {
         let catalogue = shedlock_conformance::checks::catalogue();
         let last = catalogue.last().expect("the catalogue has checks").id;

@@ -25,6 +25,7 @@ struct Sqlite {
     path: PathBuf,
     client_time: bool,
     admin: SqliteLockProvider,
+    version: String,
 }
 
 impl Sqlite {
@@ -38,10 +39,12 @@ impl Sqlite {
         let path = dir.join("locks.db");
         let pool =
             recommended_pool_options().connect_with(recommended_connect_options(&path)).await?;
+        let version: String =
+            sqlx::query_scalar("SELECT sqlite_version()").fetch_one(&pool).await?;
         let admin = SqliteLockProvider::builder(pool).build()?;
         admin.create_table().await?;
         let name = if client_time { "sqlite-client-time" } else { "sqlite" };
-        Ok(Self { name, dir, path, client_time, admin })
+        Ok(Self { name, dir, path, client_time, admin, version })
     }
 }
 
@@ -74,6 +77,14 @@ impl ProviderFactory for Sqlite {
         } else {
             hooks
         }
+    }
+
+    fn server(&self) -> Option<String> {
+        Some(format!(
+            "SQLite {}, embedded (the libsqlite3 that sqlx links), one database file shared by \
+             every instance",
+            self.version
+        ))
     }
 
     async fn teardown(&self) {
