@@ -245,6 +245,76 @@ impl<P: ProviderFactory> ProviderFactory for OnServer<P> {
 #[cfg(feature = "sql")]
 pub mod sql {
     use super::*;
+    use shedlock::ProviderBuilder as _;
+    use shedlock_sql::{Columns, Dialect, SqlLockProvider};
+
+    /// Table and column names on dialect `D`: hostile or malformed table names (with `quote`,
+    /// the dialect's identifier quote, inside one), bad column names, two columns of one name
+    /// and a `locked_by` over 255 bytes are refused by `build` with [`Error::Setup`], before any
+    /// I/O; the `valid` tables (reserved words, mixed case, schema-qualified), with reserved
+    /// and mixed-case column names (`name_column` for the name), are created and work.
+    pub async fn identifiers_are_validated<D: Dialect>(
+        pool: D::Pool,
+        quote: char,
+        name_column: &str,
+        valid: &[String],
+    ) where
+        D::Pool: Clone,
+    {
+        let builder = || SqlLockProvider::<D>::builder(pool.clone());
+        let quoted = format!("t{quote}x");
+        let long = "a".repeat(64);
+        let invalid = [
+            "",
+            "1t",
+            "t-x",
+            "t x",
+            "t;drop table x",
+            &quoted,
+            "t'x",
+            "a.b.c",
+            "ünïcode",
+            "t\0",
+            "t--",
+            "t%",
+            &long,
+        ];
+        for table in invalid {
+            match builder().table(table).build() {
+                Err(Error::Setup { .. }) => {}
+                other => panic!("table {table:?} must be rejected, got {other:?}"),
+            }
+        }
+        for col in ["", "x y", "x\"", "x`"] {
+            let r = builder().columns(Columns::default().with_locked_by(col)).build();
+            assert!(matches!(r, Err(Error::Setup { .. })), "column {col:?}");
+        }
+        let dup = builder().columns(Columns::default().with_locked_at("lock_until")).build();
+        assert!(matches!(dup, Err(Error::Setup { .. })), "two columns named lock_until");
+        let long_by = builder().locked_by("x".repeat(256)).build();
+        assert!(matches!(long_by, Err(Error::Setup { .. })), "a 256-byte locked_by");
+
+        for table in valid {
+            let p = builder()
+                .table(table)
+                .columns(
+                    Columns::default()
+                        .with_name(name_column)
+                        .with_lock_until("Until")
+                        .with_locked_at("order")
+                        .with_locked_by("by_")
+                        .with_acquisition_id("aid")
+                        .with_fencing_token("tok"),
+                )
+                .build()
+                .unwrap();
+            p.create_table().await.unwrap();
+            let name = unique("v");
+            let lock = p.try_lock(&cfg(&name, 60_000, 0)).await.unwrap().expect(table);
+            lock.unlock().await.unwrap();
+            assert!(p.record(&name).await.unwrap().is_some(), "{table}: the row is there");
+        }
+    }
 
     /// `try_lock` and `check` on a provider whose table does not exist both give
     /// [`Error::Setup`] quoting `ddl` (the statement that creates it).
