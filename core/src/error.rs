@@ -209,6 +209,10 @@ pub enum Error {
     /// lock.
     #[error("not running inside a locked task")]
     NotLocked,
+    /// The executor is draining ([`LockingExecutor::drain`](crate::LockingExecutor::drain)): it
+    /// takes no new locks, and the task was not run.
+    #[error("the executor is draining: it takes no new locks")]
+    Draining,
 }
 
 impl Error {
@@ -234,6 +238,7 @@ impl Error {
             Error::LockLost { .. } => "lock_lost",
             Error::LeaseExpiredInFlight { .. } => "lease_expired_in_flight",
             Error::NotLocked => "not_locked",
+            Error::Draining => "draining",
         }
     }
 

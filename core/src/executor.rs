@@ -17,6 +17,7 @@ use crate::{
     config::{LockConfig, LockDefaults, LockRequest},
     duration::parse_duration,
     error::{ConfigError, Error, Result},
+    held::{DrainReport, HeldLock, Registry},
     lease::LostSignal,
     metrics,
     provider::{Lock, LockProvider},
@@ -131,7 +132,7 @@ struct ActiveLock {
     name: Arc<str>,
     provider: &'static str,
     parent: Option<Arc<ActiveLock>>,
-    lock: tokio::sync::Mutex<Option<Lock>>,
+    lock: Arc<tokio::sync::Mutex<Option<Lock>>>,
     lost: LostSignal,
 }
 
@@ -187,6 +188,8 @@ pub struct LockingExecutor {
     defaults: Arc<LockDefaults>,
     max_name_len: Option<usize>,
     backend: &'static str,
+    /// The executions in flight, shared by the clones.
+    registry: Arc<Registry>,
 }
 
 impl fmt::Debug for LockingExecutor {
@@ -305,6 +308,7 @@ impl LockingExecutorBuilder {
             listeners: self.listeners,
             defaults: Arc::new(self.defaults),
             max_name_len: caps.max_name_len,
+            registry: Arc::default(),
         })
     }
 }
@@ -320,6 +324,7 @@ impl LockingExecutor {
             listeners: Vec::new(),
             defaults: Arc::new(LockDefaults::new()),
             max_name_len: caps.max_name_len,
+            registry: Arc::default(),
         }
     }
 
@@ -349,6 +354,58 @@ impl LockingExecutor {
     /// The executor's defaults.
     pub fn defaults(&self) -> &LockDefaults {
         &self.defaults
+    }
+
+    /// The locks this process holds right now through this executor and its clones (tasks in
+    /// flight, nested ones included), in name order: name, since when, until when this
+    /// process may rely on it, fencing token. Waits only for an extension or a release under
+    /// way.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> shedlock::Result<()> {
+    /// use std::{sync::Arc, time::Duration};
+    /// use shedlock::{LockConfig, LockingExecutor};
+    /// use shedlock_memory::{MemoryLockProvider, MemoryServer};
+    ///
+    /// let executor = LockingExecutor::new(Arc::new(MemoryLockProvider::new(&MemoryServer::new())));
+    /// let config = LockConfig::new("report", Duration::from_secs(60), Duration::ZERO)?;
+    /// let inside = executor.clone();
+    /// executor
+    ///     .execute(&config, || async move {
+    ///         let held = inside.held().await;
+    ///         assert_eq!(held[0].name, "report");
+    ///     })
+    ///     .await?;
+    /// assert!(executor.held().await.is_empty());
+    /// # Ok(()) }
+    /// ```
+    pub async fn held(&self) -> Vec<HeldLock> {
+        let mut held: Vec<HeldLock> = self.registry.snapshot().await.into_values().collect();
+        held.sort_by(|a, b| a.name.cmp(&b.name));
+        held
+    }
+
+    /// Drains this executor (and its clones): from now on it takes no new lock
+    /// ([`execute`](Self::execute) and [`execute_waiting`](Self::execute_waiting) fail with
+    /// [`Error::Draining`], a lock won while the drain began is released unused), and it waits
+    /// until the tasks in flight have finished and released their locks, or `deadline` has
+    /// passed. Tasks still running then are left running (a [`Scheduler`](crate::Scheduler)'s
+    /// drain cancels them). The report lists each lock waited for and when it was released.
+    /// There is no way back: a drained executor stays drained.
+    pub async fn drain(&self, deadline: Duration) -> DrainReport {
+        let report = self.registry.drain(deadline).await;
+        tracing::info!(
+            waited_for = report.waited_for.len(),
+            took = ?report.took,
+            complete = report.is_complete(),
+            "executor drained"
+        );
+        report
+    }
+
+    /// Whether [`drain`](Self::drain) was called on this executor or a clone.
+    pub fn is_draining(&self) -> bool {
+        self.registry.is_draining()
     }
 
     /// The [`LockConfig`] that `lock` stands for on this executor: its name through the name
@@ -420,7 +477,7 @@ impl LockingExecutor {
         Fut: Future<Output = T>,
     {
         match self.try_acquire(config).await? {
-            Some(lock) => Ok(self.run_holding(config, parent, lock, task).await),
+            Some(lock) => self.run_holding(config, parent, lock, task).await,
             None => {
                 tracing::debug!(lock = config.name(), "lock held elsewhere, task not executed");
                 self.emit(ExecutionEvent::NotAcquired { name: config.name() });
@@ -483,7 +540,7 @@ impl LockingExecutor {
                 match self.try_acquire(config).await {
                     Ok(Some(lock)) => {
                         metrics::waited(name, self.backend, started.elapsed());
-                        return Ok(self.run_holding(config, parent, lock, task).await);
+                        return self.run_holding(config, parent, lock, task).await;
                     }
                     Err(error) => {
                         metrics::waited(name, self.backend, started.elapsed());
@@ -518,6 +575,9 @@ impl LockingExecutor {
 
     /// One attempt at the lock of `config`, with its event, metrics and (on error) log.
     async fn try_acquire(&self, config: &LockConfig) -> Result<Option<Lock>> {
+        if self.registry.is_draining() {
+            return Err(Error::Draining);
+        }
         let name = config.name();
         let backend = self.backend;
         self.emit(ExecutionEvent::Attempt { name });
@@ -543,14 +603,15 @@ impl LockingExecutor {
         }
     }
 
-    /// Runs `task` under `lock`, just won, and releases it afterwards.
+    /// Runs `task` under `lock`, just won, and releases it afterwards. A drain that began
+    /// while the lock was being won gets it released unused ([`Error::Draining`]).
     async fn run_holding<F, Fut, T>(
         &self,
         config: &LockConfig,
         parent: Option<Arc<ActiveLock>>,
         lock: Lock,
         task: F,
-    ) -> TaskResult<T>
+    ) -> Result<TaskResult<T>>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = T>,
@@ -566,10 +627,22 @@ impl LockingExecutor {
             name: Arc::from(name),
             provider: backend,
             parent,
-            lock: tokio::sync::Mutex::new(Some(lock)),
+            lock: Arc::new(tokio::sync::Mutex::new(Some(lock))),
             lost,
         });
         let mut guard = ReleaseOnDrop { active: Some(active.clone()) };
+        // Registered before the draining flag is read: a drain either sees this execution and
+        // waits for it, or this execution sees the flag and runs nothing.
+        let _registration =
+            self.registry.register(active.name.clone(), fencing_token, active.lock.clone());
+        if self.registry.is_draining() {
+            if let Some(active) = guard.active.take()
+                && let Err(error) = release(active).await
+            {
+                tracing::warn!(lock = name, %error, "releasing a lock won during a drain failed");
+            }
+            return Err(Error::Draining);
+        }
 
         self.emit(ExecutionEvent::Started { name });
         let started = tokio::time::Instant::now();
@@ -594,7 +667,7 @@ impl LockingExecutor {
         tracing::debug!(lock = name, ?duration, panicked = outcome.is_err(), "task finished");
         self.emit(ExecutionEvent::Finished { name, duration, panicked: outcome.is_err() });
         match outcome {
-            Ok(value) => TaskResult::Executed(value),
+            Ok(value) => Ok(TaskResult::Executed(value)),
             Err(panic) => resume_unwind(panic),
         }
     }

@@ -51,6 +51,7 @@ mod config;
 mod duration;
 mod error;
 mod executor;
+mod held;
 mod keepalive;
 mod lease;
 pub mod metrics;
@@ -69,6 +70,7 @@ pub use executor::{
     ExecutionEvent, ExecutionListener, LockingExecutor, LockingExecutorBuilder, TaskResult, Wait,
     active_lock_lost_signal, active_lock_name, assert_locked, extend_active_lock,
 };
+pub use held::{DrainReport, DrainedLock, HeldLock};
 pub use keepalive::KeepAliveProvider;
 pub use lease::{Acquisition, Lease, LostSignal};
 pub use provider::{Capabilities, Lock, LockHandle, LockProvider};

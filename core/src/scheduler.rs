@@ -19,6 +19,7 @@ use crate::{
     config::{LockConfig, LockRequest},
     error::{ConfigError, Error},
     executor::{CatchUnwind, LockingExecutor, TaskResult},
+    held::DrainReport,
 };
 
 /// A cron expression could not be parsed.
@@ -305,6 +306,52 @@ impl Scheduler {
         &self.executor
     }
 
+    /// Stops firing and drains the executor ([`LockingExecutor::drain`]): the fires in flight
+    /// may finish and release their locks until `deadline`; fires still running then are
+    /// cancelled (their locks are released as for any cancelled execution, or expire after
+    /// `lock_at_most_for` where the release cannot be made). The report says what was waited
+    /// for and how long each took; log it, so that an operator sees what a stopping node was
+    /// still doing. Another instance takes the next fire times.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::{sync::Arc, time::Duration};
+    /// use shedlock::{LockConfig, LockingExecutor, Schedule, Scheduler};
+    /// use shedlock_memory::{MemoryLockProvider, MemoryServer};
+    ///
+    /// let executor = LockingExecutor::new(Arc::new(MemoryLockProvider::new(&MemoryServer::new())));
+    /// let scheduler = Scheduler::new(executor);
+    /// let cfg = LockConfig::new("digest", Duration::from_secs(60), Duration::ZERO)?;
+    /// scheduler.schedule(Schedule::fixed_rate(Duration::from_secs(1)), cfg, || async {
+    ///     tokio::time::sleep(Duration::from_millis(200)).await;
+    /// })?;
+    /// tokio::time::sleep(Duration::from_millis(50)).await; // the first fire is under way
+    /// let report = scheduler.drain(Duration::from_secs(5)).await; // e.g. on SIGTERM
+    /// assert!(report.is_complete());
+    /// for lock in &report.waited_for {
+    ///     println!("waited {:?} for {}", lock.released_after, lock.lock.name);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// [`LockingExecutor::drain`]: crate::LockingExecutor::drain
+    pub async fn drain(self, deadline: Duration) -> DrainReport {
+        self.shutdown.send_replace(true);
+        let report = self.executor.drain(deadline).await;
+        let tasks = std::mem::take(
+            &mut *self.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for t in &tasks {
+            if report.deadline_passed {
+                t.abort();
+            }
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+        report
+    }
+
     /// Stops firing and waits until every running fire has finished.
     pub async fn shutdown(self) {
         self.shutdown.send_replace(true);
@@ -351,6 +398,8 @@ impl Runner {
         let run = self.executor.execute(&self.config, move || task());
         match FIRE_TIME.scope(due, CatchUnwind::new(run)).await {
             Ok(Ok(TaskResult::Executed(()) | TaskResult::NotExecuted)) => self.recovered(),
+            // A draining executor runs nothing more: the scheduler is stopping, not failing.
+            Ok(Err(Error::Draining)) => {}
             Ok(Err(error)) => self.failed(&error),
             Err(_) => tracing::error!(lock = self.config.name(), "scheduled task panicked"),
         }

@@ -1,0 +1,189 @@
+//! The locks this process holds right now through a [`LockingExecutor`], and draining: stop
+//! taking locks, let the tasks in flight finish, report.
+//!
+//! [`LockingExecutor`]: crate::LockingExecutor
+
+use std::{
+    collections::BTreeMap,
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, SystemTime},
+};
+
+use tokio::{sync::Notify, time::Instant};
+
+use crate::provider::Lock;
+
+/// One lock this process holds through an executor, as seen by
+/// [`LockingExecutor::held`](crate::LockingExecutor::held).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HeldLock {
+    /// The lock name.
+    pub name: String,
+    /// When it was won, by this process's wall clock.
+    pub since: SystemTime,
+    /// How long it has been held.
+    pub held_for: Duration,
+    /// Until when this process may rely on it ([`Lock::valid_until`]), on tokio's clock; `None`
+    /// while its release is under way.
+    pub valid_until: Option<Instant>,
+    /// The acquisition's fencing token, where the provider has them.
+    pub fencing_token: Option<u64>,
+}
+
+/// A lock a drain waited for, and how that ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DrainedLock {
+    /// The lock as it was when the drain began.
+    pub lock: HeldLock,
+    /// How long after the drain began its task finished and the lock was released; `None` if
+    /// it was still running at the deadline.
+    pub released_after: Option<Duration>,
+}
+
+/// What a drain ([`LockingExecutor::drain`](crate::LockingExecutor::drain),
+/// [`Scheduler::drain`](crate::Scheduler::drain)) waited for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DrainReport {
+    /// Every lock held when the drain began, in name order.
+    pub waited_for: Vec<DrainedLock>,
+    /// How long the drain took.
+    pub took: Duration,
+    /// Whether the deadline passed with tasks still running. An executor's drain leaves them
+    /// running; a scheduler's drain then cancels them (their locks are released as for any
+    /// cancelled execution).
+    pub deadline_passed: bool,
+}
+
+impl DrainReport {
+    /// Whether every task in flight finished and released its lock before the deadline.
+    pub fn is_complete(&self) -> bool {
+        !self.deadline_passed
+    }
+
+    /// The names still held at the deadline.
+    pub fn unfinished(&self) -> impl Iterator<Item = &str> {
+        self.waited_for.iter().filter(|d| d.released_after.is_none()).map(|d| d.lock.name.as_str())
+    }
+}
+
+/// A registered execution: enough to describe it without touching its lock for long.
+#[derive(Clone)]
+struct Entry {
+    name: Arc<str>,
+    since: SystemTime,
+    started: Instant,
+    fencing_token: Option<u64>,
+    lock: Arc<tokio::sync::Mutex<Option<Lock>>>,
+}
+
+/// The executions in flight of an executor and its clones, and its draining flag.
+#[derive(Default)]
+pub(crate) struct Registry {
+    entries: Mutex<BTreeMap<u64, Entry>>,
+    next: AtomicU64,
+    draining: AtomicBool,
+    changed: Notify,
+}
+
+/// Removes its execution from the registry when dropped: the task finished and released, or
+/// the execution was cancelled (its release is then spawned).
+pub(crate) struct Registration {
+    registry: Arc<Registry>,
+    id: u64,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.registry.entries.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.id);
+        self.registry.changed.notify_waiters();
+    }
+}
+
+impl Registry {
+    pub(crate) fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn register(
+        self: &Arc<Self>,
+        name: Arc<str>,
+        fencing_token: Option<u64>,
+        lock: Arc<tokio::sync::Mutex<Option<Lock>>>,
+    ) -> Registration {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let entry =
+            Entry { name, since: SystemTime::now(), started: Instant::now(), fencing_token, lock };
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner).insert(id, entry);
+        Registration { registry: Arc::clone(self), id }
+    }
+
+    /// The executions in flight, by id.
+    pub(crate) async fn snapshot(&self) -> BTreeMap<u64, HeldLock> {
+        let entries: Vec<(u64, Entry)> = self
+            .entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(id, e)| (*id, e.clone()))
+            .collect();
+        let mut out = BTreeMap::new();
+        for (id, e) in entries {
+            // The lock's mutex is taken only for an extension or the release: bounded by the
+            // provider's time limit. A release under way shows as no validity.
+            let valid_until = e.lock.lock().await.as_ref().map(Lock::valid_until);
+            out.insert(
+                id,
+                HeldLock {
+                    name: e.name.to_string(),
+                    since: e.since,
+                    held_for: e.started.elapsed(),
+                    valid_until,
+                    fencing_token: e.fencing_token,
+                },
+            );
+        }
+        out
+    }
+
+    /// Stops new executions, then waits until the ones in flight have finished or `deadline`
+    /// has passed.
+    pub(crate) async fn drain(&self, deadline: Duration) -> DrainReport {
+        self.draining.store(true, Ordering::SeqCst);
+        let began = Instant::now();
+        let until = began + deadline;
+        let waiting = self.snapshot().await;
+        let mut released: BTreeMap<u64, Duration> = BTreeMap::new();
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+                for id in waiting.keys() {
+                    if !entries.contains_key(id) {
+                        released.entry(*id).or_insert_with(|| began.elapsed());
+                    }
+                }
+            }
+            if released.len() == waiting.len() || Instant::now() >= until {
+                break;
+            }
+            if tokio::time::timeout_at(until, changed).await.is_err() {
+                continue; // one last look at the deadline
+            }
+        }
+        let deadline_passed = released.len() < waiting.len();
+        let mut waited_for: Vec<DrainedLock> = waiting
+            .into_iter()
+            .map(|(id, lock)| DrainedLock { lock, released_after: released.get(&id).copied() })
+            .collect();
+        waited_for.sort_by(|a, b| a.lock.name.cmp(&b.lock.name));
+        DrainReport { waited_for, took: began.elapsed(), deadline_passed }
+    }
+}
