@@ -3,12 +3,15 @@
 //!
 //! - `report`, every 2 s (cron), a quick task;
 //! - `cleanup`, every 3 s (cron), with its own `lock_at_least_for`;
-//! - `digest`, every 5 s (cron), a slow task (1.5 s) that shows graceful shutdown: on SIGTERM
-//!   the scheduler stops firing, the digest in flight finishes and releases its lock, and only
-//!   then does the process exit.
+//! - `digest`, every 5 s (cron), a slow task (1.5 s) that shows draining: on SIGTERM the
+//!   scheduler stops firing and takes no new lock, the digest in flight finishes and releases
+//!   its lock, the process reports what it waited for, and only then exits; another process
+//!   takes the next fire time.
 //!
 //! At start-up one process (whichever wins) also runs `warm_cache`, a one-off declared with
-//! `#[shedlock::lock]`. At exit the process prints its metrics (`metric <name> <labels> <value>`).
+//! `#[shedlock::lock]`. At exit the process prints what its drain waited for
+//! (`drained <lock> released_after_ms=<ms>`, then `drain complete=<bool> took_ms=<ms>`) and its
+//! metrics (`metric <name> <labels> <value>`).
 //!
 //! Environment: `DATABASE_URL` (required), `NODE` (a name for logs; default `node`), `RUN_LOG`
 //! (optional: a file each run appends `start|end <job> <fire second> <node>` lines to), and
@@ -143,10 +146,30 @@ async fn main() -> Result<(), BoxError> {
 
     let mut term = tokio::signal::unix::signal(SignalKind::terminate())?;
     tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: finishing the tasks in flight"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("Ctrl-C: finishing the tasks in flight"),
+        _ = term.recv() => tracing::info!("SIGTERM: draining"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("Ctrl-C: draining"),
     }
-    scheduler.shutdown().await; // waits for the fires in flight; they release their locks
+    let held = scheduler.executor().held().await;
+    tracing::info!(
+        locks = ?held.iter().map(|h| h.name.as_str()).collect::<Vec<_>>(),
+        "holding these locks at the stop"
+    );
+    // No new fire, no new lock; the fires in flight finish and release their locks (within
+    // 10 s, else they are cancelled); the other nodes take the next fire times.
+    let report = scheduler.drain(Duration::from_secs(10)).await;
+    for d in &report.waited_for {
+        match d.released_after {
+            Some(after) => {
+                tracing::info!(lock = %d.lock.name, ?after, "drain: waited for it to finish");
+                println!("drained {} released_after_ms={}", d.lock.name, after.as_millis());
+            }
+            None => {
+                tracing::warn!(lock = %d.lock.name, "drain: still running at the deadline");
+                println!("drained {} unfinished", d.lock.name);
+            }
+        }
+    }
+    println!("drain complete={} took_ms={}", report.is_complete(), report.took.as_millis());
 
     for (key, _, _, value) in snapshotter.snapshot().into_vec() {
         let key = key.key();

@@ -19,29 +19,44 @@ fn sigterm(child: &Child) {
     assert!(status.success(), "kill -TERM {}", child.id());
 }
 
+/// The `start` lines of `job` in the run log: (fire second, node).
+fn starts_of(log: &std::path::Path, job: &str) -> Vec<(u64, String)> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with(&format!("start {job} ")))
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f[2].parse().unwrap(), f[3].to_owned())
+        })
+        .collect()
+}
+
 /// Waits (up to 6 s, longer than a digest period) until the log shows a digest that started and
-/// has not ended; returns its fire second.
-async fn digest_in_flight(log: &std::path::Path) -> u64 {
+/// has not ended; returns its fire second and the node running it.
+async fn digest_in_flight(log: &std::path::Path) -> (u64, String) {
     let deadline = Instant::now() + Duration::from_secs(6);
     while Instant::now() < deadline {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        let started = |what: &str| {
-            text.lines()
-                .filter(|l| l.starts_with(&format!("{what} digest ")))
-                .map(|l| l.split(' ').nth(2).unwrap().to_owned())
-                .collect::<Vec<_>>()
-        };
-        let ended = started("end");
-        if let Some(s) = started("start").into_iter().find(|s| !ended.contains(s)) {
-            return s.parse().unwrap();
+        let ended: Vec<u64> = starts_of_ends(log);
+        if let Some(run) = starts_of(log, "digest").into_iter().find(|(s, _)| !ended.contains(s)) {
+            return run;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     panic!("no digest in flight within 6 s: {}", std::fs::read_to_string(log).unwrap_or_default());
 }
 
+/// The fire seconds of the digests that ended.
+fn starts_of_ends(log: &std::path::Path) -> Vec<u64> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with("end digest "))
+        .map(|l| l.split(' ').nth(2).unwrap().parse().unwrap())
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_processes_run_every_fire_time_exactly_once_and_stop_gracefully() {
+async fn three_processes_run_every_fire_time_once_and_a_drained_node_finishes_its_task_and_hands_over()
+ {
     let url = shedlock_test_support::url(Backend::Postgres, "PostgreSQL").await;
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("runs.log");
@@ -59,22 +74,53 @@ async fn three_processes_run_every_fire_time_exactly_once_and_stop_gracefully() 
         })
         .collect();
     // 10 s: at least 4 report, 3 cleanup and 2 digest fire times in the common window. Then
-    // SIGTERM while a digest (1.5 s of work) is in flight, found in the run log, to show that it
-    // finishes before its process exits.
+    // SIGTERM to the one node whose digest (1.5 s of work) is in flight, found in the run log:
+    // it drains (its digest finishes and releases the lock) and exits, and the other two take
+    // the next fire times.
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let in_flight = digest_in_flight(&log).await;
+    let (in_flight, runner) = digest_in_flight(&log).await;
+    let k: usize = runner.strip_prefix("node-").unwrap().parse().unwrap();
+    let mut children: Vec<Option<Child>> = children.into_iter().map(Some).collect();
+    let stopping = children[k].take().unwrap();
     let stopped_at = Instant::now();
-    for c in &children {
+    sigterm(&stopping);
+    let drained =
+        tokio::task::spawn_blocking(move || stopping.wait_with_output().unwrap()).await.unwrap();
+    // A digest in flight takes at most 1.5 s to finish; the rest of the drain is quick.
+    let stop_took = stopped_at.elapsed();
+    assert!(stop_took < Duration::from_secs(10), "the drain took {stop_took:?}");
+    let said = String::from_utf8_lossy(&drained.stdout);
+    assert!(
+        said.contains("drained example-service:digest released_after_ms=")
+            && said.contains("drain complete=true"),
+        "{runner} reports the digest it waited for: {said}"
+    );
+    assert!(
+        starts_of_ends(&log).contains(&in_flight),
+        "the digest in flight at SIGTERM (fire {in_flight}) finished"
+    );
+    // The next digest fire time (5 s later) runs on another node.
+    let next = in_flight + 5;
+    let deadline = Instant::now() + Duration::from_secs(8);
+    let taker = loop {
+        if let Some((_, node)) = starts_of(&log, "digest").into_iter().find(|(s, _)| *s == next) {
+            break node;
+        }
+        assert!(Instant::now() < deadline, "nobody ran digest fire {next}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_ne!(taker, runner, "the drained node took a new lock");
+
+    for c in children.iter().flatten() {
         sigterm(c);
     }
-    let outputs: Vec<_> = tokio::task::spawn_blocking(move || {
-        children.into_iter().map(|c| c.wait_with_output().unwrap()).collect::<Vec<_>>()
+    let mut outputs: Vec<_> = tokio::task::spawn_blocking(move || {
+        children.into_iter().map(|c| c.map(|c| c.wait_with_output().unwrap())).collect::<Vec<_>>()
     })
     .await
     .unwrap();
-    // A digest in flight takes at most 1.5 s to finish; the rest of the shutdown is quick.
-    let stop_took = stopped_at.elapsed();
-    assert!(stop_took < Duration::from_secs(10), "graceful stop took {stop_took:?}");
+    outputs[k] = Some(drained);
+    let outputs: Vec<_> = outputs.into_iter().map(Option::unwrap).collect();
     for (n, o) in outputs.iter().enumerate() {
         assert!(
             o.status.success(),
@@ -110,10 +156,6 @@ async fn three_processes_run_every_fire_time_exactly_once_and_stop_gracefully() 
         );
     }
     assert_eq!(starts, ends, "every task that started finished, also across SIGTERM");
-    assert!(
-        ends.contains_key(&("digest".to_owned(), in_flight)),
-        "the digest in flight at SIGTERM (fire {in_flight}) finished"
-    );
 
     // Each process's metrics agree with its own runs (scheduled jobs; plus warm-cache, once).
     let mut acquired_total = 0;
