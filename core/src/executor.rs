@@ -17,7 +17,7 @@ use crate::{
     config::{LockConfig, LockDefaults, LockRequest},
     duration::parse_duration,
     error::{ConfigError, Error, Result},
-    held::{DrainReport, HeldLock, Registry},
+    held::{DrainReport, HeldLock, Registration, Registry},
     lease::LostSignal,
     metrics,
     provider::{Lock, LockProvider},
@@ -132,11 +132,17 @@ struct ActiveLock {
     name: Arc<str>,
     provider: &'static str,
     parent: Option<Arc<ActiveLock>>,
-    lock: Arc<tokio::sync::Mutex<Option<Lock>>>,
+    lock: tokio::sync::Mutex<Option<Lock>>,
     lost: LostSignal,
+    /// The execution's entry in the executor's registry: dropped once the release completed.
+    registration: std::sync::Mutex<Option<Registration>>,
 }
 
 impl ActiveLock {
+    fn take_registration(&self) -> Option<Registration> {
+        self.registration.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
+    }
+
     fn holds(&self, name: &str) -> bool {
         let mut cur = Some(self);
         while let Some(a) = cur {
@@ -357,9 +363,8 @@ impl LockingExecutor {
     }
 
     /// The locks this process holds right now through this executor and its clones (tasks in
-    /// flight, nested ones included), in name order: name, since when, until when this
-    /// process may rely on it, fencing token. Waits only for an extension or a release under
-    /// way.
+    /// flight, nested ones included, until their release has completed), in name order: name,
+    /// since when, until when this process may rely on it, fencing token. Never waits.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> shedlock::Result<()> {
@@ -372,24 +377,25 @@ impl LockingExecutor {
     /// let inside = executor.clone();
     /// executor
     ///     .execute(&config, || async move {
-    ///         let held = inside.held().await;
+    ///         let held = inside.held();
     ///         assert_eq!(held[0].name, "report");
     ///     })
     ///     .await?;
-    /// assert!(executor.held().await.is_empty());
+    /// assert!(executor.held().is_empty());
     /// # Ok(()) }
     /// ```
-    pub async fn held(&self) -> Vec<HeldLock> {
-        let mut held: Vec<HeldLock> = self.registry.snapshot().await.into_values().collect();
+    pub fn held(&self) -> Vec<HeldLock> {
+        let mut held: Vec<HeldLock> = self.registry.snapshot().into_values().collect();
         held.sort_by(|a, b| a.name.cmp(&b.name));
         held
     }
 
     /// Drains this executor (and its clones): from now on it takes no new lock
     /// ([`execute`](Self::execute) and [`execute_waiting`](Self::execute_waiting) fail with
-    /// [`Error::Draining`], a lock won while the drain began is released unused), and it waits
-    /// until the tasks in flight have finished and released their locks, or `deadline` has
-    /// passed. Tasks still running then are left running (a [`Scheduler`](crate::Scheduler)'s
+    /// [`Error::Draining`]; a waiter notices at its next attempt; a lock won while the drain
+    /// began is released unused), except the nested locks a task in flight takes to finish
+    /// its work, and it waits until the tasks in flight have finished and released their
+    /// locks, or `deadline` has passed. Tasks still running then are left running (a [`Scheduler`](crate::Scheduler)'s
     /// drain cancels them). The report lists each lock waited for and when it was released.
     /// There is no way back: a drained executor stays drained.
     pub async fn drain(&self, deadline: Duration) -> DrainReport {
@@ -401,6 +407,12 @@ impl LockingExecutor {
             "executor drained"
         );
         report
+    }
+
+    /// Waits up to `grace` until every execution's release has completed (after a drain's
+    /// deadline cancelled some). Whether all have.
+    pub(crate) async fn wait_released(&self, grace: Duration) -> bool {
+        self.registry.wait_empty(tokio::time::Instant::now() + grace).await
     }
 
     /// Whether [`drain`](Self::drain) was called on this executor or a clone.
@@ -476,7 +488,7 @@ impl LockingExecutor {
         F: FnOnce() -> Fut,
         Fut: Future<Output = T>,
     {
-        match self.try_acquire(config).await? {
+        match self.try_acquire(config, parent.is_some()).await? {
             Some(lock) => self.run_holding(config, parent, lock, task).await,
             None => {
                 tracing::debug!(lock = config.name(), "lock held elsewhere, task not executed");
@@ -537,7 +549,7 @@ impl LockingExecutor {
             let mut backoff = Backoff::new(wait);
             let mut attempts = 0u32;
             loop {
-                match self.try_acquire(config).await {
+                match self.try_acquire(config, parent.is_some()).await {
                     Ok(Some(lock)) => {
                         metrics::waited(name, self.backend, started.elapsed());
                         return self.run_holding(config, parent, lock, task).await;
@@ -574,8 +586,10 @@ impl LockingExecutor {
     }
 
     /// One attempt at the lock of `config`, with its event, metrics and (on error) log.
-    async fn try_acquire(&self, config: &LockConfig) -> Result<Option<Lock>> {
-        if self.registry.is_draining() {
+    /// One attempt. Refused while draining, unless `nested` (a task in flight takes another
+    /// lock to finish its work).
+    async fn try_acquire(&self, config: &LockConfig, nested: bool) -> Result<Option<Lock>> {
+        if !nested && self.registry.is_draining() {
             return Err(Error::Draining);
         }
         let name = config.name();
@@ -623,23 +637,28 @@ impl LockingExecutor {
         self.emit(ExecutionEvent::Acquired { name, fencing_token });
         let lost = lock.lost_signal();
         let lost_signal = lost.clone();
-        let active = Arc::new(ActiveLock {
-            name: Arc::from(name),
-            provider: backend,
-            parent,
-            lock: Arc::new(tokio::sync::Mutex::new(Some(lock))),
-            lost,
-        });
-        let mut guard = ReleaseOnDrop { active: Some(active.clone()) };
+        let nested = parent.is_some();
+        let name_arc: Arc<str> = Arc::from(name);
         // Registered before the draining flag is read: a drain either sees this execution and
         // waits for it, or this execution sees the flag and runs nothing.
-        let _registration =
-            self.registry.register(active.name.clone(), fencing_token, active.lock.clone());
-        if self.registry.is_draining() {
+        let registration =
+            self.registry.register(name_arc.clone(), fencing_token, lock.lease().clone());
+        let active = Arc::new(ActiveLock {
+            name: name_arc,
+            provider: backend,
+            parent,
+            lock: tokio::sync::Mutex::new(Some(lock)),
+            lost,
+            registration: std::sync::Mutex::new(Some(registration)),
+        });
+        let mut guard = ReleaseOnDrop { active: Some(active.clone()) };
+        if !nested && self.registry.is_draining() {
             if let Some(active) = guard.active.take()
                 && let Err(error) = release(active).await
             {
                 tracing::warn!(lock = name, %error, "releasing a lock won during a drain failed");
+                metrics::error(name, backend, "unlock", &error);
+                self.emit(ExecutionEvent::Failed { name, error: &error });
             }
             return Err(Error::Draining);
         }
@@ -738,15 +757,23 @@ impl Backoff {
 
 /// Releases the lock held by `active`. The unlock runs as its own tokio task when a runtime is
 /// present, so that dropping the caller mid-release still completes it.
+/// The execution's registry entry goes only once the unlock has completed, so a drain waits
+/// for the release itself.
 async fn release(active: Arc<ActiveLock>) -> Result<()> {
     let lock = active.lock.lock().await.take();
+    let registration = active.take_registration();
     let Some(lock) = lock else { return Ok(()) };
+    let unlock = async move {
+        let result = lock.unlock().await;
+        drop(registration);
+        result
+    };
     match tokio::runtime::Handle::try_current() {
-        Ok(rt) => match rt.spawn(lock.unlock()).await {
+        Ok(rt) => match rt.spawn(unlock).await {
             Ok(r) => r,
             Err(join) => Err(Error::backend("executor", join)),
         },
-        Err(_) => lock.unlock().await,
+        Err(_) => unlock.await,
     }
 }
 
@@ -763,6 +790,7 @@ impl Drop for ReleaseOnDrop {
             return;
         };
         let Some(lock) = slot.take() else { return };
+        let registration = active.take_registration();
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
                 let name = active.name.clone();
@@ -770,6 +798,7 @@ impl Drop for ReleaseOnDrop {
                     if let Err(error) = lock.unlock().await {
                         tracing::warn!(lock = %name, %error, "release after cancellation failed");
                     }
+                    drop(registration);
                 });
             }
             Err(_) => tracing::warn!(

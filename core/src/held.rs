@@ -14,7 +14,7 @@ use std::{
 
 use tokio::{sync::Notify, time::Instant};
 
-use crate::provider::Lock;
+use crate::lease::Lease;
 
 /// One lock this process holds through an executor, as seen by
 /// [`LockingExecutor::held`](crate::LockingExecutor::held).
@@ -27,9 +27,9 @@ pub struct HeldLock {
     pub since: SystemTime,
     /// How long it has been held.
     pub held_for: Duration,
-    /// Until when this process may rely on it ([`Lock::valid_until`]), on tokio's clock; `None`
-    /// while its release is under way.
-    pub valid_until: Option<Instant>,
+    /// Until when this process may rely on it ([`Lock::valid_until`](crate::Lock::valid_until),
+    /// its lease, moved forward by each extension), on tokio's clock.
+    pub valid_until: Instant,
     /// The acquisition's fencing token, where the provider has them.
     pub fencing_token: Option<u64>,
 }
@@ -72,14 +72,15 @@ impl DrainReport {
     }
 }
 
-/// A registered execution: enough to describe it without touching its lock for long.
+/// A registered execution: enough to describe it without touching its lock (the lease is read
+/// without waiting for an extension or release under way).
 #[derive(Clone)]
 struct Entry {
     name: Arc<str>,
     since: SystemTime,
     started: Instant,
     fencing_token: Option<u64>,
-    lock: Arc<tokio::sync::Mutex<Option<Lock>>>,
+    lease: Lease,
 }
 
 /// The executions in flight of an executor and its clones, and its draining flag.
@@ -91,8 +92,9 @@ pub(crate) struct Registry {
     changed: Notify,
 }
 
-/// Removes its execution from the registry when dropped: the task finished and released, or
-/// the execution was cancelled (its release is then spawned).
+/// Removes its execution from the registry when dropped. The executor drops it once the lock's
+/// release has completed (also the release spawned for a cancelled execution), or when no
+/// release can be made (the lock then expires after `lock_at_most_for`).
 pub(crate) struct Registration {
     registry: Arc<Registry>,
     id: u64,
@@ -114,41 +116,47 @@ impl Registry {
         self: &Arc<Self>,
         name: Arc<str>,
         fencing_token: Option<u64>,
-        lock: Arc<tokio::sync::Mutex<Option<Lock>>>,
+        lease: Lease,
     ) -> Registration {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let entry =
-            Entry { name, since: SystemTime::now(), started: Instant::now(), fencing_token, lock };
+            Entry { name, since: SystemTime::now(), started: Instant::now(), fencing_token, lease };
         self.entries.lock().unwrap_or_else(PoisonError::into_inner).insert(id, entry);
         Registration { registry: Arc::clone(self), id }
     }
 
-    /// The executions in flight, by id.
-    pub(crate) async fn snapshot(&self) -> BTreeMap<u64, HeldLock> {
-        let entries: Vec<(u64, Entry)> = self
-            .entries
+    /// The executions in flight, by id. Never waits.
+    pub(crate) fn snapshot(&self) -> BTreeMap<u64, HeldLock> {
+        self.entries
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
-            .map(|(id, e)| (*id, e.clone()))
-            .collect();
-        let mut out = BTreeMap::new();
-        for (id, e) in entries {
-            // The lock's mutex is taken only for an extension or the release: bounded by the
-            // provider's time limit. A release under way shows as no validity.
-            let valid_until = e.lock.lock().await.as_ref().map(Lock::valid_until);
-            out.insert(
-                id,
-                HeldLock {
+            .map(|(id, e)| {
+                let held = HeldLock {
                     name: e.name.to_string(),
                     since: e.since,
                     held_for: e.started.elapsed(),
-                    valid_until,
+                    valid_until: e.lease.valid_until(),
                     fencing_token: e.fencing_token,
-                },
-            );
+                };
+                (*id, held)
+            })
+            .collect()
+    }
+
+    /// Waits until no execution is registered, or `until`. Whether none is left.
+    pub(crate) async fn wait_empty(&self, until: Instant) -> bool {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.entries.lock().unwrap_or_else(PoisonError::into_inner).is_empty() {
+                return true;
+            }
+            if tokio::time::timeout_at(until, changed).await.is_err() {
+                return self.entries.lock().unwrap_or_else(PoisonError::into_inner).is_empty();
+            }
         }
-        out
     }
 
     /// Stops new executions, then waits until the ones in flight have finished or `deadline`
@@ -157,7 +165,7 @@ impl Registry {
         self.draining.store(true, Ordering::SeqCst);
         let began = Instant::now();
         let until = began + deadline;
-        let waiting = self.snapshot().await;
+        let waiting = self.snapshot();
         let mut released: BTreeMap<u64, Duration> = BTreeMap::new();
         loop {
             let changed = self.changed.notified();

@@ -329,7 +329,10 @@ impl ProviderSettings {
 /// assert_eq!(settings.locked_by(), "billing-7");
 /// ```
 pub trait ProviderBuilder: Sized {
-    /// The shared settings this builder embeds, validated by its `build`.
+    /// The shared settings this builder embeds, validated by its `build`: for the provided
+    /// setters, not for application code (setting through it a mode the provider does not
+    /// offer, such as a time source or the compatible mode, is not supported).
+    #[doc(hidden)]
     fn settings_mut(&mut self) -> &mut ProviderSettings;
 
     /// The time limit of each lock operation, waiting for and opening connections included
@@ -354,7 +357,7 @@ pub trait ProviderBuilder: Sized {
 
 /// The setter of a builder whose provider can compute leases from this instance's clock (it
 /// offers client time): [`clock`](Self::clock). Providers on server time only do not implement
-/// it, so a clock that would never be read cannot be set.
+/// it: their builders offer no clock that would never be read.
 pub trait ClockBuilder: ProviderBuilder {
     /// This instance's wall clock (default: the system clock). It computes the lease only in
     /// client time ([`TimeSource::Client`], the only mode of a provider without server time);

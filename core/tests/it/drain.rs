@@ -12,8 +12,8 @@ use std::{
 
 use async_trait::async_trait;
 use shedlock::{
-    Capabilities, Error, Lock, LockConfig, LockProvider, LockingExecutor, Schedule, Scheduler,
-    SharedClock, TaskResult, TokioClock,
+    Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, LockingExecutor, Schedule,
+    Scheduler, SharedClock, TaskResult, TokioClock,
 };
 use shedlock_memory::{MemoryLockProvider, MemoryServer};
 use tokio::{sync::Notify, time::Instant};
@@ -59,29 +59,29 @@ fn spawn_task(
 async fn held_lists_the_locks_in_flight_with_validity_and_token_and_forgets_them_when_released() {
     let server = server();
     let executor = executor(&server);
-    assert!(executor.held().await.is_empty());
+    assert!(executor.held().is_empty());
     let started = Instant::now();
     let a = spawn_task(&executor, "a", Duration::from_secs(2));
     let b = spawn_task(&executor, "b", Duration::from_secs(4));
     tokio::time::sleep(Duration::from_secs(1)).await;
 
-    let held = executor.held().await;
+    let held = executor.held();
     let names: Vec<&str> = held.iter().map(|h| h.name.as_str()).collect();
     assert_eq!(names, ["a", "b"], "in name order");
     for h in &held {
         assert_eq!(h.held_for, Duration::from_secs(1), "{h:?}");
         // Won at the start with a 60 s lease.
-        assert_eq!(h.valid_until, Some(started + Duration::from_secs(60)), "{h:?}");
+        assert_eq!(h.valid_until, started + Duration::from_secs(60), "{h:?}");
         assert!(h.fencing_token.is_some(), "the memory provider fences: {h:?}");
     }
     assert_ne!(held[0].fencing_token, held[1].fencing_token);
     // A clone sees the same executions.
-    assert_eq!(executor.clone().held().await, held);
+    assert_eq!(executor.clone().held(), held);
 
     assert!(a.await.unwrap().unwrap().was_executed());
-    assert_eq!(executor.held().await.iter().map(|h| h.name.clone()).collect::<Vec<_>>(), ["b"]);
+    assert_eq!(executor.held().iter().map(|h| h.name.clone()).collect::<Vec<_>>(), ["b"]);
     assert!(b.await.unwrap().unwrap().was_executed());
-    assert!(executor.held().await.is_empty());
+    assert!(executor.held().is_empty());
 }
 
 #[tokio::test(start_paused = true)]
@@ -220,10 +220,41 @@ async fn a_scheduler_drain_lets_the_fire_in_flight_finish_and_fires_no_more() {
     assert_eq!(started.load(Ordering::SeqCst), 1, "no fire after the drain");
 }
 
+/// The in-memory provider with an unlock that takes a second (as a round trip to a slow
+/// backend would): what a drain must wait for before the process may exit.
+#[derive(Debug)]
+struct SlowUnlock(MemoryLockProvider);
+
+struct SlowHandle(Box<dyn LockHandle>);
+
+#[async_trait]
+impl LockHandle for SlowHandle {
+    async fn unlock(&mut self, config: &LockConfig) -> shedlock::Result<()> {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        self.0.unlock(config).await
+    }
+
+    fn fencing_token(&self) -> Option<u64> {
+        self.0.fencing_token()
+    }
+}
+
+#[async_trait]
+impl LockProvider for SlowUnlock {
+    async fn try_lock(&self, config: &LockConfig) -> shedlock::Result<Option<Lock>> {
+        Ok(self.0.try_lock(config).await?.map(|l| l.map_handle(SlowHandle)))
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.0.capabilities()
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_scheduler_drain_past_its_deadline_cancels_the_fire_and_releases_its_lock() {
     let server = server();
-    let scheduler = Scheduler::new(executor(&server));
+    let executor = LockingExecutor::new(Arc::new(SlowUnlock(MemoryLockProvider::new(&server))));
+    let scheduler = Scheduler::new(executor.clone());
     let finished = Arc::new(AtomicUsize::new(0));
     let f = finished.clone();
     scheduler
@@ -240,8 +271,44 @@ async fn a_scheduler_drain_past_its_deadline_cancels_the_fire_and_releases_its_l
     assert!(!report.is_complete(), "{report:?}");
     assert_eq!(report.unfinished().collect::<Vec<_>>(), ["stuck"]);
     assert_eq!(finished.load(Ordering::SeqCst), 0, "cancelled, not finished");
-    // The cancelled execution's release is spawned: let it run, then the name is free, long
-    // before its 60 s lease would have ended.
-    tokio::time::sleep(Duration::from_millis(10)).await;
+    // The drain returned after the cancelled fire's release completed: nothing is held, and
+    // the name is free at once (a process exiting now loses nothing), long before its 60 s
+    // lease would end.
+    assert!(executor.held().is_empty(), "drain returned before the release: {:?}", executor.held());
     assert!(free(&server, "stuck").await, "the cancelled fire's lock is released");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_task_in_flight_may_still_take_nested_locks_while_draining() {
+    let server = server();
+    let executor = executor(&server);
+    let inner = executor.clone();
+    let draining = Arc::new(Notify::new());
+    let began = draining.clone();
+    let outer = tokio::spawn({
+        let executor = executor.clone();
+        async move {
+            executor
+                .execute(&cfg("outer"), || async move {
+                    began.notified().await; // the drain has begun
+                    // Finishing its work needs another lock: allowed, the drain waits for it.
+                    inner.execute(&cfg("inner"), || async { 7 }).await
+                })
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let drain = tokio::spawn({
+        let executor = executor.clone();
+        async move { executor.drain(Duration::from_secs(30)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert!(executor.is_draining());
+    draining.notify_one();
+    let nested = outer.await.unwrap().unwrap();
+    assert!(matches!(nested, TaskResult::Executed(Ok(TaskResult::Executed(7)))), "{nested:?}");
+    let report = drain.await.unwrap();
+    assert!(report.is_complete(), "{report:?}");
+    assert_eq!(report.waited_for.len(), 1, "only the outer lock was held when it began");
+    assert!(free(&server, "outer").await && free(&server, "inner").await);
 }

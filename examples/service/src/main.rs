@@ -149,7 +149,7 @@ async fn main() -> Result<(), BoxError> {
         _ = term.recv() => tracing::info!("SIGTERM: draining"),
         _ = tokio::signal::ctrl_c() => tracing::info!("Ctrl-C: draining"),
     }
-    let held = scheduler.executor().held().await;
+    let held = scheduler.executor().held();
     tracing::info!(
         locks = ?held.iter().map(|h| h.name.as_str()).collect::<Vec<_>>(),
         "holding these locks at the stop"

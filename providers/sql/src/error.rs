@@ -56,7 +56,10 @@ pub fn map_sqlx_error(
         // and MariaDB's access denied 28000): the configuration's credentials, not a fault that
         // retrying mends. The server's own message, without the driver's decoration (sqlx
         // appends PostgreSQL's source line, which reads like a line of the user's SQL).
-        sqlx::Error::Database(db) if db.code().is_some_and(|c| c.starts_with("28")) => {
+        // A SQLSTATE has five characters (SQLite's result codes are numbers: "2835" is not one).
+        sqlx::Error::Database(db)
+            if db.code().is_some_and(|c| c.len() == 5 && c.starts_with("28")) =>
+        {
             Error::Setup {
                 backend,
                 message: format!(

@@ -31,18 +31,18 @@ fn starts_of(log: &std::path::Path, job: &str) -> Vec<(u64, String)> {
         .collect()
 }
 
-/// Waits (up to 6 s, longer than a digest period) until the log shows a digest that started and
-/// has not ended; returns its fire second and the node running it.
-async fn digest_in_flight(log: &std::path::Path) -> (u64, String) {
+/// Waits (up to 6 s, longer than a digest period) for a digest that starts after this call:
+/// it has its whole 1.5 s of work ahead. Returns its fire second and the node running it.
+async fn fresh_digest(log: &std::path::Path) -> (u64, String) {
+    let before = starts_of(log, "digest");
     let deadline = Instant::now() + Duration::from_secs(6);
     while Instant::now() < deadline {
-        let ended: Vec<u64> = starts_of_ends(log);
-        if let Some(run) = starts_of(log, "digest").into_iter().find(|(s, _)| !ended.contains(s)) {
+        if let Some(run) = starts_of(log, "digest").into_iter().find(|r| !before.contains(r)) {
             return run;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    panic!("no digest in flight within 6 s: {}", std::fs::read_to_string(log).unwrap_or_default());
+    panic!("no digest started within 6 s: {}", std::fs::read_to_string(log).unwrap_or_default());
 }
 
 /// The fire seconds of the digests that ended.
@@ -78,11 +78,13 @@ async fn three_processes_run_every_fire_time_once_and_a_drained_node_finishes_it
     // it drains (its digest finishes and releases the lock) and exits, and the other two take
     // the next fire times.
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let (in_flight, runner) = digest_in_flight(&log).await;
+    let (in_flight, runner) = fresh_digest(&log).await;
     let k: usize = runner.strip_prefix("node-").unwrap().parse().unwrap();
     let mut children: Vec<Option<Child>> = children.into_iter().map(Some).collect();
     let stopping = children[k].take().unwrap();
     let stopped_at = Instant::now();
+    let signalled_at =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
     sigterm(&stopping);
     let drained =
         tokio::task::spawn_blocking(move || stopping.wait_with_output().unwrap()).await.unwrap();
@@ -99,6 +101,17 @@ async fn three_processes_run_every_fire_time_once_and_a_drained_node_finishes_it
         starts_of_ends(&log).contains(&in_flight),
         "the digest in flight at SIGTERM (fire {in_flight}) finished"
     );
+    // Draining, it took no new lock: no run of any job on it at a fire time a whole second
+    // after the signal's second (the margin covers the signal's delivery and handling, which
+    // take milliseconds, when it was sent just before a second boundary).
+    for job in ["report", "cleanup", "digest"] {
+        let late: Vec<u64> = starts_of(&log, job)
+            .into_iter()
+            .filter(|(second, node)| *node == runner && *second > signalled_at + 1)
+            .map(|(second, _)| second)
+            .collect();
+        assert!(late.is_empty(), "{runner} ran {job} at {late:?}, after SIGTERM at {signalled_at}");
+    }
     // The next digest fire time (5 s later) runs on another node.
     let next = in_flight + 5;
     let deadline = Instant::now() + Duration::from_secs(8);
@@ -109,7 +122,7 @@ async fn three_processes_run_every_fire_time_once_and_a_drained_node_finishes_it
         assert!(Instant::now() < deadline, "nobody ran digest fire {next}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    assert_ne!(taker, runner, "the drained node took a new lock");
+    assert_ne!(taker, runner);
 
     for c in children.iter().flatten() {
         sigterm(c);

@@ -19,6 +19,12 @@ async fn url() -> String {
     shedlock_test_support::url(Backend::Redis, "Redis").await
 }
 
+/// A fault proxy in front of the shared Redis server.
+async fn proxy() -> FaultProxy {
+    let service = shedlock_test_support::service(Backend::Redis, "Redis").await.unwrap();
+    FaultProxy::start(common::addr_of(service).unwrap()).await.unwrap()
+}
+
 async fn raw() -> redis::aio::MultiplexedConnection {
     redis::Client::open(url().await).unwrap().get_multiplexed_async_connection().await.unwrap()
 }
@@ -60,10 +66,7 @@ async fn keys_carry_prefix_environment_and_an_escaped_hash_tag_and_the_value_nam
 
 #[tokio::test]
 async fn acquire_release_and_extend_are_one_round_trip_each() {
-    let addr =
-        common::addr_of(shedlock_test_support::service(Backend::Redis, "Redis").await.unwrap())
-            .unwrap();
-    let proxy = FaultProxy::start(addr).await.unwrap();
+    let proxy = proxy().await;
     let p =
         common::provider(&format!("redis://{}", proxy.addr()), &format!("{}:", unique("rt"))).await;
     let name = unique("job");
@@ -192,10 +195,7 @@ async fn the_debug_output_leaves_out_the_connection_and_its_password() {
 #[tokio::test]
 async fn a_server_gone_after_connecting_is_unavailable_and_the_message_says_why() {
     use shedlock_test_support::unreachable::{GONE, assert_named};
-    let addr =
-        common::addr_of(shedlock_test_support::service(Backend::Redis, "Redis").await.unwrap())
-            .unwrap();
-    let proxy = FaultProxy::start(addr).await.unwrap();
+    let proxy = proxy().await;
     let manager = common::manager(&format!("redis://{}", proxy.addr())).await.unwrap();
     let p = RedisLockProvider::builder(manager)
         .key_prefix(format!("{}:", unique("gone")))
