@@ -11,7 +11,11 @@
 //!    cycle (cargo cannot order a cycle, nor can crates.io publish its first release).
 //! 2. `cargo package --allow-dirty -p <each>` over the whole set at once (cargo resolves their
 //!    dependencies on each other through a local overlay of the freshly packaged ones), which
-//!    by default also builds every packaged crate on its own (`--no-verify` skips that).
+//!    by default also builds every packaged crate on its own (`--no-verify` skips that). The
+//!    builds go to `<target>/package-verify`, and what earlier runs left of our crates (their
+//!    unpacked copies in cargo's registry cache, their builds there) is removed first: cargo
+//!    reuses a registry crate's copy and build by name and version, and ours change under the
+//!    same version.
 //! 3. The `.crate` files themselves: each holds the root's `LICENSE*` files and its readme, and
 //!    its normalized `Cargo.toml` names no `publish = false` member.
 
@@ -63,6 +67,75 @@ pub(crate) fn is_publishable(package: &Value) -> bool {
         Some(Value::Array(list)) => !list.is_empty(),
         Some(_) => false,
     }
+}
+
+/// Removes the builds of the published crates (fingerprints, libraries, build scripts) from
+/// the verification target directory `target`, keeping every other crate's.
+fn forget_builds(target: &Path, published: &[&Member]) {
+    for profile in ["debug", "release"] {
+        for kind in [".fingerprint", "deps", "build"] {
+            let Ok(entries) = std::fs::read_dir(target.join(profile).join(kind)) else { continue };
+            for entry in entries.flatten() {
+                let file = entry.file_name().to_string_lossy().into_owned();
+                let ours = published.iter().any(|m| {
+                    let stem = m.name.replace('-', "_");
+                    [format!("{}-", m.name), format!("lib{stem}-"), format!("{stem}-")]
+                        .iter()
+                        // `<name>-<hash>`: a longer crate name (`shedlock-sql-<hash>` for
+                        // `shedlock`) leaves a `-` in the rest.
+                        .any(|prefix| {
+                            file.strip_prefix(prefix.as_str())
+                                .is_some_and(|rest| !rest.contains('-'))
+                        })
+                });
+                if ours {
+                    let path = entry.path();
+                    let _ = if path.is_dir() {
+                        std::fs::remove_dir_all(&path)
+                    } else {
+                        std::fs::remove_file(&path)
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// Cargo's home: `$CARGO_HOME`, else `~/.cargo`.
+fn cargo_home() -> Option<PathBuf> {
+    std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+}
+
+/// Removes what earlier `cargo package` runs left of the published crates in cargo's registry
+/// cache: `registry/src/<index>/<name>-<version>/` and `registry/cache/<index>/<name>-<version>.crate`.
+///
+/// Verification resolves the crates on each other through a local registry that stands in for
+/// crates.io, and cargo unpacks each `.crate` into `registry/src/`, keyed by name and version
+/// only. A directory unpacked by an earlier run (with the same version but older sources) is
+/// reused as it is: a provider is then built against the old `shedlock` and fails on any API
+/// added since (seen on CI, whose cargo home outlives its checkouts). None of our crates comes
+/// from crates.io, so nothing else uses these copies; cargo unpacks them again when needed.
+/// Returns how many entries it removed.
+fn forget_extracted_copies(published: &[&Member]) -> usize {
+    let Some(home) = cargo_home() else { return 0 };
+    let mut removed = 0;
+    for (kind, suffix) in [("src", ""), ("cache", ".crate")] {
+        let Ok(indexes) = std::fs::read_dir(home.join("registry").join(kind)) else { continue };
+        for index in indexes.flatten() {
+            for m in published {
+                let entry = index.path().join(format!("{}-{}{suffix}", m.name, m.version));
+                let gone = if entry.is_dir() {
+                    std::fs::remove_dir_all(&entry).is_ok()
+                } else {
+                    entry.is_file() && std::fs::remove_file(&entry).is_ok()
+                };
+                removed += usize::from(gone);
+            }
+        }
+    }
+    removed
 }
 
 /// Applies the manifest rules to `cargo metadata --no-deps` output.
@@ -288,7 +361,30 @@ pub fn run(args: &[String]) -> Result<u8, String> {
         eprintln!("xtask: package: {p}");
     }
 
+    if verify {
+        let forgotten = forget_extracted_copies(&published);
+        if forgotten > 0 {
+            eprintln!(
+                "xtask: removed {forgotten} copies of workspace crates that earlier package runs \
+                 left in cargo's registry cache (the build would reuse their stale sources)"
+            );
+        }
+    }
+
+    // Packages are verified in a target directory of their own, where every build of a
+    // workspace crate comes from the local registry: those builds are removed before each run
+    // (cargo takes a registry crate's build as fresh whatever its sources, since a published
+    // version never changes; ours change under the same version). Third-party builds stay.
+    let target = meta
+        .get("target_directory")
+        .and_then(Value::as_str)
+        .map(PathBuf::from)
+        .ok_or("cargo metadata: no target_directory")?
+        .join("package-verify");
+    forget_builds(&target, &published);
+
     let mut cmd = cargo();
+    cmd.env("CARGO_TARGET_DIR", &target);
     cmd.args(["package", "--allow-dirty"]);
     if !verify {
         cmd.arg("--no-verify");
@@ -310,12 +406,7 @@ pub fn run(args: &[String]) -> Result<u8, String> {
             if verify { "packaged and built" } else { "packaged (not built: --no-verify)" },
             published.len()
         );
-        let dir = meta
-            .get("target_directory")
-            .and_then(Value::as_str)
-            .map(PathBuf::from)
-            .ok_or("cargo metadata: no target_directory")?
-            .join("package");
+        let dir = target.join("package");
         let licenses = root_licenses();
         for m in &published {
             let top = format!("{}-{}", m.name, m.version);
@@ -421,6 +512,44 @@ mod tests {
         bare["description"] = Value::Null;
         let p = problems(vec![bare, pkg("b", json!(["crates-io"]), vec![])]);
         assert_eq!(p.len(), 3, "{p:?}");
+    }
+
+    #[test]
+    fn forgetting_builds_removes_only_the_published_crates_own() {
+        let dir = std::env::temp_dir().join(format!("xtask-forget-{}", std::process::id()));
+        let member = |name: &str| Member {
+            name: name.into(),
+            version: "0.1.0".into(),
+            publishable: true,
+            readme: None,
+        };
+        let (core, sql) = (member("shedlock"), member("shedlock-sql"));
+        let files = [
+            ("debug/.fingerprint/shedlock-0a1b", true),
+            ("debug/.fingerprint/shedlock-sql-99ff", true),
+            ("debug/deps/libshedlock-0a1b.rlib", true),
+            ("debug/deps/libshedlock_sql-99ff.rmeta", true),
+            ("debug/deps/shedlock-0a1b.d", true),
+            ("debug/build/shedlock-sql-77aa", true),
+            // Other crates' builds, kept.
+            ("debug/.fingerprint/shedlock-duration-1234", false),
+            ("debug/deps/libtokio-5678.rlib", false),
+            ("debug/deps/libshedlock_duration-1234.rlib", false),
+        ];
+        for (f, _) in files {
+            let path = dir.join(f);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            if f.contains(".fingerprint") || f.contains("/build/") {
+                std::fs::create_dir_all(&path).unwrap();
+            } else {
+                std::fs::write(&path, b"x").unwrap();
+            }
+        }
+        forget_builds(&dir, &[&core, &sql]);
+        for (f, removed) in files {
+            assert_eq!(!dir.join(f).exists(), removed, "{f}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
