@@ -762,10 +762,18 @@ impl Backoff {
 async fn release(active: Arc<ActiveLock>) -> Result<()> {
     let lock = active.lock.lock().await.take();
     let registration = active.take_registration();
-    let Some(lock) = lock else { return Ok(()) };
+    let Some(lock) = lock else {
+        // Released already, by whoever took it: not a failed release.
+        if let Some(r) = registration {
+            r.finish(true);
+        }
+        return Ok(());
+    };
     let unlock = async move {
         let result = lock.unlock().await;
-        drop(registration);
+        if let Some(r) = registration {
+            r.finish(result.is_ok());
+        }
         result
     };
     match tokio::runtime::Handle::try_current() {
@@ -795,10 +803,13 @@ impl Drop for ReleaseOnDrop {
             Ok(rt) => {
                 let name = active.name.clone();
                 rt.spawn(async move {
-                    if let Err(error) = lock.unlock().await {
+                    let result = lock.unlock().await;
+                    if let Err(error) = &result {
                         tracing::warn!(lock = %name, %error, "release after cancellation failed");
                     }
-                    drop(registration);
+                    if let Some(r) = registration {
+                        r.finish(result.is_ok());
+                    }
                 });
             }
             Err(_) => tracing::warn!(

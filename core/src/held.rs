@@ -40,9 +40,12 @@ pub struct HeldLock {
 pub struct DrainedLock {
     /// The lock as it was when the drain began.
     pub lock: HeldLock,
-    /// How long after the drain began its task finished and the lock was released; `None` if
-    /// it was still running at the deadline.
+    /// How long after the drain began its task finished and the lock's release completed;
+    /// `None` if it was still running at the deadline.
     pub released_after: Option<Duration>,
+    /// Whether that release failed (or could not be made): the lock then stays held until its
+    /// `lock_at_most_for` has passed, and another instance can take it only after that.
+    pub release_failed: bool,
 }
 
 /// What a drain ([`LockingExecutor::drain`](crate::LockingExecutor::drain),
@@ -61,9 +64,10 @@ pub struct DrainReport {
 }
 
 impl DrainReport {
-    /// Whether every task in flight finished and released its lock before the deadline.
+    /// Whether every task in flight finished before the deadline and its lock's release
+    /// succeeded.
     pub fn is_complete(&self) -> bool {
-        !self.deadline_passed
+        !self.deadline_passed && !self.waited_for.iter().any(|d| d.release_failed)
     }
 
     /// The names still held at the deadline.
@@ -87,6 +91,9 @@ struct Entry {
 #[derive(Default)]
 pub(crate) struct Registry {
     entries: Mutex<BTreeMap<u64, Entry>>,
+    /// The executions whose release failed or was never made, noted only while draining (so it
+    /// stays as small as the drain).
+    failed: Mutex<std::collections::BTreeSet<u64>>,
     next: AtomicU64,
     draining: AtomicBool,
     changed: Notify,
@@ -98,10 +105,21 @@ pub(crate) struct Registry {
 pub(crate) struct Registration {
     registry: Arc<Registry>,
     id: u64,
+    released: bool,
+}
+
+impl Registration {
+    /// Ends the registration after the lock's release: `released` says whether it succeeded.
+    pub(crate) fn finish(mut self, released: bool) {
+        self.released = released;
+    }
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
+        if !self.released && self.registry.is_draining() {
+            self.registry.failed.lock().unwrap_or_else(PoisonError::into_inner).insert(self.id);
+        }
         self.registry.entries.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.id);
         self.registry.changed.notify_waiters();
     }
@@ -122,7 +140,7 @@ impl Registry {
         let entry =
             Entry { name, since: SystemTime::now(), started: Instant::now(), fencing_token, lease };
         self.entries.lock().unwrap_or_else(PoisonError::into_inner).insert(id, entry);
-        Registration { registry: Arc::clone(self), id }
+        Registration { registry: Arc::clone(self), id, released: false }
     }
 
     /// The executions in flight, by id. Never waits.
@@ -187,9 +205,15 @@ impl Registry {
             }
         }
         let deadline_passed = released.len() < waiting.len();
+        let failed =
+            std::mem::take(&mut *self.failed.lock().unwrap_or_else(PoisonError::into_inner));
         let mut waited_for: Vec<DrainedLock> = waiting
             .into_iter()
-            .map(|(id, lock)| DrainedLock { lock, released_after: released.get(&id).copied() })
+            .map(|(id, lock)| DrainedLock {
+                lock,
+                released_after: released.get(&id).copied(),
+                release_failed: failed.contains(&id),
+            })
             .collect();
         waited_for.sort_by(|a, b| a.lock.name.cmp(&b.lock.name));
         DrainReport { waited_for, took: began.elapsed(), deadline_passed }

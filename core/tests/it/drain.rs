@@ -102,6 +102,7 @@ async fn a_drain_waits_for_the_tasks_in_flight_then_refuses_new_locks() {
         [("long", Some(Duration::from_secs(4))), ("short", Some(Duration::from_secs(1)))]
     );
     assert_eq!(report.unfinished().count(), 0);
+    assert!(report.waited_for.iter().all(|d| !d.release_failed), "{report:?}");
     assert!(matches!(short.await.unwrap(), Ok(TaskResult::Executed(()))));
     assert!(matches!(long.await.unwrap(), Ok(TaskResult::Executed(()))));
     // Released: another node takes the names at once.
@@ -248,6 +249,47 @@ impl LockProvider for SlowUnlock {
     fn capabilities(&self) -> Capabilities {
         self.0.capabilities()
     }
+}
+
+/// The in-memory provider with an unlock that fails (the backend went away at the end).
+#[derive(Debug)]
+struct FailingUnlock(MemoryLockProvider);
+
+struct FailingHandle;
+
+#[async_trait]
+impl LockHandle for FailingHandle {
+    async fn unlock(&mut self, _: &LockConfig) -> shedlock::Result<()> {
+        Err(Error::unavailable("failing-unlock", "the backend went away"))
+    }
+}
+
+#[async_trait]
+impl LockProvider for FailingUnlock {
+    async fn try_lock(&self, config: &LockConfig) -> shedlock::Result<Option<Lock>> {
+        // The real lock stays held (its handle is dropped, not unlocked): as on a backend that
+        // could not be told.
+        Ok(self.0.try_lock(config).await?.map(|l| l.map_handle(|_| FailingHandle)))
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.0.capabilities()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_reports_a_release_that_failed_and_is_not_complete() {
+    let server = server();
+    let executor = LockingExecutor::new(Arc::new(FailingUnlock(MemoryLockProvider::new(&server))));
+    let task = spawn_task(&executor, "unreleased", Duration::from_secs(2));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let report = executor.drain(Duration::from_secs(30)).await;
+    assert!(task.await.unwrap().unwrap().was_executed());
+    assert!(!report.deadline_passed, "the task finished in time: {report:?}");
+    assert_eq!(report.waited_for.len(), 1);
+    assert!(report.waited_for[0].release_failed, "{report:?}");
+    assert!(!report.is_complete(), "a lock left held is not a complete drain");
+    assert!(!free(&server, "unreleased").await, "held until lock_at_most_for");
 }
 
 #[tokio::test(start_paused = true)]

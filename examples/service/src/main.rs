@@ -159,6 +159,10 @@ async fn main() -> Result<(), BoxError> {
     let report = scheduler.drain(Duration::from_secs(10)).await;
     for d in &report.waited_for {
         match d.released_after {
+            Some(after) if d.release_failed => {
+                tracing::warn!(lock = %d.lock.name, ?after, "drain: its release failed; it expires after lock_at_most_for");
+                println!("drained {} release_failed after_ms={}", d.lock.name, after.as_millis());
+            }
             Some(after) => {
                 tracing::info!(lock = %d.lock.name, ?after, "drain: waited for it to finish");
                 println!("drained {} released_after_ms={}", d.lock.name, after.as_millis());
