@@ -769,13 +769,7 @@ async fn release(active: Arc<ActiveLock>) -> Result<()> {
         }
         return Ok(());
     };
-    let unlock = async move {
-        let result = lock.unlock().await;
-        if let Some(r) = registration {
-            r.finish(result.is_ok());
-        }
-        result
-    };
+    let unlock = unlock_then_finish(lock, registration);
     match tokio::runtime::Handle::try_current() {
         Ok(rt) => match rt.spawn(unlock).await {
             Ok(r) => r,
@@ -783,6 +777,16 @@ async fn release(active: Arc<ActiveLock>) -> Result<()> {
         },
         Err(_) => unlock.await,
     }
+}
+
+/// Unlocks `lock`, then ends its registration with the outcome: the registry entry goes only
+/// once the release has completed.
+async fn unlock_then_finish(lock: Lock, registration: Option<Registration>) -> Result<()> {
+    let result = lock.unlock().await;
+    if let Some(r) = registration {
+        r.finish(result.is_ok());
+    }
+    result
 }
 
 /// Releases the lock when the executing future is dropped before it could release normally.
@@ -803,12 +807,8 @@ impl Drop for ReleaseOnDrop {
             Ok(rt) => {
                 let name = active.name.clone();
                 rt.spawn(async move {
-                    let result = lock.unlock().await;
-                    if let Err(error) = &result {
+                    if let Err(error) = unlock_then_finish(lock, registration).await {
                         tracing::warn!(lock = %name, %error, "release after cancellation failed");
-                    }
-                    if let Some(r) = registration {
-                        r.finish(result.is_ok());
                     }
                 });
             }

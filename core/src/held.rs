@@ -162,19 +162,30 @@ impl Registry {
             .collect()
     }
 
-    /// Waits until no execution is registered, or `until`. Whether none is left.
-    pub(crate) async fn wait_empty(&self, until: Instant) -> bool {
+    /// Waits until `done` holds for the registered executions, or `until`; `done` is asked
+    /// again after every change and once more at `until`. Whether it held.
+    async fn wait_for(
+        &self,
+        until: Instant,
+        mut done: impl FnMut(&BTreeMap<u64, Entry>) -> bool,
+    ) -> bool {
         loop {
+            // Enabled before the look, so a change between the look and the wait is not lost.
             let changed = self.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            if self.entries.lock().unwrap_or_else(PoisonError::into_inner).is_empty() {
+            if done(&self.entries.lock().unwrap_or_else(PoisonError::into_inner)) {
                 return true;
             }
             if tokio::time::timeout_at(until, changed).await.is_err() {
-                return self.entries.lock().unwrap_or_else(PoisonError::into_inner).is_empty();
+                return done(&self.entries.lock().unwrap_or_else(PoisonError::into_inner));
             }
         }
+    }
+
+    /// Waits until no execution is registered, or `until`. Whether none is left.
+    pub(crate) async fn wait_empty(&self, until: Instant) -> bool {
+        self.wait_for(until, BTreeMap::is_empty).await
     }
 
     /// Stops new executions, then waits until the ones in flight have finished or `deadline`
@@ -182,28 +193,15 @@ impl Registry {
     pub(crate) async fn drain(&self, deadline: Duration) -> DrainReport {
         self.draining.store(true, Ordering::SeqCst);
         let began = Instant::now();
-        let until = began + deadline;
         let waiting = self.snapshot();
         let mut released: BTreeMap<u64, Duration> = BTreeMap::new();
-        loop {
-            let changed = self.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            {
-                let entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
-                for id in waiting.keys() {
-                    if !entries.contains_key(id) {
-                        released.entry(*id).or_insert_with(|| began.elapsed());
-                    }
-                }
+        self.wait_for(began + deadline, |entries| {
+            for id in waiting.keys().filter(|id| !entries.contains_key(id)) {
+                released.entry(*id).or_insert_with(|| began.elapsed());
             }
-            if released.len() == waiting.len() || Instant::now() >= until {
-                break;
-            }
-            if tokio::time::timeout_at(until, changed).await.is_err() {
-                continue; // one last look at the deadline
-            }
-        }
+            released.len() == waiting.len()
+        })
+        .await;
         let deadline_passed = released.len() < waiting.len();
         let failed =
             std::mem::take(&mut *self.failed.lock().unwrap_or_else(PoisonError::into_inner));
