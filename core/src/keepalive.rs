@@ -8,6 +8,7 @@ use tokio::{sync::Mutex, task::JoinHandle, time::Instant};
 use crate::{
     config::LockConfig,
     error::{Error, Result},
+    inspect::{ForceRelease, LockInfo, LockPage},
     lease::Lease,
     provider::{Capabilities, Lock, LockHandle, LockProvider},
 };
@@ -68,6 +69,18 @@ impl LockProvider for KeepAliveProvider {
 
     async fn check(&self) -> Result<()> {
         self.inner.check().await
+    }
+
+    async fn inspect(&self, name: &str) -> Result<Option<LockInfo>> {
+        self.inner.inspect(name).await
+    }
+
+    async fn list(&self, prefix: &str, cursor: Option<&str>, limit: usize) -> Result<LockPage> {
+        self.inner.list(prefix, cursor, limit).await
+    }
+
+    async fn force_release(&self, seen: &LockInfo) -> Result<ForceRelease> {
+        self.inner.force_release(seen).await
     }
 }
 

@@ -52,6 +52,7 @@ mod duration;
 mod error;
 mod executor;
 mod held;
+pub mod inspect;
 mod keepalive;
 mod lease;
 pub mod metrics;
@@ -71,6 +72,7 @@ pub use executor::{
     active_lock_lost_signal, active_lock_name, assert_locked, extend_active_lock,
 };
 pub use held::{DrainReport, DrainedLock, HeldLock};
+pub use inspect::{ForceRelease, LockInfo, LockPage};
 pub use keepalive::KeepAliveProvider;
 pub use lease::{Acquisition, Lease, LostSignal};
 pub use provider::{Capabilities, Lock, LockHandle, LockProvider};

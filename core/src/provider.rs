@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use crate::{
     config::LockConfig,
     error::{Error, Result},
+    inspect::{ForceRelease, LockInfo, LockPage},
     lease::{Lease, LostSignal},
 };
 
@@ -46,6 +47,37 @@ pub trait LockProvider: Send + Sync + 'static {
     async fn check(&self) -> Result<()> {
         Ok(())
     }
+
+    /// The record of the lock `name` as the backend holds it (`None`: no record), with the
+    /// backend's judgement of whether it is held ([`LockInfo::held`]). Reads only: changes
+    /// nothing, blocks no contender. Declared by [`Capabilities::inspect`]; the default answers
+    /// [`Error::Unsupported`].
+    async fn inspect(&self, name: &str) -> Result<Option<LockInfo>> {
+        let _ = name;
+        Err(Error::Unsupported { backend: self.backend_name(), operation: "inspect" })
+    }
+
+    /// The records whose names start with `prefix` (`""`: all), one page of at most `limit`
+    /// (within `1..=`[`MAX_PAGE`](crate::inspect::MAX_PAGE)) at a time: start with `cursor`
+    /// `None`, then pass each page's [`next`](LockPage::next) until it is `None`. Every record
+    /// stored for the whole listing is returned exactly once; one created or deleted meanwhile
+    /// may or may not be. Reads only. Declared by [`Capabilities::list`]; the default answers
+    /// [`Error::Unsupported`].
+    async fn list(&self, prefix: &str, cursor: Option<&str>, limit: usize) -> Result<LockPage> {
+        let _ = (prefix, cursor, limit);
+        Err(Error::Unsupported { backend: self.backend_name(), operation: "list" })
+    }
+
+    /// Releases the lock of `seen` if its record still belongs to the acquisition seen
+    /// ([`LockInfo::acquisition`]): a compare-and-delete, so a lock released and taken again
+    /// since it was inspected is never touched ([`ForceRelease::Changed`]). The holder that lost
+    /// it sees [`Error::LockLost`] on its next extend; its unlock changes nothing. For
+    /// operators (a holder stuck beyond reason), never for application code. Declared by
+    /// [`Capabilities::force_release`]; the default answers [`Error::Unsupported`].
+    async fn force_release(&self, seen: &LockInfo) -> Result<ForceRelease> {
+        let _ = seen;
+        Err(Error::Unsupported { backend: self.backend_name(), operation: "force_release" })
+    }
 }
 
 #[async_trait]
@@ -64,6 +96,18 @@ impl<P: LockProvider + ?Sized> LockProvider for Arc<P> {
 
     async fn check(&self) -> Result<()> {
         (**self).check().await
+    }
+
+    async fn inspect(&self, name: &str) -> Result<Option<LockInfo>> {
+        (**self).inspect(name).await
+    }
+
+    async fn list(&self, prefix: &str, cursor: Option<&str>, limit: usize) -> Result<LockPage> {
+        (**self).list(prefix, cursor, limit).await
+    }
+
+    async fn force_release(&self, seen: &LockInfo) -> Result<ForceRelease> {
+        (**self).force_release(seen).await
     }
 }
 
@@ -246,11 +290,18 @@ pub struct Capabilities {
     /// [`LockProvider::check`] asks the backend (an unreachable one is an error); `false`: it
     /// does no I/O and answers `Ok(())`.
     pub check: bool,
+    /// [`LockProvider::inspect`] reads one record as the backend holds it.
+    pub inspect: bool,
+    /// [`LockProvider::list`] enumerates the records under a prefix, page by page (`false` on
+    /// backends that cannot enumerate their keys, such as memcached).
+    pub list: bool,
+    /// [`LockProvider::force_release`] releases a seen acquisition, compare-and-delete.
+    pub force_release: bool,
 }
 
 impl Capabilities {
     /// Nothing optional supported: no extend, no fencing, client time, not owner-checked,
-    /// 1 ms granularity, unlimited names, no backend check.
+    /// 1 ms granularity, unlimited names, no backend check, no inspection.
     pub fn new() -> Self {
         Self {
             extend: false,
@@ -260,6 +311,9 @@ impl Capabilities {
             granularity: Duration::from_millis(1),
             max_name_len: None,
             check: false,
+            inspect: false,
+            list: false,
+            force_release: false,
         }
     }
 
@@ -302,6 +356,15 @@ impl Capabilities {
     /// Sets [`check`](Self::check).
     pub fn with_check(mut self, v: bool) -> Self {
         self.check = v;
+        self
+    }
+
+    /// Sets [`inspect`](Self::inspect), [`list`](Self::list) and
+    /// [`force_release`](Self::force_release).
+    pub fn with_inspection(mut self, inspect: bool, list: bool, force_release: bool) -> Self {
+        self.inspect = inspect;
+        self.list = list;
+        self.force_release = force_release;
         self
     }
 }

@@ -105,6 +105,7 @@ use crate::{
     clock::{SharedClock, system_clock},
     config::LockConfig,
     error::{Error, Result},
+    inspect::{ForceRelease, LockInfo, LockPage, page_limit},
     lease::Acquisition,
     provider::{Capabilities, Lock, LockHandle, LockProvider},
     support::{
@@ -129,28 +130,42 @@ pub enum Operation {
     Extend,
     /// [`LockProvider::check`].
     Check,
+    /// [`LockProvider::inspect`].
+    Inspect,
+    /// [`LockProvider::list`].
+    List,
+    /// [`LockProvider::force_release`].
+    ForceRelease,
 }
 
 impl Operation {
-    /// `try_lock`, `unlock`, `extend` or `check`.
+    /// `try_lock`, `unlock`, `extend`, `check`, `inspect`, `list` or `force_release`.
     pub const fn label(self) -> &'static str {
         match self {
             Operation::TryLock => "try_lock",
             Operation::Unlock => "unlock",
             Operation::Extend => "extend",
             Operation::Check => "check",
+            Operation::Inspect => "inspect",
+            Operation::List => "list",
+            Operation::ForceRelease => "force_release",
         }
     }
 
-    /// The span every provider opens around this operation: `shedlock.try_lock`,
-    /// `shedlock.unlock`, `shedlock.extend` or `shedlock.check` at debug level, with fields
-    /// `provider` (the backend name) and `lock` (the lock name; empty for `check`).
+    /// The span every provider opens around this operation: `shedlock.` and the
+    /// [`label`](Self::label) (`shedlock.try_lock`, …) at debug level, with fields `provider`
+    /// (the backend name) and `lock` (the lock name; empty for `check`, the prefix for `list`).
     pub fn span(self, provider: &'static str, lock: &str) -> tracing::Span {
         match self {
             Operation::TryLock => tracing::debug_span!("shedlock.try_lock", provider, lock),
             Operation::Unlock => tracing::debug_span!("shedlock.unlock", provider, lock),
             Operation::Extend => tracing::debug_span!("shedlock.extend", provider, lock),
             Operation::Check => tracing::debug_span!("shedlock.check", provider, lock),
+            Operation::Inspect => tracing::debug_span!("shedlock.inspect", provider, lock),
+            Operation::List => tracing::debug_span!("shedlock.list", provider, lock),
+            Operation::ForceRelease => {
+                tracing::debug_span!("shedlock.force_release", provider, lock)
+            }
         }
     }
 
@@ -707,6 +722,38 @@ pub trait LeaseStore: Send + Sync + 'static {
         let _ = settings;
         Ok(())
     }
+
+    /// The record of `name` as stored, judged held or free by the clock of `settings`' time
+    /// source: [`LockProvider::inspect`]. Reads only. The store that implements it declares
+    /// [`Capabilities::inspect`]; [`StoreProvider`] checks the name and bounds the call by the
+    /// operation timeout. Default: [`Error::Unsupported`].
+    async fn inspect(&self, name: &str, settings: &Settings) -> Result<Option<LockInfo>> {
+        let _ = name;
+        Err(Error::Unsupported { backend: settings.backend(), operation: "inspect" })
+    }
+
+    /// One page of the records under `prefix`, after `cursor`, at most `limit` (already within
+    /// `1..=`[`MAX_PAGE`](crate::inspect::MAX_PAGE)): [`LockProvider::list`]. Reads only, and
+    /// never loads more than a page into memory. Declared by [`Capabilities::list`]. Default:
+    /// [`Error::Unsupported`].
+    async fn list(
+        &self,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: usize,
+        settings: &Settings,
+    ) -> Result<LockPage> {
+        let _ = (prefix, cursor, limit);
+        Err(Error::Unsupported { backend: settings.backend(), operation: "list" })
+    }
+
+    /// Releases `seen`'s lock if its record still belongs to `seen.acquisition`, in one
+    /// conditional write: [`LockProvider::force_release`]. Declared by
+    /// [`Capabilities::force_release`]. Default: [`Error::Unsupported`].
+    async fn force_release(&self, seen: &LockInfo, settings: &Settings) -> Result<ForceRelease> {
+        let _ = seen;
+        Err(Error::Unsupported { backend: settings.backend(), operation: "force_release" })
+    }
 }
 
 struct Inner<S> {
@@ -718,6 +765,13 @@ struct Inner<S> {
 }
 
 impl<S: LeaseStore> Inner<S> {
+    /// The name checks of every call that takes a name: not empty, not too long, no NUL where
+    /// the store refuses them.
+    fn check_name(&self, name: &str) -> Result<()> {
+        let max_len = self.capabilities.max_name_len;
+        check_lock_name(self.settings.backend, name, max_len, self.store.rejects_nul())
+    }
+
     async fn call<T>(
         &self,
         operation: Operation,
@@ -799,8 +853,7 @@ impl<S: LeaseStore> LockProvider for StoreProvider<S> {
         let inner = &self.inner;
         let backend = inner.settings.backend;
         let name = config.name();
-        let max_len = inner.capabilities.max_name_len;
-        check_lock_name(backend, name, max_len, inner.store.rejects_nul())?;
+        inner.check_name(name)?;
         let owner = inner.settings.new_owner();
         let acquisition = Acquisition::begin(config);
         let req = inner.request(Operation::TryLock, config, &owner);
@@ -832,6 +885,34 @@ impl<S: LeaseStore> LockProvider for StoreProvider<S> {
                 .unwrap_or_else(|_| Err(Operation::Check.timed_out(after))),
             None => fut.await,
         }
+    }
+
+    async fn inspect(&self, name: &str) -> Result<Option<LockInfo>> {
+        let inner = &self.inner;
+        inner.check_name(name)?;
+        let fut = inner.store.inspect(name, &inner.settings);
+        inner.call(Operation::Inspect, name, fut).await
+    }
+
+    async fn list(&self, prefix: &str, cursor: Option<&str>, limit: usize) -> Result<LockPage> {
+        let inner = &self.inner;
+        if !prefix.is_empty() {
+            inner.check_name(prefix)?;
+        }
+        let fut = inner.store.list(prefix, cursor, page_limit(limit), &inner.settings);
+        inner.call(Operation::List, prefix, fut).await
+    }
+
+    async fn force_release(&self, seen: &LockInfo) -> Result<ForceRelease> {
+        let inner = &self.inner;
+        inner.check_name(&seen.name)?;
+        let fut = inner.store.force_release(seen, &inner.settings);
+        let released = inner.call(Operation::ForceRelease, &seen.name, fut).await?;
+        if let ForceRelease::Released(_) = released {
+            let (backend, lock) = (inner.settings.backend, seen.name.as_str());
+            tracing::info!(provider = backend, lock, acquisition = %seen.acquisition, "lock force-released");
+        }
+        Ok(released)
     }
 }
 
@@ -880,6 +961,18 @@ impl<T: DelegatingProvider> LockProvider for T {
 
     async fn check(&self) -> Result<()> {
         self.delegate().check().await
+    }
+
+    async fn inspect(&self, name: &str) -> Result<Option<LockInfo>> {
+        self.delegate().inspect(name).await
+    }
+
+    async fn list(&self, prefix: &str, cursor: Option<&str>, limit: usize) -> Result<LockPage> {
+        self.delegate().list(prefix, cursor, limit).await
+    }
+
+    async fn force_release(&self, seen: &LockInfo) -> Result<ForceRelease> {
+        self.delegate().force_release(seen).await
     }
 }
 

@@ -12,7 +12,10 @@ use std::{
 use tokio::sync::watch;
 
 use async_trait::async_trait;
-use shedlock::{Capabilities, Lock, LockConfig, LockHandle, LockProvider, Result as ShedResult};
+use shedlock::{
+    Capabilities, ForceRelease, Lock, LockConfig, LockHandle, LockInfo, LockPage, LockProvider,
+    Result as ShedResult,
+};
 
 /// Wraps a provider so that, once `pause` is set, every extend first stalls for `stall` (as a
 /// process paused by a GC or a stalled network would) and then reaches the real backend.
@@ -73,6 +76,18 @@ impl LockProvider for Stalling {
 
     async fn check(&self) -> ShedResult<()> {
         self.inner.check().await
+    }
+
+    async fn inspect(&self, name: &str) -> ShedResult<Option<LockInfo>> {
+        self.inner.inspect(name).await
+    }
+
+    async fn list(&self, prefix: &str, cursor: Option<&str>, limit: usize) -> ShedResult<LockPage> {
+        self.inner.list(prefix, cursor, limit).await
+    }
+
+    async fn force_release(&self, seen: &LockInfo) -> ShedResult<ForceRelease> {
+        self.inner.force_release(seen).await
     }
 }
 

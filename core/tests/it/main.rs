@@ -6,6 +6,7 @@
 mod defaults;
 mod drain;
 mod executor;
+mod inspection;
 mod keepalive;
 mod lease;
 mod metrics;

@@ -24,7 +24,8 @@
 //! ```
 
 use std::{
-    collections::HashMap,
+    collections::BTreeMap,
+    ops::Bound,
     sync::{
         Arc, Mutex, MutexGuard, PoisonError,
         atomic::{AtomicU64, Ordering},
@@ -34,7 +35,7 @@ use std::{
 
 use async_trait::async_trait;
 use shedlock::{
-    Capabilities, LockProvider, Result, SharedClock,
+    Capabilities, ForceRelease, LockInfo, LockPage, LockProvider, Result, SharedClock,
     store::{DelegatingProvider, Extension, Granted, LeaseStore, Request, Settings, StoreProvider},
     system_clock,
 };
@@ -45,6 +46,7 @@ const BACKEND: &str = "memory";
 
 /// One stored lock record, as a backend row would hold it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Record {
     /// Until when the lock is held.
     pub lock_until: SystemTime,
@@ -54,11 +56,13 @@ pub struct Record {
     pub owner: u64,
     /// The fencing token of that acquisition.
     pub token: u64,
+    /// Who holds (or last held) it: the provider's `locked_by`.
+    pub locked_by: String,
 }
 
 #[derive(Debug, Default)]
 struct State {
-    records: HashMap<String, Record>,
+    records: BTreeMap<String, Record>,
     last_token: u64,
 }
 
@@ -120,9 +124,9 @@ impl MemoryServer {
         let mut state = self.state();
         state.last_token += 1;
         let token = state.last_token;
-        state
-            .records
-            .insert(name.to_owned(), Record { lock_until, locked_at: lock_until, owner, token });
+        let record =
+            Record { lock_until, locked_at: lock_until, owner, token, locked_by: String::new() };
+        state.records.insert(name.to_owned(), record);
     }
 
     /// Forgets every record, as a restart of a non-durable backend would. The fencing counter is
@@ -228,6 +232,7 @@ impl LeaseStore for MemoryStore {
             .with_server_time(settings.time_source().is_server())
             .with_granularity(Duration::from_millis(1))
             .with_max_name_len(self.max_name_len)
+            .with_inspection(true, true, true)
     }
 
     async fn acquire(&self, req: &Request<'_>) -> Result<Option<Granted<()>>> {
@@ -242,9 +247,9 @@ impl LeaseStore for MemoryStore {
         }
         state.last_token += 1;
         let token = state.last_token;
-        state
-            .records
-            .insert(req.name().to_owned(), Record { lock_until, locked_at: now, owner, token });
+        let locked_by = req.owner().locked_by().to_owned();
+        let record = Record { lock_until, locked_at: now, owner, token, locked_by };
+        state.records.insert(req.name().to_owned(), record);
         Ok(Some(Granted::new(()).with_fencing_token(token)))
     }
 
@@ -275,6 +280,72 @@ impl LeaseStore for MemoryStore {
             }
             _ => Ok(Extension::Lost),
         }
+    }
+
+    async fn inspect(&self, name: &str, settings: &Settings) -> Result<Option<LockInfo>> {
+        let now = self.judging_now(settings);
+        let time = settings.time_source();
+        Ok(self.server.state().records.get(name).map(|r| r.info(name, now, time)))
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: usize,
+        settings: &Settings,
+    ) -> Result<LockPage> {
+        let now = self.judging_now(settings);
+        let time = settings.time_source();
+        let state = self.server.state();
+        let start = match cursor {
+            Some(after) => Bound::Excluded(after),
+            None => Bound::Included(prefix),
+        };
+        let mut under = state
+            .records
+            .range::<str, _>((start, Bound::Unbounded))
+            .take_while(|(name, _)| name.starts_with(prefix));
+        let records: Vec<LockInfo> =
+            under.by_ref().take(limit).map(|(name, r)| r.info(name, now, time)).collect();
+        let next = match under.next() {
+            Some(_) => records.last().map(|r| r.name.clone()),
+            None => None,
+        };
+        Ok(LockPage::new(records, next))
+    }
+
+    async fn force_release(&self, seen: &LockInfo, settings: &Settings) -> Result<ForceRelease> {
+        let now = self.judging_now(settings);
+        let time = settings.time_source();
+        let mut state = self.server.state();
+        let Some(record) = state.records.get(&seen.name) else {
+            return Ok(ForceRelease::Changed(None));
+        };
+        let info = record.info(&seen.name, now, time);
+        if info.acquisition != seen.acquisition {
+            return Ok(ForceRelease::Changed(Some(info)));
+        }
+        state.records.remove(&seen.name);
+        Ok(ForceRelease::Released(info))
+    }
+}
+
+impl MemoryStore {
+    /// The clock that judges records for inspection: the server's, or in client time this
+    /// instance's (as its leases are computed).
+    fn judging_now(&self, settings: &Settings) -> SystemTime {
+        settings.client_now().unwrap_or_else(|| self.server.now())
+    }
+}
+
+impl Record {
+    fn info(&self, name: &str, now: SystemTime, judged_by: TimeSource) -> LockInfo {
+        LockInfo::new(name, self.owner.to_string(), self.lock_until > now, judged_by)
+            .with_locked_by(self.locked_by.clone())
+            .with_locked_at(self.locked_at)
+            .with_lock_until(self.lock_until)
+            .with_fencing_token(Some(self.token))
     }
 }
 
