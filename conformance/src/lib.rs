@@ -1,7 +1,7 @@
 //! # shedlock-conformance
 //!
-//! The conformance kit for [`shedlock`] lock providers. It runs the checks C01–C28 of the
-//! conformance catalogue against any provider — in this workspace or written by a third party —
+//! The conformance kit for [`shedlock`] lock providers. It runs the checks C01–C31 (C29 is
+//! reserved) of the conformance catalogue against any provider — in this workspace or written by a third party —
 //! and writes a report (Markdown and JSON), so that "C13 pass" means the same thing for every
 //! provider.
 //!
@@ -103,6 +103,8 @@
 //! | C26 | futures dropped mid-flight at random await points never leave a name locked past at-most | — |
 //! | C27 | hostile names, max length (+1 is `InvalidName`, never truncation) | — |
 //! | C28 | real clock skew between node processes (libfaketime): server time intact, client-time bound measured | node environment, libfaketime |
+//! | C30 | inspection: a held lock inspected as held with its fencing token, by the provider's clock (an instance an hour ahead still sees it held on server time); released as free; `list` returns a prefix's records once each, page by page, `%` and `_` plain; reading changes nothing | capabilities `inspect` (and `list`) |
+//! | C31 | force release: frees exactly the acquisition seen (the holder's extend is `LockLost`, its unlock changes nothing); a release of an acquisition that ended never touches the lock taken again | capabilities `inspect`, `force_release` |
 //!
 //! Each check is a public async function in [`checks`] (e.g.
 //! [`checks::c05_expires_after_at_most`]), so a provider's own tests can run single checks

@@ -181,13 +181,17 @@ mod tests {
         let services = services();
         let env = mapping(services["s3"].get("environment").expect("s3 environment"));
         let compose = env["MINIO_ROOT_PASSWORD"].as_str().expect("MINIO_ROOT_PASSWORD").to_owned();
-        let tests = read("providers/s3/tests/common/mod.rs");
+        let tests = read("test-support/src/aws.rs");
         let launcher = read("launcher/src/docker.rs");
         let workflow = mapping(&yaml(".github/workflows/ci.yml"));
         let jobs = mapping(workflow.get("jobs").expect("jobs"));
         let job = mapping(jobs.get("conformance").expect("the conformance job"));
         let job_env = mapping(job.get("env").expect("its env"));
-        assert_eq!(quoted_after(&tests, "DEFAULT_SECRET"), compose, "the S3 tests' default secret");
+        assert_eq!(
+            quoted_after(&tests, "DEFAULT_SECRET"),
+            compose,
+            "the S3 and DynamoDB tests' default secret (test-support)"
+        );
         assert_eq!(
             quoted_after(&launcher, "\"MINIO_ROOT_PASSWORD\","),
             compose,

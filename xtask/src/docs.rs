@@ -166,7 +166,7 @@ mod tests {
 
     /// Every backend provider's README states its guarantees in one table form: these rows, in
     /// this order (a provider may add rows of its own between them).
-    const GUARANTEE_ROWS: [&str; 8] = [
+    const GUARANTEE_ROWS: [&str; 9] = [
         "time judged by",
         "extend",
         "fencing",
@@ -175,6 +175,7 @@ mod tests {
         "granularity",
         "max name length",
         "start-up check",
+        "inspection",
     ];
 
     #[test]

@@ -1,4 +1,4 @@
-//! The checks C01–C28, each a plain async function taking a [`Suite`] and returning a
+//! The checks C01–C31 (C29 is reserved for the paused holder), each a plain async function taking a [`Suite`] and returning a
 //! [`Verdict`](crate::Verdict), so a provider's own tests can call single checks:
 //!
 //! ```no_run
@@ -54,6 +54,8 @@ mod c25_backend_restart;
 mod c26_cancellation;
 mod c27_hostile_names;
 mod c28_process_skew;
+mod c30_inspection;
+mod c31_force_release;
 
 pub use crate::node::LIBFAKETIME_ENV;
 pub use crate::node::{
@@ -88,6 +90,8 @@ pub use c25_backend_restart::c25_backend_restart;
 pub use c26_cancellation::c26_cancellation;
 pub use c27_hostile_names::c27_hostile_names;
 pub use c28_process_skew::c28_process_skew;
+pub use c30_inspection::c30_inspection;
+pub use c31_force_release::c31_force_release;
 
 macro_rules! check {
     ($id:literal, $name:literal, $f:path, $summary:literal) => {
@@ -105,7 +109,7 @@ macro_rules! check {
     };
 }
 
-static CATALOGUE: [Check; 28] = [
+static CATALOGUE: [Check; 30] = [
     check!(
         "C01",
         "lock_is_held",
@@ -268,6 +272,18 @@ static CATALOGUE: [Check; 28] = [
         "process_skew",
         c28_process_skew,
         "node processes with real clock offsets (libfaketime): server time stays safe"
+    ),
+    check!(
+        "C30",
+        "inspection",
+        c30_inspection,
+        "inspect and list tell the backend's truth by the provider's clock, page by page, and change nothing"
+    ),
+    check!(
+        "C31",
+        "force_release",
+        c31_force_release,
+        "a forced release frees exactly the acquisition seen, never a lock taken again"
     ),
 ];
 

@@ -14,8 +14,8 @@ use std::{
 
 use async_trait::async_trait;
 use shedlock::{
-    Acquisition, BoxError, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
-    SharedClock,
+    Acquisition, BoxError, Capabilities, Error, ForceRelease, Lock, LockConfig, LockHandle,
+    LockInfo, LockPage, LockProvider, Result, SharedClock, TimeSource,
 };
 use shedlock_conformance::{
     Hooks, InstanceOptions, Options, Outcome, ProviderFactory, RecordHooks, RestartHook, Suite,
@@ -70,6 +70,13 @@ enum Bug {
     /// The fencing token is the acquiring instance's wall-clock time in nanoseconds: it
     /// increases while every instance runs one clock, and goes backwards across skewed ones.
     TokenFromClientClock,
+    /// Inspection judges a record by the inspecting instance's clock, though the provider's
+    /// leases are server time: an operator whose clock runs ahead sees held locks as free.
+    InspectsByClientClock,
+    /// `list` matches its prefix as a SQL `LIKE` pattern (`_` any character, `%` any run).
+    ListsByPattern,
+    /// A forced release deletes the record whatever acquisition it now belongs to.
+    ForceReleasesAnyAcquisition,
 }
 
 #[derive(Debug, Clone)]
@@ -176,7 +183,70 @@ impl LockProvider for Broken {
             .with_server_time(true)
             .with_granularity(Duration::from_millis(1))
             .with_max_name_len((self.bug == Bug::CharsNotBytes).then_some(CHAR_LIMIT))
+            .with_inspection(true, true, true)
     }
+
+    async fn inspect(&self, name: &str) -> Result<Option<LockInfo>> {
+        let recs = self.backend.recs.lock().unwrap();
+        Ok(recs.get(&key(self.bug, name)).map(|r| self.info(name, r)))
+    }
+
+    async fn list(&self, prefix: &str, cursor: Option<&str>, limit: usize) -> Result<LockPage> {
+        let recs = self.backend.recs.lock().unwrap();
+        let mut names: Vec<&String> = recs
+            .keys()
+            .filter(|k| match self.bug {
+                Bug::ListsByPattern => like(k, prefix),
+                _ => k.starts_with(prefix),
+            })
+            .filter(|k| cursor.is_none_or(|c| k.as_str() > c))
+            .collect();
+        names.sort();
+        let records: Vec<LockInfo> =
+            names.iter().take(limit).map(|k| self.info(k, &recs[*k])).collect();
+        let next = (names.len() > limit).then(|| records.last().unwrap().name.clone());
+        Ok(LockPage::new(records, next))
+    }
+
+    async fn force_release(&self, seen: &LockInfo) -> Result<ForceRelease> {
+        let mut recs = self.backend.recs.lock().unwrap();
+        let k = key(self.bug, &seen.name);
+        let Some(r) = recs.get(&k) else { return Ok(ForceRelease::Changed(None)) };
+        let now = self.info(&seen.name, r);
+        if now.acquisition != seen.acquisition && self.bug != Bug::ForceReleasesAnyAcquisition {
+            return Ok(ForceRelease::Changed(Some(now)));
+        }
+        recs.remove(&k);
+        Ok(ForceRelease::Released(now))
+    }
+}
+
+impl Broken {
+    /// A record as inspection shows it: held by the backend's clock (the bug: the instance's).
+    fn info(&self, name: &str, r: &Rec) -> LockInfo {
+        let now = match self.bug {
+            Bug::InspectsByClientClock => self.clock.now(),
+            _ => SystemTime::now(),
+        };
+        LockInfo::new(name, r.owner.to_string(), r.until > now, TimeSource::Server)
+            .with_locked_at(r.locked_at)
+            .with_lock_until(r.until)
+            .with_fencing_token(Some(r.token))
+    }
+}
+
+/// Whether `name` starts with `pattern` read as a `LIKE` pattern.
+fn like(name: &str, pattern: &str) -> bool {
+    fn go(n: &[char], p: &[char]) -> bool {
+        match p.split_first() {
+            None => true,
+            Some(('%', rest)) => (0..=n.len()).any(|i| go(&n[i..], rest)),
+            Some(('_', rest)) => !n.is_empty() && go(&n[1..], rest),
+            Some((c, rest)) => n.first() == Some(c) && go(&n[1..], rest),
+        }
+    }
+    let (n, p): (Vec<char>, Vec<char>) = (name.chars().collect(), pattern.chars().collect());
+    go(&n, &p)
 }
 
 struct Handle {
@@ -820,4 +890,19 @@ async fn a_check_that_does_not_ask_the_backend_fails_c24() {
         "{}",
         v.detail
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspection_judged_by_the_operators_clock_on_a_server_time_provider_fails_c30() {
+    rejected_saying(Bug::InspectsByClientClock, "C30", "an hour ahead").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_that_reads_its_prefix_as_a_like_pattern_fails_c30() {
+    rejected_saying(Bug::ListsByPattern, "C30", "expected").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_release_that_deletes_a_lock_taken_again_fails_c31() {
+    rejected_saying(Bug::ForceReleasesAnyAcquisition, "C31", "while another holds the lock").await;
 }

@@ -1,4 +1,4 @@
-//! The shedlock conformance suite (C01–C28) against a real memcached server, provider name
+//! The shedlock conformance suite (C01–C31) against a real memcached server, provider name
 //! `memcached`.
 //!
 //! Each instance is a provider of its own (its own connections, like a separate node). The hooks

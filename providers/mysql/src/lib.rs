@@ -72,13 +72,14 @@ use std::{fmt, time::Duration};
 use shedlock::Result;
 use shedlock::support::duration_millis_ceil;
 use shedlock_sql::{
-    Arg, ArgValues, DbErrorKind, DedicatedConnection, DialectOption, LockConn, Op, Placeholder,
-    QuotedNames, Settings, ShedlockTable, Stmt, StmtBuilder, record_from_row, retry_transient,
+    Arg, ArgValues, DbErrorKind, DedicatedConnection, DialectOption, Inspected, LockConn, Op,
+    Placeholder, QuotedNames, Settings, ShedlockTable, Stmt, StmtBuilder, bind, inspected_from_row,
+    record_from_row, retry_transient,
 };
 use sqlx::{
     AssertSqlSafe, Row,
     error::DatabaseError,
-    mysql::{MySql, MySqlDatabaseError, MySqlPool, MySqlPoolOptions},
+    mysql::{MySql, MySqlDatabaseError, MySqlPool, MySqlPoolOptions, MySqlRow},
 };
 use tokio::sync::OnceCell;
 
@@ -172,6 +173,12 @@ impl DedicatedConnection for MySqlDialect {
 
 impl ShedlockTable for MySqlDialect {}
 
+/// The name of a row: `VARBINARY`, which holds the name's UTF-8 bytes.
+fn name_of(row: &MySqlRow) -> Result<String, sqlx::Error> {
+    let raw: Vec<u8> = row.try_get(0)?;
+    String::from_utf8(raw).map_err(|e| sqlx::Error::Decode(e.into()))
+}
+
 struct Statements {
     flavor: Flavor,
     acquire: Stmt,
@@ -180,8 +187,10 @@ struct Statements {
     unlock: Stmt,
     extend: Stmt,
     select: Stmt,
+    list: Stmt,
     delete: Stmt,
     write: Stmt,
+    force_release: Stmt,
 }
 
 const EPOCH: &str = "CAST('1970-01-01 00:00:00' AS DATETIME(6))";
@@ -310,15 +319,32 @@ impl Statements {
         } else {
             format!("{aid}, {ft}")
         };
-        b.sql(&format!(
-            "SELECT {name}, TIMESTAMPDIFF(MICROSECOND, {EPOCH}, {lu}), \
-             TIMESTAMPDIFF(MICROSECOND, {EPOCH}, {la}), {lb}, {owner_cols} FROM {t} WHERE {name} = "
-        ))
-        .arg(Arg::Name);
+        // The record's columns, then the server clock that judges it for inspection.
+        let la_micros = format!("TIMESTAMPDIFF(MICROSECOND, {EPOCH}, {la})");
+        let columns_read = format!(
+            "{name}, TIMESTAMPDIFF(MICROSECOND, {EPOCH}, {lu}), {la_micros}, {lb}, {owner_cols}, \
+             {SERVER_MICROS}"
+        );
+        b.sql(&format!("SELECT {columns_read} FROM {t} WHERE {name} = ")).arg(Arg::Name);
         let select = b.build();
+
+        // A page of a listing: the prefix compared as a value (bytes: the name is VARBINARY),
+        // never a pattern.
+        b.sql(&format!("SELECT {columns_read} FROM {t} WHERE LEFT({name}, LENGTH("))
+            .arg(Arg::Prefix)
+            .sql(")) = ")
+            .arg(Arg::Prefix)
+            .sql(&format!(" AND {name} > "))
+            .arg(Arg::After)
+            .sql(&format!(" ORDER BY {name} LIMIT "))
+            .arg(Arg::Limit);
+        let list = b.build();
 
         b.sql(&format!("DELETE FROM {t} WHERE {name} = ")).arg(Arg::Name);
         let delete = b.build();
+
+        b.sql(&format!("DELETE FROM {t}")).seen_check(n, mode.compat, &la_micros);
+        let force_release = b.build();
 
         b.sql(&format!("{prefix}INSERT {hint}INTO {t} ({columns}) VALUES ("))
             .arg(Arg::Name)
@@ -343,7 +369,7 @@ impl Statements {
         }
         let write = b.build();
 
-        Self { flavor, acquire, owner, unlock, extend, select, delete, write }
+        Self { flavor, acquire, owner, unlock, extend, select, list, delete, write, force_release }
     }
 }
 
@@ -596,6 +622,7 @@ impl Dialect for MySqlDialect {
             Op::Extend => &stmts.extend,
             Op::Delete => &stmts.delete,
             Op::Write => &stmts.write,
+            Op::ForceRelease => &stmts.force_release,
         };
         let r = retry_transient(classify, || self.conn.execute(classify, stmt, values)).await?;
         Ok(r.rows_affected())
@@ -604,12 +631,19 @@ impl Dialect for MySqlDialect {
     async fn record(&self, values: &ArgValues<'_>) -> Result<Option<LockRecord>, sqlx::Error> {
         let stmts = self.stmts().await?;
         let row = self.conn.fetch_optional(classify, &stmts.select, values).await?;
-        row.map(|r| {
-            let raw: Vec<u8> = r.try_get(0)?;
-            let name = String::from_utf8(raw).map_err(|e| sqlx::Error::Decode(e.into()))?;
-            record_from_row(&r, name)
-        })
-        .transpose()
+        row.map(|r| record_from_row(&r, name_of(&r)?)).transpose()
+    }
+
+    async fn inspect(&self, values: &ArgValues<'_>) -> Result<Option<Inspected>, sqlx::Error> {
+        let stmts = self.stmts().await?;
+        let row = bind::<MySql>(&stmts.select, values).fetch_optional(self.conn.pool()).await?;
+        row.map(|r| inspected_from_row(&r, name_of(&r)?)).transpose()
+    }
+
+    async fn list(&self, values: &ArgValues<'_>) -> Result<Vec<Inspected>, sqlx::Error> {
+        let stmts = self.stmts().await?;
+        let rows = bind::<MySql>(&stmts.list, values).fetch_all(self.conn.pool()).await?;
+        rows.iter().map(|r| inspected_from_row(r, name_of(r)?)).collect()
     }
 
     async fn run_ddl(&self, ddl: &str) -> Result<(), sqlx::Error> {

@@ -64,8 +64,9 @@ use std::{fmt, time::Duration};
 use shedlock::Result;
 use shedlock::support::duration_micros;
 use shedlock_sql::{
-    Arg, ArgValues, DbErrorKind, DedicatedConnection, LockConn, Op, Placeholder, QuotedNames,
-    Settings, ShedlockTable, Stmt, StmtBuilder, record_from_row, retry_transient,
+    Arg, ArgValues, DbErrorKind, DedicatedConnection, Inspected, LockConn, Op, Placeholder,
+    QuotedNames, Settings, ShedlockTable, Stmt, StmtBuilder, bind, inspected_from_row,
+    record_from_row, retry_transient,
 };
 use sqlx::{
     AssertSqlSafe, Row,
@@ -126,8 +127,10 @@ struct Statements {
     unlock: Stmt,
     extend: Stmt,
     select: Stmt,
+    list: Stmt,
     delete: Stmt,
     write: Stmt,
+    force_release: Stmt,
 }
 
 /// `now` as the statement sees it: the server's `now()` (statement start in autocommit), or the
@@ -233,15 +236,31 @@ impl Statements {
         // `extract(epoch from ...)` reads a `timestamp` (compatible mode) as UTC.
         let owner =
             if mode.compat { "0::bigint, 0::bigint".to_owned() } else { format!("{aid}, {ft}") };
-        b.sql(&format!(
-            "SELECT {name}, (extract(epoch from {lu}) * 1000000)::bigint, \
-             (extract(epoch from {la}) * 1000000)::bigint, {lb}, {owner} FROM {t} WHERE {name} = "
-        ))
-        .arg(Arg::Name);
+        // The record's columns, then the server clock that judges it for inspection.
+        let la_micros = format!("(extract(epoch from {la}) * 1000000)::bigint");
+        let columns_read = format!(
+            "{name}, (extract(epoch from {lu}) * 1000000)::bigint, {la_micros}, {lb}, {owner}, \
+             {SERVER_MICROS}"
+        );
+        b.sql(&format!("SELECT {columns_read} FROM {t} WHERE {name} = ")).arg(Arg::Name);
         let select = b.build();
+
+        // A page of a listing: the prefix compared as a value, never a pattern.
+        b.sql(&format!("SELECT {columns_read} FROM {t} WHERE left({name}, length("))
+            .arg(Arg::Prefix)
+            .sql(")) = ")
+            .arg(Arg::Prefix)
+            .sql(&format!(" AND {name} > "))
+            .arg(Arg::After)
+            .sql(&format!(" ORDER BY {name} LIMIT "))
+            .arg(Arg::Limit);
+        let list = b.build();
 
         b.sql(&format!("DELETE FROM {t} WHERE {name} = ")).arg(Arg::Name);
         let delete = b.build();
+
+        b.sql(&format!("DELETE FROM {t}")).seen_check(n, mode.compat, &la_micros);
+        let force_release = b.build();
 
         let epoch = if mode.compat { "timestamp 'epoch'" } else { "timestamptz 'epoch'" };
         b.sql(&format!("INSERT INTO {t} AS cur ({columns}) VALUES ("))
@@ -267,7 +286,7 @@ impl Statements {
         }
         let write = b.build();
 
-        Self { acquire, unlock, extend, select, delete, write }
+        Self { acquire, unlock, extend, select, list, delete, write, force_release }
     }
 }
 
@@ -405,6 +424,7 @@ impl Dialect for PostgresDialect {
             Op::Extend => &self.stmts.extend,
             Op::Delete => &self.stmts.delete,
             Op::Write => &self.stmts.write,
+            Op::ForceRelease => &self.stmts.force_release,
         };
         let r = retry_transient(classify, || self.conn.execute(classify, stmt, values)).await?;
         Ok(r.rows_affected())
@@ -413,6 +433,16 @@ impl Dialect for PostgresDialect {
     async fn record(&self, values: &ArgValues<'_>) -> Result<Option<LockRecord>, sqlx::Error> {
         let row = self.conn.fetch_optional(classify, &self.stmts.select, values).await?;
         row.map(|r| record_from_row(&r, r.try_get(0)?)).transpose()
+    }
+
+    async fn inspect(&self, values: &ArgValues<'_>) -> Result<Option<Inspected>, sqlx::Error> {
+        let row = bind::<Postgres>(&self.stmts.select, values).fetch_optional(self.conn.pool());
+        row.await?.map(|r| inspected_from_row(&r, r.try_get(0)?)).transpose()
+    }
+
+    async fn list(&self, values: &ArgValues<'_>) -> Result<Vec<Inspected>, sqlx::Error> {
+        let rows = bind::<Postgres>(&self.stmts.list, values).fetch_all(self.conn.pool()).await?;
+        rows.iter().map(|r| inspected_from_row(r, r.try_get(0)?)).collect()
     }
 
     /// `CREATE TABLE IF NOT EXISTS` is not atomic in PostgreSQL: nodes creating the table at

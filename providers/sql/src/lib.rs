@@ -35,9 +35,9 @@ pub use conn::LockConn;
 pub use error::{DbErrorKind, ErrorContext, map_sqlx_error};
 pub use ident::{Columns, MAX_IDENT_LEN, QuotedNames, TableName, validate_ident};
 pub use provider::{
-    DEFAULT_TIMEOUT, DedicatedConnection, Dialect, DialectOption, OWNER_SUFFIX_LEN, Op,
+    DEFAULT_TIMEOUT, DedicatedConnection, Dialect, DialectOption, Inspected, OWNER_SUFFIX_LEN, Op,
     RecordAdmin, Settings, ShedlockTable, SqlLockProvider, SqlLockProviderBuilder,
-    TRANSIENT_ATTEMPTS, bind, record_from_row, retry_transient,
+    TRANSIENT_ATTEMPTS, bind, inspected_from_row, record_from_row, retry_transient,
 };
 /// The builder setters every provider shares (`operation_timeout`, `locked_by`, `clock`).
 pub use shedlock::{ClockBuilder, ProviderBuilder};

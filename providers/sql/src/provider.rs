@@ -7,7 +7,8 @@ use std::{fmt, sync::Arc, time::Duration, time::SystemTime};
 
 use async_trait::async_trait;
 use shedlock::{
-    Capabilities, ClockBuilder, Error, LockProvider, ProviderBuilder, Result, TimeSource,
+    Capabilities, ClockBuilder, Error, ForceRelease, LockInfo, LockPage, LockProvider,
+    ProviderBuilder, Result, TimeSource,
     store::{
         self, DelegatingProvider, Extension, Granted, LeaseStore, ProviderSettings, Request,
         StoreProvider,
@@ -41,6 +42,9 @@ pub enum Op {
     Delete,
     /// Creates or overwrites the row of a name with a given `lock_until`.
     Write,
+    /// Deletes the row of a name only while it is the acquisition an operator saw
+    /// ([`StmtBuilder::seen_check`](crate::StmtBuilder::seen_check)).
+    ForceRelease,
 }
 
 /// A SQL dialect: what [`SqlLockProvider`] needs from one database. Everything else (name
@@ -109,6 +113,21 @@ pub trait Dialect: Send + Sync + Sized + fmt::Debug + 'static {
         values: &ArgValues<'_>,
     ) -> impl Future<Output = std::result::Result<Option<LockRecord>, sqlx::Error>> + Send;
 
+    /// Reads the row of `values.name` with the database's clock ([`Inspected`]). Reads only.
+    fn inspect(
+        &self,
+        values: &ArgValues<'_>,
+    ) -> impl Future<Output = std::result::Result<Option<Inspected>, sqlx::Error>> + Send;
+
+    /// Reads at most `values.limit` rows whose names start with `values.prefix` and sort after
+    /// `values.after`, in the order of the name column, each with the database's clock. Reads
+    /// only; the prefix is compared as a value (`left(name, length(prefix)) = prefix`, never
+    /// `LIKE`), so `%` and `_` in names are plain characters.
+    fn list(
+        &self,
+        values: &ArgValues<'_>,
+    ) -> impl Future<Output = std::result::Result<Vec<Inspected>, sqlx::Error>> + Send;
+
     /// Whether a failed DDL lost a race with another node creating the same table (the table
     /// exists now; running the DDL again finds it). Default: a unique violation.
     fn is_ddl_race(e: &dyn DatabaseError) -> bool {
@@ -176,6 +195,28 @@ where
         row.try_get(4)?,
         row.try_get(5)?,
     ))
+}
+
+/// A row read for inspection: the record, and the database's clock in microseconds since the
+/// epoch when it was read (it judges whether the record is held in database time).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inspected {
+    /// The stored record.
+    pub record: LockRecord,
+    /// The database's clock, µs since the Unix epoch.
+    pub db_micros: i64,
+}
+
+/// An [`Inspected`] from a row of the dialect's select or list statement: the columns of
+/// [`record_from_row`], then the database's clock in microseconds since the Unix epoch.
+pub fn inspected_from_row<R>(row: &R, name: String) -> std::result::Result<Inspected, sqlx::Error>
+where
+    R: Row,
+    usize: ColumnIndex<R>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+{
+    Ok(Inspected { record: record_from_row(row, name)?, db_micros: row.try_get(6)? })
 }
 
 /// Runs `f` up to [`TRANSIENT_ATTEMPTS`] times while it fails with a deadlock or serialization
@@ -294,6 +335,7 @@ impl<D: Dialect> LeaseStore for SqlStore<D> {
             .with_granularity(Duration::from_millis(1))
             .with_max_name_len(Some(self.max_name_len))
             .with_check(true)
+            .with_inspection(true, true, true)
     }
 
     fn rejects_nul(&self) -> bool {
@@ -343,6 +385,110 @@ impl<D: Dialect> LeaseStore for SqlStore<D> {
         };
         let n = self.execute(Op::Extend, &values).await?;
         Ok(if n == 1 { Extension::Extended } else { Extension::Lost })
+    }
+
+    async fn inspect(&self, name: &str, settings: &store::Settings) -> Result<Option<LockInfo>> {
+        let values = self.values(settings, name);
+        let row = self.dialect.inspect(&values).await.map_err(|e| self.err(Some(name), e))?;
+        Ok(row.map(|i| self.info(i, settings)))
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: usize,
+        settings: &store::Settings,
+    ) -> Result<LockPage> {
+        // One row more than the page, to know whether another page follows.
+        let values = ArgValues {
+            prefix,
+            after: cursor.unwrap_or(""),
+            limit: i64::try_from(limit + 1).unwrap_or(i64::MAX),
+            ..self.values(settings, prefix)
+        };
+        let rows = self.dialect.list(&values).await.map_err(|e| self.err(None, e))?;
+        let more = rows.len() > limit;
+        let records: Vec<LockInfo> =
+            rows.into_iter().take(limit).map(|i| self.info(i, settings)).collect();
+        let next = if more { records.last().map(|r| r.name.clone()) } else { None };
+        Ok(LockPage::new(records, next))
+    }
+
+    /// Reads the row, and deletes it only if it is still the acquisition seen, in one
+    /// conditional `DELETE` on the acquisition's own columns.
+    async fn force_release(
+        &self,
+        seen: &LockInfo,
+        settings: &store::Settings,
+    ) -> Result<ForceRelease> {
+        let name = seen.name.as_str();
+        let read = self.values(settings, name);
+        let row = self.dialect.inspect(&read).await.map_err(|e| self.err(Some(name), e))?;
+        let Some(row) = row else { return Ok(ForceRelease::Changed(None)) };
+        let record = row.record.clone();
+        let current = self.info(row, settings);
+        if current.acquisition != seen.acquisition {
+            return Ok(ForceRelease::Changed(Some(current)));
+        }
+        let values = ArgValues {
+            locked_by: &record.locked_by,
+            acquisition_id: record.acquisition_id,
+            locked_at: self.seen_locked_at(&record),
+            ..read
+        };
+        if self.execute(Op::ForceRelease, &values).await? == 1 {
+            return Ok(ForceRelease::Released(current));
+        }
+        Ok(ForceRelease::Changed(self.inspect(name, settings).await?))
+    }
+}
+
+impl<D: Dialect> SqlStore<D> {
+    /// What an operator sees of a row: held or free by the database's clock (or in client time
+    /// this instance's), and the acquisition that wrote it.
+    fn info(&self, i: Inspected, settings: &store::Settings) -> LockInfo {
+        let now = settings.client_now().map_or(i.db_micros, unix_micros);
+        let r = i.record;
+        let held = unix_micros(r.lock_until) > now;
+        let token = if self.compat { None } else { Some(token_u64(r.fencing_token)) };
+        LockInfo::new(r.name.clone(), self.acquisition(&r), held, settings.time_source())
+            .with_locked_at(r.locked_at)
+            .with_lock_until(r.lock_until)
+            .with_fencing_token(token)
+            .with_locked_by(r.locked_by)
+    }
+
+    /// The acquisition of a row: its owner id; in the ShedLock-compatible mode its `locked_by`,
+    /// which is unique per acquisition when one of ours wrote it (` #` and 16 hex digits), and
+    /// with its `locked_at` when a ShedLock node did (whose `locked_by` is its host's, the same
+    /// for each of its acquisitions; ShedLock's extend leaves `locked_at` as it is).
+    fn acquisition(&self, r: &LockRecord) -> String {
+        match self.seen_locked_at(r) {
+            _ if !self.compat => r.acquisition_id.to_string(),
+            0 => format!("by:{}", r.locked_by),
+            at => format!("at:{at}:by:{}", r.locked_by),
+        }
+    }
+
+    /// The `locked_at` a forced release compares: 0 (any) unless the row is a ShedLock node's
+    /// in the compatible mode.
+    fn seen_locked_at(&self, r: &LockRecord) -> i64 {
+        if self.compat && !has_acquisition_suffix(&r.locked_by) {
+            unix_micros(r.locked_at).max(1)
+        } else {
+            0
+        }
+    }
+}
+
+/// Whether `locked_by` ends with the suffix an acquisition of ours appends in the
+/// ShedLock-compatible mode: ` #` and 16 lower-case hex digits.
+fn has_acquisition_suffix(locked_by: &str) -> bool {
+    let b = locked_by.as_bytes();
+    b.len() >= OWNER_SUFFIX_LEN && {
+        let tail = &b[b.len() - OWNER_SUFFIX_LEN..];
+        tail.starts_with(b" #") && tail[2..].iter().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
     }
 }
 

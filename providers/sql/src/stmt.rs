@@ -36,6 +36,15 @@ pub enum Arg {
     /// This process's wall clock in microseconds since the epoch (integer): the database's own
     /// clock for an embedded database, which reads the same host clock at a coarser grain.
     ClockMicros,
+    /// The name prefix of a listing (text).
+    Prefix,
+    /// The name a page of a listing starts after (text; empty for the first page).
+    After,
+    /// The most rows a page of a listing returns (integer).
+    Limit,
+    /// The `locked_at` a forced release expects, in microseconds since the epoch as the
+    /// dialect's select reads it (integer; 0: any).
+    LockedAt,
 }
 
 /// The values for one execution. Integers are in the dialect's units (chosen by the provider).
@@ -59,6 +68,14 @@ pub struct ArgValues<'a> {
     pub until: i64,
     /// This process's wall clock in microseconds.
     pub clock_micros: i64,
+    /// The name prefix of a listing.
+    pub prefix: &'a str,
+    /// The name a page starts after.
+    pub after: &'a str,
+    /// The most rows of a page.
+    pub limit: i64,
+    /// The `locked_at` a forced release expects (µs; 0: any).
+    pub locked_at: i64,
 }
 
 /// A bound value, as the provider should bind it.
@@ -83,6 +100,10 @@ impl<'a> ArgValues<'a> {
             Arg::AtLeast => Value::Int(self.at_least),
             Arg::Until => Value::Int(self.until),
             Arg::ClockMicros => Value::Int(self.clock_micros),
+            Arg::Prefix => Value::Text(self.prefix),
+            Arg::After => Value::Text(self.after),
+            Arg::Limit => Value::Int(self.limit),
+            Arg::LockedAt => Value::Int(self.locked_at),
         }
     }
 }
@@ -166,6 +187,25 @@ impl StmtBuilder {
     pub fn locked_by_check(&mut self, n: &QuotedNames) -> &mut Self {
         self.sql(&format!(" WHERE {} = ", n.name)).arg(Arg::Name);
         self.sql(&format!(" AND {} = ", n.locked_by)).arg(Arg::LockedBy)
+    }
+
+    /// Appends the condition of a forced release: ` WHERE name = ? AND acquisition_id = ?`, or
+    /// in the ShedLock-compatible mode (`compat`) ` WHERE name = ? AND locked_by = ? AND (? = 0
+    /// OR <locked_at_micros> = ?)`, where `locked_at_micros` is the dialect's expression of the
+    /// `locked_at` column in microseconds, exactly as its select reads it.
+    pub fn seen_check(
+        &mut self,
+        n: &QuotedNames,
+        compat: bool,
+        locked_at_micros: &str,
+    ) -> &mut Self {
+        self.sql(&format!(" WHERE {} = ", n.name)).arg(Arg::Name);
+        if !compat {
+            return self.sql(&format!(" AND {} = ", n.acquisition_id)).arg(Arg::AcquisitionId);
+        }
+        self.sql(&format!(" AND {} = ", n.locked_by)).arg(Arg::LockedBy);
+        self.sql(" AND (").arg(Arg::LockedAt).sql(&format!(" = 0 OR {locked_at_micros} = "));
+        self.arg(Arg::LockedAt).sql(")")
     }
 
     /// Finishes.

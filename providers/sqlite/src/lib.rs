@@ -55,8 +55,8 @@ use std::{fmt, path::Path, time::Duration};
 use shedlock::Result;
 use shedlock::support::duration_millis_ceil;
 use shedlock_sql::{
-    Arg, ArgValues, DbErrorKind, Op, Placeholder, QuotedNames, Settings, Stmt, StmtBuilder, bind,
-    record_from_row,
+    Arg, ArgValues, DbErrorKind, Inspected, Op, Placeholder, QuotedNames, Settings, Stmt,
+    StmtBuilder, bind, inspected_from_row, record_from_row,
 };
 use sqlx::{
     AssertSqlSafe, Row,
@@ -112,8 +112,10 @@ struct Statements {
     unlock: Stmt,
     extend: Stmt,
     select: Stmt,
+    list: Stmt,
     delete: Stmt,
     write: Stmt,
+    force_release: Stmt,
 }
 
 /// SQLite's clock in whole milliseconds since the epoch, exactly (`'now'` is fixed for the whole
@@ -175,14 +177,28 @@ impl Statements {
         now(&mut b, database);
         let extend = b.build();
 
-        b.sql(&format!(
-            "SELECT {name}, {lu} * 1000, {la} * 1000, {lb}, {aid}, {ft} FROM {t} WHERE {name} = "
-        ))
-        .arg(Arg::Name);
+        // The record's columns, then SQLite's clock that judges it for inspection.
+        let columns_read =
+            format!("{name}, {lu} * 1000, {la} * 1000, {lb}, {aid}, {ft}, {SERVER_MILLIS} * 1000");
+        b.sql(&format!("SELECT {columns_read} FROM {t} WHERE {name} = ")).arg(Arg::Name);
         let select = b.build();
+
+        // A page of a listing: the prefix compared as a value, never a pattern.
+        b.sql(&format!("SELECT {columns_read} FROM {t} WHERE substr({name}, 1, length("))
+            .arg(Arg::Prefix)
+            .sql(")) = ")
+            .arg(Arg::Prefix)
+            .sql(&format!(" AND {name} > "))
+            .arg(Arg::After)
+            .sql(&format!(" ORDER BY {name} LIMIT "))
+            .arg(Arg::Limit);
+        let list = b.build();
 
         b.sql(&format!("DELETE FROM {t} WHERE {name} = ")).arg(Arg::Name);
         let delete = b.build();
+
+        b.sql(&format!("DELETE FROM {t}")).seen_check(n, false, "");
+        let force_release = b.build();
 
         b.sql(&format!("INSERT INTO {t} AS cur ({name}, {lu}, {la}, {lb}, {aid}, {ft}) VALUES ("))
             .arg(Arg::Name)
@@ -202,7 +218,7 @@ impl Statements {
         ));
         let write = b.build();
 
-        Self { acquire, unlock, extend, select, delete, write }
+        Self { acquire, unlock, extend, select, list, delete, write, force_release }
     }
 }
 
@@ -305,6 +321,7 @@ impl Dialect for SqliteDialect {
             Op::Extend => &self.stmts.extend,
             Op::Delete => &self.stmts.delete,
             Op::Write => &self.stmts.write,
+            Op::ForceRelease => &self.stmts.force_release,
         };
         bind::<Sqlite>(stmt, values)
             .execute(&self.pool)
@@ -319,6 +336,22 @@ impl Dialect for SqliteDialect {
             .await
             .map_err(|e| self.with_path(e))?;
         row.map(|r| record_from_row(&r, r.try_get(0)?)).transpose()
+    }
+
+    async fn inspect(&self, values: &ArgValues<'_>) -> Result<Option<Inspected>, sqlx::Error> {
+        let row = bind::<Sqlite>(&self.stmts.select, values)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.with_path(e))?;
+        row.map(|r| inspected_from_row(&r, r.try_get(0)?)).transpose()
+    }
+
+    async fn list(&self, values: &ArgValues<'_>) -> Result<Vec<Inspected>, sqlx::Error> {
+        let rows = bind::<Sqlite>(&self.stmts.list, values)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.with_path(e))?;
+        rows.iter().map(|r| inspected_from_row(r, r.try_get(0)?)).collect()
     }
 
     async fn run_ddl(&self, ddl: &str) -> Result<(), sqlx::Error> {

@@ -1,4 +1,4 @@
-//! The shedlock conformance suite (C01–C28) against SQLite, two suites: `sqlite` (database time)
+//! The shedlock conformance suite (C01–C31) against SQLite, two suites: `sqlite` (database time)
 //! and `sqlite-client-time` (`cargo test --test conformance -- sqlite-client-time::` runs one).
 //! Each has one database file in a fresh temp dir, each instance its own pool on it (like
 //! separate processes on one host).
@@ -8,9 +8,7 @@
 //! other non-pass outcome fails the run.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use shedlock::ClockBuilder as _;
-use shedlock::ProviderBuilder as _;
-use std::{path::PathBuf, sync::Arc, time::Duration};
+use std::{path::PathBuf, sync::Arc};
 
 use shedlock::{BoxError, LockProvider};
 use shedlock_conformance::{Hooks, InstanceOptions, Options, ProviderFactory, SuiteSpec};
@@ -58,11 +56,7 @@ impl ProviderFactory for Sqlite {
         let pool = recommended_pool_options()
             .max_connections(2)
             .connect_lazy_with(recommended_connect_options(&self.path));
-        let mut b = SqliteLockProvider::builder(pool)
-            // Every instance gets its (possibly skewed) clock; with database time it must not
-            // be consulted (C18).
-            .clock(options.clock_or_system())
-            .operation_timeout(Some(Duration::from_secs(3)));
+        let mut b = shedlock_test_support::instance(SqliteLockProvider::builder(pool), &options);
         if self.client_time {
             b = b.time_source(TimeSource::Client);
         }

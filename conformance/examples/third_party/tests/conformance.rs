@@ -85,12 +85,15 @@ impl RestartHook for Restart {
 }
 
 fn main() -> std::process::ExitCode {
-    // Every check applies to the toy, so every check must pass. A provider that cannot offer a
+    // Every other check applies to the toy, so it must pass. A provider that cannot offer a
     // hook or does not declare a capability declares the outcome it expects instead, with the
-    // reason, e.g. `Options::from_env().expect_not_applicable("C24", "embedded: no network
-    // address to cut")` or `.expect_unsupported("C20", "no fencing tokens")`; any other outcome
-    // than pass or the declared one fails its test.
-    shedlock_conformance::harness(Options::from_env(), || async {
+    // reason, e.g. `.expect_not_applicable("C24", "embedded: no network address to cut")`; any
+    // other outcome than pass or the declared one fails its test. The toy's protocol has no
+    // read command, so it declares no inspection (C30, C31).
+    let options = Options::from_env()
+        .expect_unsupported("C30", "the toy protocol has no command to read a lock")
+        .expect_unsupported("C31", "the toy protocol has no command to read a lock");
+    shedlock_conformance::harness(options, || async {
         if let Ok(addr) = std::env::var(TOY_ADDR) {
             return Ok(ToyFactory { server: None, addr: addr.parse()? });
         }

@@ -1,0 +1,185 @@
+//! C30 `inspection`: what `inspect` and `list` say is the backend's truth, judged by the
+//! provider's own clock, and reading changes nothing.
+
+use std::{sync::Arc, time::Duration};
+
+use shedlock::{LockInfo, LockProvider, TimeSource};
+
+use super::common::{LONG, skewed_instances};
+use crate::{
+    outcome::Verdict,
+    suite::Suite,
+    tools::calls::{R, bounded, finish, instances, must_lock, must_not_lock, unlock},
+};
+
+/// C30: `inspect` shows a held lock as held with its fencing token and a lease in the future,
+/// by the backend's judgement (an instance whose clock is an hour ahead still sees it held on a
+/// server-time provider); a released lock as free or gone; a lock taken again as another
+/// acquisition. `list` returns every record under a prefix exactly once, page by page, never
+/// one outside it (`%` and `_` in the prefix are plain characters). Inspecting changes nothing:
+/// the holder still holds and extends, contenders are still refused.
+pub async fn c30_inspection(suite: &Suite) -> Verdict {
+    finish(c30(suite).await)
+}
+
+/// Inspects `name`, failing the check on an error or a hang.
+pub(super) async fn inspect(
+    suite: &Suite,
+    p: &Arc<dyn LockProvider>,
+    name: &str,
+    step: &str,
+) -> Result<Option<LockInfo>, Verdict> {
+    bounded(suite, "inspect", p.inspect(name))
+        .await?
+        .map_err(|e| Verdict::fail(format!("{step}: inspect({name:?}) failed: {e}")))
+}
+
+/// Inspects `name`, which must be held.
+pub(super) async fn inspect_held(
+    suite: &Suite,
+    p: &Arc<dyn LockProvider>,
+    name: &str,
+    step: &str,
+) -> Result<LockInfo, Verdict> {
+    match inspect(suite, p, name, step).await? {
+        Some(info) if info.held => Ok(info),
+        other => {
+            Err(Verdict::fail(format!("{step}: inspect({name:?}) of a held lock gave {other:?}")))
+        }
+    }
+}
+
+async fn c30(suite: &Suite) -> R {
+    let caps = suite.capabilities().clone();
+    if !caps.inspect {
+        return Err(Verdict::unsupported("capability `inspect` not declared"));
+    }
+    let judge = if caps.server_time { TimeSource::Server } else { TimeSource::Client };
+    let p = instances(suite, 2).await?;
+    let name = suite.lock_name("c30");
+    let cfg = suite.config(&name, LONG, Duration::ZERO)?;
+
+    if let Some(info) = inspect(suite, &p[1], &name, "before any lock").await?
+        && info.held
+    {
+        return Err(Verdict::fail(format!("a name never locked was inspected as held: {info:?}")));
+    }
+    let mut lock = must_lock(suite, &p[0], &cfg, "first acquisition").await?;
+    let seen = inspect_held(suite, &p[1], &name, "while held").await?;
+    if seen.name != name || seen.judged_by != judge || seen.acquisition.is_empty() {
+        return Err(Verdict::fail(format!(
+            "inspect({name:?}) gave name {:?}, judged by {:?} (expected {judge:?}), acquisition {:?}",
+            seen.name, seen.judged_by, seen.acquisition
+        )));
+    }
+    if caps.fencing && seen.fencing_token != lock.fencing_token() {
+        return Err(Verdict::fail(format!(
+            "inspect shows fencing token {:?}, the holder has {:?}",
+            seen.fencing_token,
+            lock.fencing_token()
+        )));
+    }
+    if let (Some(at), Some(until)) = (seen.locked_at, seen.lock_until)
+        && until <= at
+    {
+        return Err(Verdict::fail(format!(
+            "a held record's lock_until {until:?} is not after its locked_at {at:?}"
+        )));
+    }
+
+    // The backend's judgement: an instance an hour ahead sees the lock held on server time.
+    if caps.server_time {
+        let ahead = skewed_instances(suite, &[3_600_000]).await?;
+        let (p_ahead, _) = &ahead[0];
+        inspect_held(suite, p_ahead, &name, "by an instance whose clock is an hour ahead").await?;
+    }
+
+    // Reading changes nothing.
+    for _ in 0..3 {
+        inspect_held(suite, &p[1], &name, "inspected again").await?;
+    }
+    must_not_lock(suite, &p[1], &cfg, "after inspection").await?;
+    if caps.extend {
+        bounded(suite, "extend", lock.extend(LONG, Duration::ZERO)).await?.map_err(|e| {
+            Verdict::fail(format!("the holder's extend after inspection failed: {e}"))
+        })?;
+    }
+    let again = inspect_held(suite, &p[1], &name, "after the holder's extend").await?;
+    if again.acquisition != seen.acquisition || again.fencing_token != seen.fencing_token {
+        return Err(Verdict::fail(format!(
+            "the same acquisition was inspected as {seen:?}, then {again:?}"
+        )));
+    }
+    unlock(suite, lock).await?;
+    if let Some(info) = inspect(suite, &p[1], &name, "after unlock").await?
+        && info.held
+    {
+        return Err(Verdict::fail(format!(
+            "a released lock (no lock_at_least_for) was inspected as held: {info:?}"
+        )));
+    }
+    let next = must_lock(suite, &p[1], &cfg, "after unlock").await?;
+    let taken = inspect_held(suite, &p[0], &name, "taken again").await?;
+    if taken.acquisition == seen.acquisition {
+        return Err(Verdict::fail(format!(
+            "two acquisitions were inspected as the same one, {:?}",
+            seen.acquisition
+        )));
+    }
+    unlock(suite, next).await?;
+
+    let listed = if caps.list { list(suite, &p).await? } else { "list not declared".to_owned() };
+    Ok(format!("a held lock inspected as held by {judge:?} time, released as free; {listed}"))
+}
+
+/// Five locks under a prefix with `%` and `_` in it, beside names a pattern would match: the
+/// listing in pages of two returns exactly the five, each once.
+async fn list(suite: &Suite, p: &[Arc<dyn LockProvider>]) -> R {
+    let prefix = suite.lock_name("c30_%/");
+    let mut inside: Vec<String> = (0..5).map(|i| format!("{prefix}{i}")).collect();
+    inside.sort();
+    let outside =
+        [prefix.replace('_', "x").replace('%', "y") + "0", prefix[..prefix.len() - 1].to_owned()];
+    let mut held = Vec::new();
+    for name in inside.iter().chain(outside.iter()) {
+        let cfg = suite.config(name, LONG, Duration::ZERO)?;
+        held.push(must_lock(suite, &p[0], &cfg, "a lock to list").await?);
+    }
+    let mut names = Vec::new();
+    let mut cursor: Option<String> = None;
+    for page_no in 1..=10 {
+        let page = bounded(suite, "list", p[1].list(&prefix, cursor.as_deref(), 2))
+            .await?
+            .map_err(|e| Verdict::fail(format!("list({prefix:?}) failed: {e}")))?;
+        if page.records.len() > 2 {
+            return Err(Verdict::fail(format!(
+                "list with limit 2 returned {} records",
+                page.records.len()
+            )));
+        }
+        if let Some(r) = page.records.iter().find(|r| !r.held) {
+            return Err(Verdict::fail(format!("a held lock was listed as free: {r:?}")));
+        }
+        names.extend(page.records.into_iter().map(|r| r.name));
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+        if page_no == 10 {
+            return Err(Verdict::fail(
+                "list of 5 records in pages of 2 did not end within 10 pages",
+            ));
+        }
+    }
+    names.sort();
+    for lock in held {
+        unlock(suite, lock).await?;
+    }
+    if names != inside {
+        return Err(Verdict::fail(format!(
+            "list({prefix:?}) returned {names:?}, expected {inside:?}"
+        )));
+    }
+    Ok("list returned the 5 records under a prefix with % and _ once each, in pages of 2"
+        .to_owned())
+}
