@@ -181,6 +181,81 @@ impl Fleet {
     }
 }
 
+/// Asserts that `locked_by` is what our compatible mode writes: the default `locked_by`, then
+/// ` #` and the acquisition's 16 hex digits, so that every acquisition has its own.
+pub fn assert_acquisition_locked_by(locked_by: &str) {
+    let (base, suffix) = locked_by.rsplit_once(" #").expect("the acquisition's suffix");
+    assert_eq!(base, shedlock::support::default_locked_by());
+    assert!(suffix.len() == 16 && u64::from_str_radix(suffix, 16).is_ok(), "{locked_by}");
+}
+
+/// `lock_at_least_for` binds both kinds: our lock on `least-ours` and Java's on `least-java`,
+/// each released at once with 400 ms at least, cannot be taken by the other kind before then,
+/// and can after. `released` judges what Java's unlock of its own lock reported.
+pub async fn lock_at_least_for_binds_both_kinds<J: JavaNode>(
+    ours: &dyn LockProvider,
+    java: &J,
+    released: impl Fn(&J::Released) -> bool,
+) {
+    // Ours, released early with 400 ms at least: Java cannot take it before then.
+    let mine = ours.try_lock(&cfg("least-ours", 10_000, 400)).await.unwrap().expect("free");
+    mine.unlock().await.unwrap();
+    assert!(java.lock(&cfg("least-ours", 10_000, 0)).await.is_none(), "inside at-least");
+    // Java's, released early with 400 ms at least: neither can we.
+    let theirs = java.lock(&cfg("least-java", 10_000, 400)).await.expect("free");
+    assert!(released(&java.unlock(&theirs).await), "Java's unlock found its lock");
+    assert!(ours.try_lock(&cfg("least-java", 10_000, 0)).await.unwrap().is_none());
+    // Both remainders end 400 ms after their acquisitions (plus the stored times' rounding to
+    // milliseconds).
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let j = java.lock(&cfg("least-ours", 10_000, 0)).await.expect("at-least over");
+    assert!(released(&java.unlock(&j).await), "Java's unlock found its lock");
+    let l = ours.try_lock(&cfg("least-java", 10_000, 0)).await.unwrap().expect("at-least over");
+    l.unlock().await.unwrap();
+}
+
+/// Our lock on `name` expires (100 ms) and Java takes it over: our stale extend fails with
+/// `LockLost` and our stale unlock changes nothing (`stored` reads what the backend holds for a
+/// name: a row, an item, a document); then Java releases it (`released` judges its report).
+pub async fn our_stale_holder_changes_nothing<J: JavaNode, T: PartialEq + std::fmt::Debug>(
+    ours: &dyn LockProvider,
+    java: &J,
+    name: &str,
+    stored: impl AsyncFn(&str) -> T,
+    released: impl Fn(&J::Released) -> bool,
+) {
+    let mut mine = ours.try_lock(&cfg(name, 100, 0)).await.unwrap().expect("free");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let theirs = java.lock(&cfg(name, 10_000, 0)).await.expect("our lock expired");
+    let before = stored(name).await;
+    assert!(matches!(
+        mine.extend(Duration::from_secs(10), Duration::ZERO).await,
+        Err(Error::LockLost { .. })
+    ));
+    mine.unlock().await.unwrap();
+    assert_eq!(stored(name).await, before, "the stale holder changed what Java stored");
+    assert!(released(&java.unlock(&theirs).await), "Java's unlock found its lock");
+}
+
+/// For a ShedLock provider whose unlock does not check the owner: a Java lock on `name`
+/// expires (100 ms), we take over, and the stale Java unlock releases our lock (Java can take
+/// it at once): the hazard the README states, pinned here. `released` judges the stale
+/// unlock's report.
+pub async fn a_stale_java_unlock_releases_any_holder<J: JavaNode>(
+    ours: &dyn LockProvider,
+    java: &J,
+    name: &str,
+    released: impl Fn(&J::Released) -> bool,
+) {
+    let stale = java.lock(&cfg(name, 100, 0)).await.expect("free");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let mine = ours.try_lock(&cfg(name, 10_000, 0)).await.unwrap().expect("Java's lock expired");
+    assert!(released(&java.unlock(&stale).await), "the stale unlock matched by name");
+    let taken = java.lock(&cfg(name, 10_000, 0)).await;
+    assert!(taken.is_some(), "a stale Java unlock released our lock, as ShedLock's does");
+    mine.unlock().await.unwrap();
+}
+
 /// `t` as a SQL datetime literal in UTC, `YYYY-MM-DD HH:MM:SS` and `digits` fractional digits
 /// (truncated): what a JDBC driver sends for a `Timestamp` bound with a UTC calendar.
 pub fn utc_text(t: SystemTime, digits: u32) -> String {

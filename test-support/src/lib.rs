@@ -20,9 +20,13 @@ use shedlock::{BoxError, LockConfig};
 use shedlock::{Error, LockProvider};
 pub use shedlock_conformance::tools::proxy::FaultProxy;
 
+#[cfg(feature = "aws")]
+pub mod aws;
 pub mod fleet;
 pub mod unreachable;
-use shedlock_conformance::{Hooks, Options, ProviderFactory, RecordHooks, RestartHook, SuiteSpec};
+use shedlock_conformance::{
+    Hooks, InstanceOptions, Options, ProviderFactory, RecordHooks, RestartHook, SuiteSpec,
+};
 pub use shedlock_launcher::Backend;
 use shedlock_launcher::{Mode, Service};
 #[cfg(feature = "sql")]
@@ -43,6 +47,12 @@ pub fn host_port(url: &str) -> &str {
     let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
     let end = rest.find(['/', '?']).unwrap_or(rest.len());
     &rest[..end]
+}
+
+/// The first socket address `host` (e.g. `(host, port)` or `"host:port"`) resolves to; an error
+/// if it resolves to none.
+pub fn resolve(host: impl std::net::ToSocketAddrs) -> Result<SocketAddr, BoxError> {
+    Ok(host.to_socket_addrs()?.next().ok_or("the server host does not resolve")?)
 }
 
 /// `url` with its `host:port` replaced by `addr` (e.g. a [`FaultProxy`]'s), credentials, path
@@ -80,6 +90,22 @@ pub async fn url(backend: Backend, label: &str) -> String {
     match service(backend, label).await {
         Ok(s) => s.url().to_owned(),
         Err(e) => panic!("{e}"),
+    }
+}
+
+/// `builder` as the conformance kit's instance with `options` has it: the instance's own
+/// (possibly skewed) clock, which with server or database time must never be consulted (C18),
+/// and a 3 s operation timeout, so that a cut connection fails fast instead of hanging (C24).
+pub fn instance<B: shedlock::ClockBuilder>(builder: B, options: &InstanceOptions) -> B {
+    builder.clock(options.clock_or_system()).operation_timeout(Some(Duration::from_secs(3)))
+}
+
+/// The URL an instance of the conformance kit uses: `url`, or, when the kit gives an `address`
+/// (its fault proxy's), the same URL (credentials included) with that address.
+pub fn instance_url(address: Option<SocketAddr>, url: &str) -> String {
+    match address {
+        Some(a) => url_via(url, a),
+        None => url.to_owned(),
     }
 }
 
@@ -162,9 +188,10 @@ pub fn server_from_env(backend: Backend) -> bool {
 /// The conformance options of a server-backed provider's `tests/conformance.rs`: from the
 /// environment, and, when the server's URL comes from the environment (`backend`'s variable), C25
 /// declared not applicable, since such a server is not ours to restart ([`server_hooks`] offers no
-/// restart hook then).
+/// restart hook then); C30 and C31 declared unsupported where the provider does not implement
+/// inspection yet.
 pub fn server_options(backend: Backend) -> Options {
-    let options = Options::from_env();
+    let options = expect_no_inspection_yet(backend, Options::from_env());
     if !server_from_env(backend) {
         return options;
     }
@@ -175,6 +202,16 @@ pub fn server_options(backend: Backend) -> Options {
             backend.env_var()
         ),
     )
+}
+
+/// The providers that implement inspection (C30, C31) so far: the SQL ones. The others declare
+/// both checks unsupported until they do, with that reason in their reports.
+fn expect_no_inspection_yet(backend: Backend, options: Options) -> Options {
+    if matches!(backend, Backend::Postgres | Backend::MariaDb | Backend::Sqlite) {
+        return options;
+    }
+    let why = "inspection (inspect, list, force_release) is not implemented by this provider yet";
+    options.expect_unsupported("C30", why).expect_unsupported("C31", why)
 }
 
 /// One suite of a provider's conformance binary on `backend`'s server
@@ -246,7 +283,128 @@ impl<P: ProviderFactory> ProviderFactory for OnServer<P> {
 pub mod sql {
     use super::*;
     use shedlock::ProviderBuilder as _;
+    use shedlock::{ClockBuilder as _, SkewedClock, TimeSource, system_clock};
     use shedlock_sql::{Columns, Dialect, SqlLockProvider};
+
+    pub mod jdbc;
+    pub mod suite;
+
+    /// The round trips through `proxy` (which carries `p`'s only connection) of each call on the
+    /// way of a lock, in this order: acquire with no row, acquire while held, extend, unlock,
+    /// acquire of a free row. Each is measured alone, after a pause, and must be followed by no
+    /// traffic (the dedicated connection never goes back to the pool, so there is no release
+    /// ping). `what` names the provider in the lines it prints.
+    pub async fn round_trips_of_each_call(
+        p: &dyn LockProvider,
+        proxy: &FaultProxy,
+        what: &str,
+    ) -> Vec<u64> {
+        // Warm up: sqlx prepares each statement once per connection (one extra round trip).
+        let mut warm = p.try_lock(&cfg(&unique("warm"), 60_000, 0)).await.unwrap().unwrap();
+        warm.extend(Duration::from_secs(60), Duration::ZERO).await.unwrap();
+        warm.unlock().await.unwrap();
+        assert!(p.try_lock(&cfg("held-warm", 60_000, 0)).await.unwrap().is_some());
+        assert!(p.try_lock(&cfg("held-warm", 60_000, 0)).await.unwrap().is_none());
+
+        let name = unique("n");
+        let measure = async |call: &str, f: std::pin::Pin<Box<dyn Future<Output = ()> + '_>>| {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let base = proxy.round_trips();
+            f.await;
+            let n = proxy.round_trips() - base;
+            // Nothing after the call either: the dedicated connection never goes back to the
+            // pool, so there is no release ping (a pooled connection gets one from sqlx 0.9).
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let after = proxy.round_trips() - base;
+            println!(
+                "{what} {call}: {n} round trip(s) on the call path, {after} including what followed"
+            );
+            assert_eq!(after, n, "{what} {call}: traffic after the call returned");
+            n
+        };
+        let mut counts = Vec::new();
+        let mut lock = None;
+        let acquire = Box::pin(async {
+            lock = p.try_lock(&cfg(&name, 60_000, 0)).await.unwrap();
+        });
+        counts.push(measure("acquire (no row)", acquire).await);
+        let mut lock = lock.expect("free");
+        let held = Box::pin(async {
+            assert!(p.try_lock(&cfg(&name, 60_000, 0)).await.unwrap().is_none());
+        });
+        counts.push(measure("acquire (held)", held).await);
+        let extend = Box::pin(async {
+            lock.extend(Duration::from_secs(60), Duration::ZERO).await.unwrap();
+        });
+        counts.push(measure("extend", extend).await);
+        counts.push(measure("unlock", Box::pin(async { lock.unlock().await.unwrap() })).await);
+        let free = Box::pin(async {
+            assert!(p.try_lock(&cfg(&name, 60_000, 0)).await.unwrap().is_some());
+        });
+        counts.push(measure("acquire (free row)", free).await);
+        counts
+    }
+
+    /// `p` (on a pool of one connection) has acquire futures dropped at different points: its
+    /// connection stays usable, and whatever a dropped future took expires by
+    /// `lock_at_most_for` (400 ms).
+    pub async fn dropped_acquire_leaves_no_bad_connection(p: &dyn LockProvider) {
+        for i in 0..30u64 {
+            let c = cfg(&format!("c{i}"), 400, 0);
+            let _ = tokio::time::timeout(Duration::from_micros(50 * i), p.try_lock(&c)).await;
+        }
+        let lock =
+            p.try_lock(&cfg("after", 60_000, 0)).await.unwrap().expect("provider still works");
+        lock.unlock().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(550)).await;
+        for i in 0..30u64 {
+            let free = p.try_lock(&cfg(&format!("c{i}"), 60_000, 0)).await.unwrap();
+            assert!(free.is_some(), "c{i}");
+        }
+    }
+
+    /// On `table`, with providers on pools from `pool`: in client time, a node whose clock is
+    /// an hour behind writes a `lock_until` already in the past for everyone else, so a correct
+    /// node takes the "held" lock (the failure ShedLock #231 is); in database time the same
+    /// kind of skew, given to the providers, is never consulted
+    /// ([`database_time_ignores_the_given_clocks`]).
+    pub async fn database_time_ignores_client_skew_client_time_does_not<D: Dialect>(
+        pool: impl AsyncFn() -> D::Pool,
+        table: &str,
+    ) {
+        let hour = Duration::from_secs(3600);
+        let slow = SqlLockProvider::<D>::builder(pool().await)
+            .table(table)
+            .time_source(TimeSource::Client)
+            .clock(Arc::new(SkewedClock::behind(system_clock(), hour)))
+            .build()
+            .unwrap();
+        slow.create_table().await.unwrap();
+        let right = SqlLockProvider::<D>::builder(pool().await)
+            .table(table)
+            .time_source(TimeSource::Client)
+            .build()
+            .unwrap();
+        assert!(!slow.capabilities().server_time);
+        let _held = slow.try_lock(&cfg("c", 60_000, 0)).await.unwrap().unwrap();
+        assert!(
+            right.try_lock(&cfg("c", 60_000, 0)).await.unwrap().is_some(),
+            "client time breaks under skew"
+        );
+
+        // Database time: the same kind of skew, given to the providers, must not be consulted.
+        let holder = SqlLockProvider::<D>::builder(pool().await)
+            .table(table)
+            .clock(Arc::new(SkewedClock::behind(system_clock(), hour)))
+            .build()
+            .unwrap();
+        let rival = SqlLockProvider::<D>::builder(pool().await)
+            .table(table)
+            .clock(Arc::new(SkewedClock::ahead(system_clock(), hour)))
+            .build()
+            .unwrap();
+        database_time_ignores_the_given_clocks(&holder, &rival, &*holder.records()).await;
+    }
 
     /// Table and column names on dialect `D`: hostile or malformed table names (with `quote`,
     /// the dialect's identifier quote, inside one), bad column names, two columns of one name

@@ -8,18 +8,14 @@
 //! applicable". Every other check must pass.
 #![allow(dead_code)]
 
-use shedlock::{ClockBuilder as _, ProviderBuilder as _};
+use shedlock::ProviderBuilder as _;
 use std::{
     net::{SocketAddr, ToSocketAddrs},
     sync::Arc,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use aws_sdk_dynamodb::{
-    Client,
-    config::{BehaviorVersion, Credentials, Region, retry::RetryConfig, timeout::TimeoutConfig},
-    types::AttributeValue,
-};
+use aws_sdk_dynamodb::{Client, types::AttributeValue};
 use shedlock::{BoxError, LockProvider};
 use shedlock_conformance::{Hooks, InstanceOptions, ProviderFactory, RecordHooks};
 use shedlock_dynamodb::{
@@ -27,22 +23,7 @@ use shedlock_dynamodb::{
     ATTR_LOCKED_BY, DynamoDbLockProvider,
 };
 use shedlock_launcher::{Backend, Service};
-use shedlock_test_support as testing;
-
-/// The secret key of the test clients when the environment names none: tests check that the
-/// secret in use never shows in `Debug` or errors.
-pub const DEFAULT_SECRET: &str = "shedlock-test-secret-key-0123456789";
-
-/// The credentials of the test clients: `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` when set
-/// (CI's compose services need MinIO's), else dummy ones (dynalite, moto and DynamoDB Local
-/// accept any).
-pub fn credentials() -> (String, String) {
-    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    match (var("AWS_ACCESS_KEY_ID"), var("AWS_SECRET_ACCESS_KEY")) {
-        (Some(id), Some(secret)) => (id, secret),
-        _ => ("shedlock".to_owned(), DEFAULT_SECRET.to_owned()),
-    }
-}
+use shedlock_test_support::{self as testing, aws};
 
 pub use shedlock_test_support::host_port;
 
@@ -51,32 +32,10 @@ pub fn addr_of(url: &str) -> SocketAddr {
     host_port(url).to_socket_addrs().unwrap().next().unwrap()
 }
 
-/// An SDK client for a local endpoint over plain HTTP (the SDK's hyper client without TLS),
-/// with dummy credentials, short timeouts (a cut connection fails fast: C24) and one retry.
+/// An SDK client for a local endpoint over plain HTTP, with the test credentials, short
+/// timeouts (a cut connection fails fast: C24) and one retry ([`aws::sdk_config`]).
 pub fn client(endpoint: &str) -> Client {
-    let http = aws_smithy_http_client::Builder::new().build_http();
-    let conf = aws_sdk_dynamodb::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .endpoint_url(endpoint)
-        .credentials_provider({
-            let (id, secret) = credentials();
-            Credentials::new(id, secret, None, None, "tests")
-        })
-        .http_client(http)
-        .timeout_config(
-            TimeoutConfig::builder()
-                .connect_timeout(Duration::from_secs(2))
-                .operation_attempt_timeout(Duration::from_secs(3))
-                .build(),
-        )
-        .retry_config(
-            RetryConfig::standard()
-                .with_max_attempts(2)
-                .with_initial_backoff(Duration::from_millis(20)),
-        )
-        .build();
-    Client::from_conf(conf)
+    Client::new(&aws::sdk_config(endpoint))
 }
 
 /// The local server: the launcher's (or `SHEDLOCK_DYNAMODB_URL`).
@@ -200,13 +159,8 @@ impl Dynamo {
         let service = service().await?;
         let url = service.url().trim_end_matches('/').to_owned();
         let addr = addr_of(&url);
-        // C28's node processes (this binary, re-executed) share the run id, so they address
-        // the same table; repeated runs against one server never share items.
-        let run: String = shedlock_conformance::run_id()
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
-            .collect();
-        let table = format!("conformance_{}{run}", if compat { "sc_" } else { "" });
+        // The same table in C28's node processes, never one of an earlier run.
+        let table = format!("conformance_{}{}", if compat { "sc_" } else { "" }, aws::run_tag());
         let p = provider(&url, &table);
         p.create_table().await?;
         Ok(Self { service, admin: client(&url), url, addr, table, compat })
@@ -220,15 +174,10 @@ impl ProviderFactory for Dynamo {
     }
 
     async fn create(&self, options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError> {
-        let endpoint = match options.address {
-            Some(a) => format!("http://{a}"),
-            None => self.url.clone(),
-        };
-        let mut b = DynamoDbLockProvider::builder(client(&endpoint))
-            .table(&self.table)
-            // Client time: every instance's (possibly skewed) clock computes its leases (C18).
-            .clock(options.clock_or_system())
-            .operation_timeout(Some(Duration::from_secs(3)));
+        let endpoint = aws::endpoint_for(options.address, &self.url);
+        // Client time: every instance's (possibly skewed) clock computes its leases (C18).
+        let b = DynamoDbLockProvider::builder(client(&endpoint)).table(&self.table);
+        let mut b = testing::instance(b, &options);
         if self.compat {
             b = b.shedlock_compatible();
         }

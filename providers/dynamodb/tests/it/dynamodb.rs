@@ -11,13 +11,13 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
     ScalarAttributeType,
 };
-use common::{Records, client, credentials, provider};
+use common::{Records, client, provider};
 use shedlock::{Error, LockProvider};
 use shedlock_dynamodb::{
     ATTR_ACQUISITION_ID, ATTR_FENCING_TOKEN, ATTR_LOCK_UNTIL, ATTR_LOCKED_AT, ATTR_LOCKED_BY,
     DynamoDbError, DynamoDbLockProvider,
 };
-use shedlock_test_support::{cfg, unique};
+use shedlock_test_support::{aws, cfg, unique};
 
 async fn endpoint() -> String {
     common::service().await.unwrap().url().trim_end_matches('/').to_owned()
@@ -93,17 +93,9 @@ async fn extend_moves_the_stored_lease_and_keeps_the_token() {
 async fn a_missing_table_is_a_setup_error_that_says_how_to_create_it() {
     let url = endpoint().await;
     let p = provider(&url, &unique("missing"));
-    for e in
-        [p.try_lock(&cfg("x", 60_000, 0)).await.unwrap_err(), p.check_table().await.unwrap_err()]
-    {
-        match e {
-            Error::Setup { message, .. } => {
-                assert!(message.contains("create_table()"), "{message}");
-                assert!(message.contains("AttributeName=_id,AttributeType=S"), "{message}");
-            }
-            other => panic!("expected Setup, got {other:?}"),
-        }
-    }
+    let errors =
+        [p.try_lock(&cfg("x", 60_000, 0)).await.unwrap_err(), p.check_table().await.unwrap_err()];
+    aws::assert_setup_errors_say(errors, &["create_table()", "AttributeName=_id,AttributeType=S"]);
 }
 
 #[tokio::test]
@@ -159,22 +151,12 @@ async fn invalid_table_names_and_locked_by_are_refused_before_any_request() {
 
 #[tokio::test]
 async fn an_unreachable_server_is_unavailable_says_why_and_credentials_never_show() {
-    use shedlock_test_support::unreachable::{
-        REFUSED, UNRESOLVABLE_HOST, UNRESOLVED, assert_named,
+    let provider = |endpoint: &str| provider(endpoint, "shedlock");
+    let is_transport = |s: &(dyn std::error::Error + 'static)| {
+        matches!(s.downcast_ref(), Some(DynamoDbError::Transport { operation: "try_lock", .. }))
     };
-    // A port nothing listens on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let p = provider(&format!("http://127.0.0.1:{port}"), "shedlock");
-    let e = p.try_lock(&cfg("x", 60_000, 0)).await.unwrap_err();
-    assert!(matches!(e, Error::Unavailable { .. }) && e.is_retryable(), "{e:?}");
-    let source = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<DynamoDbError>());
-    assert!(matches!(source, Some(DynamoDbError::Transport { operation: "try_lock", .. })));
-    for text in [format!("{e:?}"), e.to_string(), format!("{p:?}")] {
-        assert!(!text.contains(&credentials().1), "the secret key leaked: {text}");
-    }
-    assert_named(&p, "a closed port", REFUSED).await;
-    let p = provider(&format!("http://{UNRESOLVABLE_HOST}:9000"), "shedlock");
-    assert_named(&p, "an unresolvable host", UNRESOLVED).await;
+    aws::an_unreachable_server_is_unavailable_says_why_and_hides_the_secret(provider, is_transport)
+        .await;
 }
 
 #[tokio::test]

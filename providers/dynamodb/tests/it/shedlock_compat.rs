@@ -21,7 +21,7 @@ use std::{
 };
 
 use aws_sdk_dynamodb::{Client, types::AttributeValue};
-use shedlock::{Error, LockConfig, LockProvider, support::iso8601_millis};
+use shedlock::{LockConfig, LockProvider, support::iso8601_millis};
 use shedlock_dynamodb::{ATTR_ID, DynamoDbLockProvider};
 use shedlock_test_support::{
     cfg,
@@ -174,10 +174,7 @@ async fn items_are_shedlocks_strings_with_the_owner_in_locked_by_and_no_token() 
         assert!(b.len() == 24 && b[10] == b'T' && b[19] == b'.' && b[23] == b'Z', "{t}");
     }
     assert!(at < until, "ISO strings sort as the times do: {at} < {until}");
-    let by = text("lockedBy");
-    let (base, suffix) = by.rsplit_once(" #").expect("the acquisition's suffix");
-    assert_eq!(base, shedlock::support::default_locked_by());
-    assert!(suffix.len() == 16 && u64::from_str_radix(suffix, 16).is_ok(), "{by}");
+    fleet::assert_acquisition_locked_by(&text("lockedBy"));
     lock.unlock().await.unwrap();
     let released = item(&p, "job").await;
     assert!(!released.contains_key("lockUntil"), "a released lock has no lockUntil");
@@ -195,19 +192,9 @@ async fn each_kind_honours_the_others_lock_and_lock_at_least_for() {
     mine.unlock().await.unwrap();
     let l = java.lock(&cfg("java", 10_000, 0)).await.expect("we released: no lockUntil");
     java.unlock(&l).await;
-    // At-least, both ways: released at once, held 400 ms from the acquisition.
-    let mine = ours.try_lock(&cfg("least-ours", 10_000, 400)).await.unwrap().expect("free");
-    mine.unlock().await.unwrap();
-    assert!(java.lock(&cfg("least-ours", 10_000, 0)).await.is_none(), "inside at-least");
-    let theirs = java.lock(&cfg("least-java", 10_000, 400)).await.expect("free");
-    java.unlock(&theirs).await;
-    assert!(ours.try_lock(&cfg("least-java", 10_000, 0)).await.unwrap().is_none());
-    // Both remainders end 400 ms after their acquisitions (the strings keep milliseconds).
-    tokio::time::sleep(Duration::from_millis(450)).await;
-    let j = java.lock(&cfg("least-ours", 10_000, 0)).await.expect("at-least over");
-    java.unlock(&j).await;
-    let l = ours.try_lock(&cfg("least-java", 10_000, 0)).await.unwrap().expect("at-least over");
-    l.unlock().await.unwrap();
+    // At-least, both ways: released at once, held 400 ms from the acquisition (the strings
+    // keep milliseconds).
+    fleet::lock_at_least_for_binds_both_kinds(&ours, &java, |()| true).await;
 }
 
 #[tokio::test]
@@ -215,26 +202,11 @@ async fn our_stale_holder_changes_nothing_but_a_stale_java_unlock_releases_any_h
     let (table, ours) = fresh().await;
     let java = JavaNode::new(&table, "java-host").await;
     // Our lock expires; Java takes over; our stale extend and unlock change nothing.
-    let mut mine = ours.try_lock(&cfg("a", 100, 0)).await.unwrap().expect("free");
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    let theirs = java.lock(&cfg("a", 10_000, 0)).await.expect("our lock expired");
-    let before = item(&ours, "a").await;
-    assert!(matches!(
-        mine.extend(Duration::from_secs(10), Duration::ZERO).await,
-        Err(Error::LockLost { .. })
-    ));
-    mine.unlock().await.unwrap();
-    assert_eq!(item(&ours, "a").await, before, "the stale holder changed Java's item");
-    java.unlock(&theirs).await;
+    let stored = async |name: &str| item(&ours, name).await;
+    fleet::our_stale_holder_changes_nothing(&ours, &java, "a", stored, |()| true).await;
     // A Java lock expires; we take over; ShedLock's stale unlock (no condition) releases our
     // lock: the hazard the README states, pinned here.
-    let stale = java.lock(&cfg("b", 100, 0)).await.expect("free");
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    let mine = ours.try_lock(&cfg("b", 10_000, 0)).await.unwrap().expect("Java's lock expired");
-    java.unlock(&stale).await;
-    let taken = java.lock(&cfg("b", 10_000, 0)).await;
-    assert!(taken.is_some(), "a stale Java unlock released our lock, as ShedLock's does");
-    mine.unlock().await.unwrap();
+    fleet::a_stale_java_unlock_releases_any_holder(&ours, &java, "b", |()| true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,10 +11,8 @@
 // `tests/it` uses a part of it.
 #![allow(dead_code)]
 
-use shedlock::ClockBuilder as _;
-use shedlock::ProviderBuilder as _;
 use std::{
-    net::{SocketAddr, ToSocketAddrs},
+    net::SocketAddr,
     sync::Arc,
     time::{Duration, SystemTime},
 };
@@ -60,8 +58,7 @@ impl Mongo {
     async fn new(client_time: bool, compat: bool) -> Result<Self, BoxError> {
         let service = testing::service(Backend::MongoDb, "MongoDB").await?;
         let url = service.url().to_owned();
-        let addr =
-            host_port(&url).to_socket_addrs()?.next().ok_or("the server host does not resolve")?;
+        let addr = testing::resolve(host_port(&url))?;
         // C28's node processes (this binary, re-executed) share the run id, so they address the
         // same collection.
         let run: String = shedlock_conformance::run_id()
@@ -103,17 +100,9 @@ impl ProviderFactory for Mongo {
     }
 
     async fn create(&self, options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError> {
-        let url = match options.address {
-            // The same URL (credentials included) with the proxy's address.
-            Some(a) => shedlock_test_support::url_via(&self.url, a),
-            None => self.url.clone(),
-        };
-        let mut b = MongoLockProvider::builder(client(&url).await?.database(DATABASE))
-            .collection(&self.collection)
-            // Every instance gets its (possibly skewed) clock; in server time it must not be
-            // consulted (C18).
-            .clock(options.clock_or_system())
-            .operation_timeout(Some(Duration::from_secs(3)));
+        let url = testing::instance_url(options.address, &self.url);
+        let b = MongoLockProvider::builder(client(&url).await?.database(DATABASE));
+        let mut b = testing::instance(b, &options).collection(&self.collection);
         if self.client_time {
             b = b.time_source(TimeSource::Client);
         }

@@ -23,7 +23,7 @@ use mongodb::{
     bson::{Bson, DateTime, Document, doc},
     error::{ErrorKind, WriteFailure},
 };
-use shedlock::{Error, LockConfig, LockProvider};
+use shedlock::{LockConfig, LockProvider};
 use shedlock_mongodb::MongoLockProvider;
 use shedlock_test_support::{
     Backend, cfg,
@@ -140,9 +140,7 @@ async fn documents_are_shedlocks_with_the_owner_in_locked_by_and_no_token() {
     let (until, at) = (d.get_datetime("lockUntil").unwrap(), d.get_datetime("lockedAt").unwrap());
     assert_eq!(until.timestamp_millis() - at.timestamp_millis(), 10_000);
     let by = d.get_str("lockedBy").unwrap();
-    let (base, suffix) = by.rsplit_once(" #").expect("the acquisition's suffix");
-    assert_eq!(base, shedlock::support::default_locked_by());
-    assert!(suffix.len() == 16 && u64::from_str_radix(suffix, 16).is_ok(), "{by}");
+    fleet::assert_acquisition_locked_by(by);
     let other = compat(&coll).await;
     assert!(other.try_lock(&cfg("job", 10_000, 0)).await.unwrap().is_none(), "held");
     lock.unlock().await.unwrap();
@@ -167,19 +165,9 @@ async fn each_kind_honours_the_others_lock_and_lock_at_least_for() {
     mine.unlock().await.unwrap();
     let l = java.lock(&cfg("java", 10_000, 0)).await.expect("we released");
     java.unlock(&l).await;
-    // At-least, both ways: released at once, held 400 ms from the acquisition.
-    let mine = ours.try_lock(&cfg("least-ours", 10_000, 400)).await.unwrap().expect("free");
-    mine.unlock().await.unwrap();
-    assert!(java.lock(&cfg("least-ours", 10_000, 0)).await.is_none(), "inside at-least");
-    let theirs = java.lock(&cfg("least-java", 10_000, 400)).await.expect("free");
-    assert!(java.unlock(&theirs).await);
-    assert!(ours.try_lock(&cfg("least-java", 10_000, 0)).await.unwrap().is_none());
-    // Both remainders end 400 ms after their acquisitions (BSON dates are milliseconds).
-    tokio::time::sleep(Duration::from_millis(450)).await;
-    let j = java.lock(&cfg("least-ours", 10_000, 0)).await.expect("at-least over");
-    java.unlock(&j).await;
-    let l = ours.try_lock(&cfg("least-java", 10_000, 0)).await.unwrap().expect("at-least over");
-    l.unlock().await.unwrap();
+    // At-least, both ways: released at once, held 400 ms from the acquisition (BSON dates are
+    // milliseconds).
+    fleet::lock_at_least_for_binds_both_kinds(&ours, &java, |&matched| matched).await;
 }
 
 #[tokio::test]
@@ -188,27 +176,12 @@ async fn our_stale_holder_changes_nothing_but_a_stale_java_unlock_releases_any_h
     let ours = compat(&coll).await;
     let java = JavaNode::new(&coll, "java-host").await;
     // Our lock expires; Java takes over; our stale extend and unlock change nothing.
-    let mut mine = ours.try_lock(&cfg("a", 100, 0)).await.unwrap().expect("free");
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    let theirs = java.lock(&cfg("a", 10_000, 0)).await.expect("our lock expired");
-    let before = ours.collection().find_one(doc! { "_id": "a" }).await.unwrap().unwrap();
-    assert!(matches!(
-        mine.extend(Duration::from_secs(10), Duration::ZERO).await,
-        Err(Error::LockLost { .. })
-    ));
-    mine.unlock().await.unwrap();
-    let after = ours.collection().find_one(doc! { "_id": "a" }).await.unwrap().unwrap();
-    assert_eq!(after, before, "the stale holder changed Java's document");
-    assert!(java.unlock(&theirs).await);
+    let stored =
+        async |name: &str| ours.collection().find_one(doc! { "_id": name }).await.unwrap().unwrap();
+    fleet::our_stale_holder_changes_nothing(&ours, &java, "a", stored, |&matched| matched).await;
     // A Java lock expires; we take over; ShedLock's stale unlock (by name) releases our lock:
     // the hazard the README states, pinned here.
-    let stale = java.lock(&cfg("b", 100, 0)).await.expect("free");
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    let mine = ours.try_lock(&cfg("b", 10_000, 0)).await.unwrap().expect("Java's lock expired");
-    assert!(java.unlock(&stale).await);
-    let taken = java.lock(&cfg("b", 10_000, 0)).await;
-    assert!(taken.is_some(), "a stale Java unlock released our lock, as ShedLock's does");
-    mine.unlock().await.unwrap();
+    fleet::a_stale_java_unlock_releases_any_holder(&ours, &java, "b", |&matched| matched).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,7 +11,6 @@ mod common {
     }
 }
 
-use shedlock::ClockBuilder as _;
 use std::{
     net::SocketAddr,
     sync::Arc,
@@ -19,10 +18,8 @@ use std::{
 };
 
 use common::{FaultProxy, unique};
-use shedlock::{Error, LockConfig, LockProvider, SkewedClock, system_clock};
-use shedlock_mysql::{
-    Flavor, MySqlDialect, MySqlLockProvider, TimeSource, recommended_pool_options,
-};
+use shedlock::{Error, LockConfig, LockProvider};
+use shedlock_mysql::{Flavor, MySqlDialect, MySqlLockProvider, recommended_pool_options};
 use shedlock_test_support::{cfg, sql};
 use sqlx::{Executor, MySqlPool, mysql::MySqlConnectOptions};
 use tokio::sync::OnceCell;
@@ -92,70 +89,7 @@ async fn round_trips(flavor: Flavor) -> Vec<u64> {
     let pool = recommended_pool_options().max_connections(1).connect_with(opts).await.unwrap();
     let p = provider_on(pool, &table(), flavor).await;
 
-    // Warm up: sqlx prepares each statement once per connection (one extra round trip).
-    let mut warm = p.try_lock(&cfg(&unique("warm"), 60_000, 0)).await.unwrap().unwrap();
-    warm.extend(Duration::from_secs(60), Duration::ZERO).await.unwrap();
-    warm.unlock().await.unwrap();
-    assert!(p.try_lock(&cfg("held-warm", 60_000, 0)).await.unwrap().is_some());
-    assert!(p.try_lock(&cfg("held-warm", 60_000, 0)).await.unwrap().is_none());
-
-    let name = unique("n");
-    let measure = async |what: &str, f: std::pin::Pin<Box<dyn Future<Output = ()> + '_>>| {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let base = proxy.round_trips();
-        f.await;
-        let n = proxy.round_trips() - base;
-        // Nothing after the call either: the dedicated connection never goes back to the pool,
-        // so there is no release ping (a pooled connection gets one from sqlx 0.9).
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let after = proxy.round_trips() - base;
-        println!(
-            "{flavor:?} {what}: {n} round trip(s) on the call path, {after} including what followed"
-        );
-        assert_eq!(after, n, "{flavor:?} {what}: traffic after the call returned");
-        n
-    };
-    let mut counts = Vec::new();
-    let mut lock = None;
-    counts.push(
-        measure(
-            "acquire (no row)",
-            Box::pin(async {
-                lock = p.try_lock(&cfg(&name, 60_000, 0)).await.unwrap();
-            }),
-        )
-        .await,
-    );
-    let mut lock = lock.expect("free");
-    counts.push(
-        measure(
-            "acquire (held)",
-            Box::pin(async {
-                assert!(p.try_lock(&cfg(&name, 60_000, 0)).await.unwrap().is_none());
-            }),
-        )
-        .await,
-    );
-    counts.push(
-        measure(
-            "extend",
-            Box::pin(async {
-                lock.extend(Duration::from_secs(60), Duration::ZERO).await.unwrap();
-            }),
-        )
-        .await,
-    );
-    counts.push(measure("unlock", Box::pin(async { lock.unlock().await.unwrap() })).await);
-    counts.push(
-        measure(
-            "acquire (free row)",
-            Box::pin(async {
-                assert!(p.try_lock(&cfg(&name, 60_000, 0)).await.unwrap().is_some());
-            }),
-        )
-        .await,
-    );
-    counts
+    sql::round_trips_of_each_call(&p, &proxy, &format!("{flavor:?}")).await
 }
 
 #[tokio::test]
@@ -356,40 +290,8 @@ async fn lock_statements_do_not_join_a_callers_transaction() {
 
 #[tokio::test]
 async fn database_time_ignores_client_skew_client_time_does_not() {
-    let table = table();
-    let behind = Arc::new(SkewedClock::behind(system_clock(), Duration::from_secs(3600)));
-    let slow = MySqlLockProvider::builder(pool().await)
-        .table(&table)
-        .time_source(TimeSource::Client)
-        .clock(behind)
-        .build()
-        .unwrap();
-    slow.create_table().await.unwrap();
-    let right = MySqlLockProvider::builder(pool().await)
-        .table(&table)
-        .time_source(TimeSource::Client)
-        .build()
-        .unwrap();
-    assert!(!slow.capabilities().server_time);
-    let _held = slow.try_lock(&cfg("c", 60_000, 0)).await.unwrap().unwrap();
-    assert!(
-        right.try_lock(&cfg("c", 60_000, 0)).await.unwrap().is_some(),
-        "client time breaks under skew"
-    );
-
-    // Database time: the same kind of skew, given to the providers, must not be consulted.
-    let hour = Duration::from_secs(3600);
-    let holder = MySqlLockProvider::builder(pool().await)
-        .table(&table)
-        .clock(Arc::new(SkewedClock::behind(system_clock(), hour)))
-        .build()
-        .unwrap();
-    let rival = MySqlLockProvider::builder(pool().await)
-        .table(&table)
-        .clock(Arc::new(SkewedClock::ahead(system_clock(), hour)))
-        .build()
-        .unwrap();
-    sql::database_time_ignores_the_given_clocks(&holder, &rival, &*holder.records()).await;
+    sql::database_time_ignores_client_skew_client_time_does_not::<MySqlDialect>(pool, &table())
+        .await;
 }
 
 #[tokio::test]
@@ -438,16 +340,7 @@ async fn dropped_acquire_leaves_no_bad_connection() {
     let pool =
         recommended_pool_options().max_connections(1).connect(&common::url().await).await.unwrap();
     let p = provider_on(pool, &table(), Flavor::Detect).await;
-    for i in 0..30u64 {
-        let c = cfg(&format!("c{i}"), 400, 0);
-        let _ = tokio::time::timeout(Duration::from_micros(50 * i), p.try_lock(&c)).await;
-    }
-    let lock = p.try_lock(&cfg("after", 60_000, 0)).await.unwrap().expect("provider still works");
-    lock.unlock().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(550)).await;
-    for i in 0..30u64 {
-        assert!(p.try_lock(&cfg(&format!("c{i}"), 60_000, 0)).await.unwrap().is_some(), "c{i}");
-    }
+    sql::dropped_acquire_leaves_no_bad_connection(&p).await;
 }
 
 /// Options for a pool that connects through `proxy` to its own database `db` (created here), so

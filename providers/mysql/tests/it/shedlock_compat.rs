@@ -14,16 +14,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::{
-    collections::HashSet,
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::{Duration, SystemTime},
 };
 
 use shedlock::{Error, LockConfig, LockProvider};
-use shedlock_mysql::{Flavor, MySqlLockProvider, recommended_pool_options};
+use shedlock_mysql::{Flavor, MySqlDialect, MySqlLockProvider, recommended_pool_options};
 use shedlock_test_support::{
     cfg,
-    fleet::{self, Fleet, JavaNode as _, Node, utc_text},
+    fleet::{self, utc_text},
+    sql::jdbc::{self, JdbcLock, JdbcNode, JdbcStatements},
     unique,
 };
 use sqlx::{MySqlPool, Row, mysql::MySqlConnectOptions};
@@ -69,24 +69,12 @@ async fn compat(table: &str) -> MySqlLockProvider {
     compat_with(table, Flavor::Detect).await
 }
 
-/// A Java ShedLock node (one JVM host: its `locked_by`), on its own pool.
-struct JavaNode {
-    pool: MySqlPool,
-    table: String,
-    locked_by: String,
-    /// `usingDbTime()` (the server's clock) or `forceUtcTimeZone()` (the JVM's clock).
-    db_time: bool,
-    /// ShedLock's `LockRecordRegistry`: names whose row this node created or saw.
-    created: Mutex<HashSet<String>>,
-}
+/// ShedLock's JDBC statements for this database, in database time (`usingDbTime()`, the
+/// server's clock) or client time (the JVM's clock in UTC, see the module's documentation).
+struct Statements;
 
-/// What a Java acquisition remembers for its unlock.
-struct JavaLock {
-    name: String,
-    at_least: Duration,
-    /// `LockConfiguration.createdAt` (client-time mode).
-    created_at: SystemTime,
-}
+/// A Java ShedLock node (one JVM host: its `locked_by`), on its own pool.
+type JavaNode = JdbcNode<Statements>;
 
 const NOW: &str = "UTC_TIMESTAMP(3)";
 const AT_MOST: &str = "TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))";
@@ -101,22 +89,21 @@ fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_nanos() / 1_000).unwrap()
 }
 
-impl JavaNode {
-    async fn new(table: &str, locked_by: &str, db_time: bool) -> Self {
-        // A JDBC connection keeps the server's default session time zone.
-        let opts = options().await.timezone(None);
-        Self {
-            pool: recommended_pool_options().connect_with(opts).await.unwrap(),
-            table: table.to_owned(),
-            locked_by: locked_by.to_owned(),
-            db_time,
-            created: Mutex::new(HashSet::new()),
-        }
-    }
+/// A Java node on its own pool.
+async fn java_node(table: &str, locked_by: &str, db_time: bool) -> JavaNode {
+    // A JDBC connection keeps the server's default session time zone.
+    let opts = options().await.timezone(None);
+    let pool = recommended_pool_options().connect_with(opts).await.unwrap();
+    JdbcNode::new(pool, table, locked_by, db_time)
+}
 
-    async fn insert(&self, c: &LockConfig, now: SystemTime) -> bool {
-        let t = &self.table;
-        let r = if self.db_time {
+#[async_trait::async_trait]
+impl JdbcStatements for Statements {
+    type Pool = MySqlPool;
+
+    async fn insert(node: &JavaNode, c: &LockConfig, now: SystemTime) -> bool {
+        let t = &node.table;
+        let r = if node.db_time {
             // MySqlServerTimeStatementsSource.getInsertStatement(): :name,
             // :lockAtMostForMicros, :lockedBy.
             sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -125,8 +112,8 @@ impl JavaNode {
             )))
             .bind(c.name().to_owned())
             .bind(micros(c.lock_at_most_for()))
-            .bind(self.locked_by.clone())
-            .execute(&self.pool)
+            .bind(node.locked_by.clone())
+            .execute(&node.pool)
             .await
         } else {
             // SqlStatementsSource.getInsertStatement(): :name, :lockUntil, :now, :lockedBy.
@@ -136,8 +123,8 @@ impl JavaNode {
             .bind(c.name().to_owned())
             .bind(ms(now + c.lock_at_most_for()))
             .bind(ms(now))
-            .bind(self.locked_by.clone())
-            .execute(&self.pool)
+            .bind(node.locked_by.clone())
+            .execute(&node.pool)
             .await
         };
         match r {
@@ -148,16 +135,16 @@ impl JavaNode {
         }
     }
 
-    async fn update(&self, c: &LockConfig, now: SystemTime) -> bool {
-        let t = &self.table;
-        let q = if self.db_time {
+    async fn update(node: &JavaNode, c: &LockConfig, now: SystemTime) -> bool {
+        let t = &node.table;
+        let q = if node.db_time {
             // getUpdateStatement(): :lockAtMostForMicros, :lockedBy, :name.
             sqlx::query(sqlx::AssertSqlSafe(format!(
                 "UPDATE {t} SET lock_until = {AT_MOST}, locked_at = {NOW}, locked_by = ? WHERE \
                  name = ? AND lock_until <= {NOW}"
             )))
             .bind(micros(c.lock_at_most_for()))
-            .bind(self.locked_by.clone())
+            .bind(node.locked_by.clone())
             .bind(c.name().to_owned())
         } else {
             // :lockUntil, :now, :lockedBy, :name, :now.
@@ -167,33 +154,16 @@ impl JavaNode {
             )))
             .bind(ms(now + c.lock_at_most_for()))
             .bind(ms(now))
-            .bind(self.locked_by.clone())
+            .bind(node.locked_by.clone())
             .bind(c.name().to_owned())
             .bind(ms(now))
         };
-        q.execute(&self.pool).await.unwrap().rows_affected() > 0
-    }
-}
-
-#[async_trait::async_trait]
-impl fleet::JavaNode for JavaNode {
-    type Held = JavaLock;
-    type Released = u64;
-
-    /// `StorageBasedLockProvider.lock`: the INSERT unless the name is known, then the UPDATE.
-    async fn lock(&self, c: &LockConfig) -> Option<JavaLock> {
-        let created_at = SystemTime::now();
-        let name = c.name().to_owned();
-        let known = self.created.lock().unwrap().contains(&name);
-        let won = (!known && self.insert(c, created_at).await) || self.update(c, created_at).await;
-        self.created.lock().unwrap().insert(name.clone());
-        won.then(|| JavaLock { name, at_least: c.lock_at_least_for(), created_at })
+        q.execute(&node.pool).await.unwrap().rows_affected() > 0
     }
 
-    /// `getUnlockStatement()`; returns the rows it changed.
-    async fn unlock(&self, l: &JavaLock) -> u64 {
-        let t = &self.table;
-        let q = if self.db_time {
+    async fn unlock(node: &JavaNode, l: &JdbcLock) -> u64 {
+        let t = &node.table;
+        let q = if node.db_time {
             // :lockAtLeastForMicros (twice), :name, :lockedBy.
             let at_least = "TIMESTAMPADD(MICROSECOND, ?, locked_at)";
             sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -203,18 +173,17 @@ impl fleet::JavaNode for JavaNode {
             .bind(micros(l.at_least))
             .bind(micros(l.at_least))
             .bind(l.name.clone())
-            .bind(self.locked_by.clone())
+            .bind(node.locked_by.clone())
         } else {
-            // LockConfiguration.getUnlockTime(): max(createdAt + lockAtLeastFor, now).
-            let unlock_time = (l.created_at + l.at_least).max(SystemTime::now());
+            let unlock_time = l.unlock_time();
             sqlx::query(sqlx::AssertSqlSafe(format!(
                 "UPDATE {t} SET lock_until = ? WHERE name = ? AND locked_by = ?"
             )))
             .bind(ms(unlock_time))
             .bind(l.name.clone())
-            .bind(self.locked_by.clone())
+            .bind(node.locked_by.clone())
         };
-        q.execute(&self.pool).await.unwrap().rows_affected()
+        q.execute(&node.pool).await.unwrap().rows_affected()
     }
 }
 
@@ -256,60 +225,23 @@ async fn each_acquisition_writes_its_own_locked_by_in_both_flavors_and_has_no_to
         let table = table();
         let a = compat_with(&table, flavor).await;
         let b = compat_with(&table, flavor).await;
-        let lock = a.try_lock(&cfg("job", 10_000, 0)).await.unwrap().expect("free");
-        assert_eq!(lock.fencing_token(), None);
-        assert!(b.try_lock(&cfg("job", 10_000, 0)).await.unwrap().is_none(), "held ({flavor:?})");
-        let rec = a.record("job").await.unwrap().unwrap();
-        let (base, suffix) = rec.locked_by.rsplit_once(" #").expect("the acquisition's suffix");
-        assert_eq!(suffix.len(), 16, "{}", rec.locked_by);
-        assert!(u64::from_str_radix(suffix, 16).is_ok(), "{}", rec.locked_by);
-        assert_eq!(base, shedlock::support::default_locked_by());
-        assert_eq!(rec.lock_until.duration_since(rec.locked_at).unwrap(), Duration::from_secs(10));
-        lock.unlock().await.unwrap();
-        let again = b.try_lock(&cfg("job", 10_000, 0)).await.unwrap().expect("free after unlock");
-        let rec2 = b.record("job").await.unwrap().unwrap();
-        assert_ne!(rec.locked_by, rec2.locked_by, "every acquisition has its own locked_by");
-        again.unlock().await.unwrap();
+        let what = format!("{flavor:?}");
+        jdbc::each_acquisition_writes_its_own_locked_by_and_has_no_token(&a, &b, &what).await;
     }
 }
 
 #[tokio::test]
 async fn the_wrong_mode_on_a_table_is_a_setup_error_that_says_which_mode_the_table_is_in() {
-    // The compatible mode on a native table.
-    let native = table();
-    let n = MySqlLockProvider::builder(pool().await).table(&native).build().unwrap();
-    n.create_table().await.unwrap();
-    let c = MySqlLockProvider::builder(pool().await)
-        .table(&native)
-        .shedlock_compatible()
-        .build()
-        .unwrap();
-    match c.try_lock(&cfg("x", 1_000, 0)).await {
-        Err(Error::Setup { message, .. }) => {
-            assert!(message.contains("native shedlock-rs schema"), "{message}");
-            assert!(message.contains("acquisition_id"), "{message}");
-        }
-        other => panic!("expected Setup, got {other:?}"),
-    }
-    // The native mode on ShedLock's table.
-    let shedlock = table();
-    compat(&shedlock).await;
-    let n = MySqlLockProvider::builder(pool().await).table(&shedlock).build().unwrap();
-    match n.try_lock(&cfg("x", 1_000, 0)).await {
-        Err(Error::Setup { message, .. }) => {
-            assert!(message.contains("ShedLock table"), "{message}");
-            assert!(message.contains(".shedlock_compatible()"), "{message}");
-        }
-        other => panic!("expected Setup, got {other:?}"),
-    }
-    // Nothing was written by either.
-    let rows: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "SELECT (SELECT count(*) FROM {native}) + (SELECT count(*) FROM {shedlock})"
-    )))
-    .fetch_one(&pool().await)
-    .await
-    .unwrap();
-    assert_eq!(rows, 0);
+    let (native, shedlock) = (table(), table());
+    let q = format!("SELECT (SELECT count(*) FROM {native}) + (SELECT count(*) FROM {shedlock})");
+    let rows = async || sqlx::query_scalar(sqlx::AssertSqlSafe(q)).fetch_one(&pool().await).await;
+    jdbc::the_wrong_mode_on_a_table_is_a_setup_error::<MySqlDialect>(
+        pool,
+        &native,
+        &shedlock,
+        async || rows().await.unwrap(),
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -357,118 +289,73 @@ async fn a_session_time_zone_off_the_server_default_is_a_setup_error_before_any_
 async fn a_row_written_by_a_java_node_is_judged_like_our_own() {
     let table = table();
     let ours = compat(&table).await;
-    for db_time in [true, false] {
-        let java = JavaNode::new(&table, "java-host", db_time).await;
-        let name = format!("java-row-{db_time}");
-        let l = java.lock(&cfg(&name, 10_000, 0)).await.expect("free");
-        assert!(ours.try_lock(&cfg(&name, 10_000, 0)).await.unwrap().is_none(), "held by Java");
-        let rec = ours.record(&name).await.unwrap().unwrap();
-        assert_eq!(rec.locked_by, "java-host");
-        let held = rec.lock_until.duration_since(rec.locked_at).unwrap();
-        // TIMESTAMP(3) keeps milliseconds: the client-time node truncates both ends.
-        assert!(
-            held.abs_diff(Duration::from_secs(10)) <= Duration::from_millis(1),
-            "lock_until - locked_at = {held:?}"
-        );
-        // The row's times are UTC: lock_until is 10 s from now by the same host clock.
-        let left = rec.lock_until.duration_since(SystemTime::now()).unwrap();
-        assert!(left > Duration::from_secs(9) && left <= Duration::from_secs(10), "{left:?}");
-        assert_eq!(java.unlock(&l).await, 1);
-        let mine = ours.try_lock(&cfg(&name, 10_000, 0)).await.unwrap().expect("Java released");
-        mine.unlock().await.unwrap();
-    }
+    let java = async |db_time| java_node(&table, "java-host", db_time).await;
+    // TIMESTAMP(3) keeps milliseconds: the client-time node truncates both ends.
+    jdbc::a_row_written_by_a_java_node_is_judged_like_our_own(
+        &ours,
+        java,
+        Duration::from_millis(1),
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn java_honours_our_lock_at_least_and_we_honour_a_java_one() {
     let table = table();
     let ours = compat(&table).await;
-    let java = JavaNode::new(&table, "java-host", true).await;
-    // Ours, released early with 400 ms at least: Java cannot take it before then.
-    let mine = ours.try_lock(&cfg("least-ours", 10_000, 400)).await.unwrap().expect("free");
-    mine.unlock().await.unwrap();
-    assert!(java.lock(&cfg("least-ours", 10_000, 0)).await.is_none(), "inside at-least");
-    // Java's, released early with 400 ms at least: neither can we.
-    let theirs = java.lock(&cfg("least-java", 10_000, 400)).await.expect("free");
-    assert_eq!(java.unlock(&theirs).await, 1);
-    assert!(ours.try_lock(&cfg("least-java", 10_000, 0)).await.unwrap().is_none());
-    // Both remainders end (400 ms after acquiring, plus the millisecond columns' rounding).
-    tokio::time::sleep(Duration::from_millis(450)).await;
-    let j = java.lock(&cfg("least-ours", 10_000, 0)).await.expect("at-least over");
-    assert_eq!(java.unlock(&j).await, 1);
-    let l = ours.try_lock(&cfg("least-java", 10_000, 0)).await.unwrap().expect("at-least over");
-    l.unlock().await.unwrap();
+    let java = java_node(&table, "java-host", true).await;
+    fleet::lock_at_least_for_binds_both_kinds(&ours, &java, |&rows| rows == 1).await;
+}
+
+#[tokio::test]
+async fn a_forced_release_of_a_java_nodes_row_never_touches_its_next_acquisition() {
+    let table = table();
+    let ours = compat(&table).await;
+    let java = java_node(&table, "java-host", true).await;
+    jdbc::a_forced_release_of_a_java_row_never_touches_its_next_acquisition(&ours, &java).await;
 }
 
 #[tokio::test]
 async fn stale_holders_of_either_kind_cannot_release_a_lock_the_other_kind_took_over() {
     let table = table();
     let ours = compat(&table).await;
-    let java = JavaNode::new(&table, "java-host", true).await;
-    // A Java lock expires; we take over; the stale Java unlock changes nothing.
-    let stale = java.lock(&cfg("a", 100, 0)).await.expect("free");
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    let mine = ours.try_lock(&cfg("a", 10_000, 0)).await.unwrap().expect("the Java lock expired");
-    assert_eq!(java.unlock(&stale).await, 0, "a Java unlock matched our row");
-    assert!(java.lock(&cfg("a", 10_000, 0)).await.is_none(), "our lock was released");
-    mine.unlock().await.unwrap();
-    // Our lock expires; Java takes over; our stale unlock and extend change nothing.
-    let mut mine = ours.try_lock(&cfg("b", 100, 0)).await.unwrap().expect("free");
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    let theirs = java.lock(&cfg("b", 10_000, 0)).await.expect("our lock expired");
-    let before = ours.record("b").await.unwrap().unwrap();
-    assert!(matches!(
-        mine.extend(Duration::from_secs(10), Duration::ZERO).await,
-        Err(Error::LockLost { .. })
-    ));
-    mine.unlock().await.unwrap();
-    assert_eq!(ours.record("b").await.unwrap().unwrap(), before, "the stale holder changed it");
-    assert_eq!(java.unlock(&theirs).await, 1);
+    let java = java_node(&table, "java-host", true).await;
+    jdbc::stale_holders_of_either_kind_cannot_release_a_takeover(&ours, &java).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mixed_fleet_of_java_and_rust_nodes_never_has_two_holders() {
     let table = table();
-    let mut nodes = Vec::new();
+    let mut ours = Vec::new();
     for flavor in [Flavor::MariaDb, Flavor::MariaDb, Flavor::MySql] {
-        let p: Arc<dyn LockProvider> = Arc::new(compat_with(&table, flavor).await);
-        nodes.push(("rust", Node::Ours(p)));
+        ours.push(Arc::new(compat_with(&table, flavor).await) as Arc<dyn LockProvider>);
     }
-    nodes.push(("java-db-time", Node::Java(JavaNode::new(&table, "java-host-1", true).await)));
-    nodes.push(("java-db-time", Node::Java(JavaNode::new(&table, "java-host-2", true).await)));
-    nodes.push(("java-utc", Node::Java(JavaNode::new(&table, "java-host-3", false).await)));
-    Fleet::new().run(nodes, Duration::from_secs(4), 10).await;
+    let java = async |host: &str, db_time| java_node(&table, host, db_time).await;
+    jdbc::a_mixed_fleet_never_has_two_holders(ours, java).await;
 }
 
 #[tokio::test]
 async fn after_the_readme_migration_the_native_mode_honours_rows_written_by_java() {
     let table = table();
     compat(&table).await;
-    let java = JavaNode::new(&table, "java-host", true).await;
-    let _held = java.lock(&cfg("held", 10_000, 0)).await.expect("free");
-    let _expiring = java.lock(&cfg("expiring", 200, 0)).await.expect("free");
-    // The README's migration, verbatim but for the table name, in a session on the fleet's zone
-    // (here the server default, as the Java nodes use it).
-    let java_like =
-        recommended_pool_options().connect_with(options().await.timezone(None)).await.unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "ALTER TABLE {table}
+    let java = java_node(&table, "java-host", true).await;
+    jdbc::after_the_migration_the_native_mode_honours_java_rows(&java, async || {
+        // The README's migration, verbatim but for the table name, in a session on the fleet's
+        // zone (here the server default, as the Java nodes use it).
+        let java_like =
+            recommended_pool_options().connect_with(options().await.timezone(None)).await.unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "ALTER TABLE {table}
              MODIFY name VARBINARY(255) NOT NULL,
              MODIFY lock_until DATETIME(3) NOT NULL,
              MODIFY locked_at DATETIME(3) NOT NULL,
              ADD COLUMN acquisition_id BIGINT NOT NULL DEFAULT 0,
              ADD COLUMN fencing_token BIGINT NOT NULL DEFAULT 0;"
-    )))
-    .execute(&java_like)
-    .await
-    .unwrap();
-    let native = MySqlLockProvider::builder(pool().await).table(&table).build().unwrap();
-    assert!(native.try_lock(&cfg("held", 1_000, 0)).await.unwrap().is_none(), "Java's lock");
-    let rec = native.record("held").await.unwrap().unwrap();
-    let left = rec.lock_until.duration_since(SystemTime::now()).unwrap();
-    assert!(left > Duration::from_secs(9), "the UTC times were read as UTC: {left:?} left");
-    tokio::time::sleep(Duration::from_millis(250)).await;
-    let lock = native.try_lock(&cfg("expiring", 1_000, 0)).await.unwrap().expect("expired");
-    assert!(lock.fencing_token().is_some_and(|t| t > 0), "a token from the server clock");
-    lock.unlock().await.unwrap();
+        )))
+        .execute(&java_like)
+        .await
+        .unwrap();
+        MySqlLockProvider::builder(pool().await).table(&table).build().unwrap()
+    })
+    .await;
 }

@@ -8,10 +8,8 @@
 //! `SHEDLOCK_NATS_URL`: a server this process does not own cannot be restarted, so C25 is then
 //! expected to be "not applicable". Every other check must pass.
 
-use shedlock::ClockBuilder as _;
-use shedlock::ProviderBuilder as _;
 use std::{
-    net::{SocketAddr, ToSocketAddrs},
+    net::SocketAddr,
     sync::Arc,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
@@ -49,8 +47,7 @@ impl Nats {
     async fn new(client_time: bool) -> Result<Self, BoxError> {
         let service = testing::service(Backend::Nats, "NATS").await?;
         let url = service.url().to_owned();
-        let addr =
-            host_port(&url).to_socket_addrs()?.next().ok_or("the server host does not resolve")?;
+        let addr = testing::resolve(host_port(&url))?;
         // C28's node processes (this binary, re-executed) share the run id, so they address
         // the same bucket.
         let run: String = shedlock_conformance::run_id()
@@ -86,18 +83,10 @@ impl ProviderFactory for Nats {
     }
 
     async fn create(&self, options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError> {
-        let url = match options.address {
-            // The same URL (credentials included) with the proxy's address.
-            Some(a) => shedlock_test_support::url_via(&self.url, a),
-            None => self.url.clone(),
-        };
+        let url = testing::instance_url(options.address, &self.url);
         let client = connect_options().connect(url.as_str()).await?;
-        let mut b = NatsLockProvider::builder(client)
-            .bucket(&self.bucket)
-            // Every instance gets its (possibly skewed) clock; with server time it must not be
-            // consulted (C18).
-            .clock(options.clock_or_system())
-            .operation_timeout(Some(Duration::from_secs(3)));
+        let b = NatsLockProvider::builder(client);
+        let mut b = testing::instance(b, &options).bucket(&self.bucket);
         if self.client_time {
             b = b.time_source(TimeSource::Client);
         }

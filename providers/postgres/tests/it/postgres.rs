@@ -11,14 +11,11 @@ mod common {
     }
 }
 
-use shedlock::ClockBuilder as _;
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use common::{FaultProxy, unique};
-use shedlock::{Error, LockProvider, SkewedClock, system_clock};
-use shedlock_postgres::{
-    PostgresDialect, PostgresLockProvider, TimeSource, recommended_pool_options,
-};
+use shedlock::{Error, LockProvider};
+use shedlock_postgres::{PostgresDialect, PostgresLockProvider, recommended_pool_options};
 use shedlock_test_support::{cfg, sql};
 use sqlx::{Connection, PgPool, postgres::PgConnectOptions};
 
@@ -62,65 +59,10 @@ async fn acquire_unlock_extend_are_one_round_trip_each() {
     let p = provider_on(pool, &unique("rt")).await;
     let other = provider_on(self::pool().await, p_table(&p)).await;
 
-    // Warm up: sqlx prepares each statement once per connection (one extra round trip).
-    let mut warm = p.try_lock(&cfg(&unique("warm"), 60_000, 0)).await.unwrap().unwrap();
-    warm.extend(Duration::from_secs(60), Duration::ZERO).await.unwrap();
-    warm.unlock().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(50)).await;
-
-    let name = unique("n");
-    let measure = async |what: &str, f: std::pin::Pin<Box<dyn Future<Output = ()> + '_>>| {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let base = proxy.round_trips();
-        f.await;
-        let n = proxy.round_trips() - base;
-        // Nothing after the call either: the dedicated connection never goes back to the pool,
-        // so there is no release ping (a pooled connection gets one from sqlx 0.9).
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let after = proxy.round_trips() - base;
-        println!("{what}: {n} round trip(s) on the call path, {after} including what followed");
-        assert_eq!(after, n, "{what}: traffic after the call returned");
-        n
-    };
-    // Row absent: insert path.
-    let mut lock = None;
-    let n = measure(
-        "acquire (no row)",
-        Box::pin(async {
-            lock = p.try_lock(&cfg(&name, 60_000, 0)).await.unwrap();
-        }),
-    )
-    .await;
-    assert_eq!(n, 1);
-    let mut lock = lock.expect("free");
-    // Row present and held: conflict path, refused.
-    let n = measure(
-        "acquire (held)",
-        Box::pin(async {
-            assert!(p.try_lock(&cfg(&name, 60_000, 0)).await.unwrap().is_none());
-        }),
-    )
-    .await;
-    assert_eq!(n, 1);
-    let n = measure(
-        "extend",
-        Box::pin(async {
-            lock.extend(Duration::from_secs(60), Duration::ZERO).await.unwrap();
-        }),
-    )
-    .await;
-    assert_eq!(n, 1);
-    let n = measure("unlock", Box::pin(async { lock.unlock().await.unwrap() })).await;
-    assert_eq!(n, 1);
-    // Row present and free: conflict path, taken over.
-    let n = measure(
-        "acquire (free row)",
-        Box::pin(async {
-            assert!(p.try_lock(&cfg(&name, 60_000, 0)).await.unwrap().is_some());
-        }),
-    )
-    .await;
-    assert_eq!(n, 1);
+    let counts = sql::round_trips_of_each_call(&p, &proxy, "postgres").await;
+    // Acquire (no row: insert path; held: conflict path, refused), extend, unlock, acquire
+    // (free row: conflict path, taken over).
+    assert_eq!(counts, [1, 1, 1, 1, 1]);
     drop(other);
 }
 
@@ -256,43 +198,11 @@ async fn lock_statements_do_not_join_a_callers_transaction() {
 
 #[tokio::test]
 async fn database_time_ignores_client_skew_client_time_does_not() {
-    let table = unique("skew");
-    let hour = Duration::from_secs(3600);
-    let behind = Arc::new(SkewedClock::behind(system_clock(), hour));
-
-    // Client time: a node whose clock is an hour behind writes a lock_until already in the past
-    // for everyone else, so a correct node takes the "held" lock: the failure ShedLock #231 is.
-    let slow = PostgresLockProvider::builder(pool().await)
-        .table(&table)
-        .time_source(TimeSource::Client)
-        .clock(behind.clone())
-        .build()
-        .unwrap();
-    slow.create_table().await.unwrap();
-    let right = PostgresLockProvider::builder(pool().await)
-        .table(&table)
-        .time_source(TimeSource::Client)
-        .build()
-        .unwrap();
-    assert!(!slow.capabilities().server_time);
-    let _held = slow.try_lock(&cfg("c", 60_000, 0)).await.unwrap().unwrap();
-    assert!(
-        right.try_lock(&cfg("c", 60_000, 0)).await.unwrap().is_some(),
-        "client time breaks under skew"
-    );
-
-    // Database time: the same kind of skew, given to the providers, must not be consulted.
-    let holder = PostgresLockProvider::builder(pool().await)
-        .table(&table)
-        .clock(Arc::new(SkewedClock::behind(system_clock(), hour)))
-        .build()
-        .unwrap();
-    let rival = PostgresLockProvider::builder(pool().await)
-        .table(&table)
-        .clock(Arc::new(SkewedClock::ahead(system_clock(), hour)))
-        .build()
-        .unwrap();
-    sql::database_time_ignores_the_given_clocks(&holder, &rival, &*holder.records()).await;
+    sql::database_time_ignores_client_skew_client_time_does_not::<PostgresDialect>(
+        pool,
+        &unique("skew"),
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -350,18 +260,7 @@ async fn dropped_acquire_leaves_no_bad_connection() {
     let table = unique("cancel");
     let p = provider_on(pool, &table).await;
     // Drop acquire futures at different points; the single connection must stay usable.
-    for i in 0..30u64 {
-        let name = format!("c{i}");
-        let c = cfg(&name, 400, 0);
-        let _ = tokio::time::timeout(Duration::from_micros(50 * i), p.try_lock(&c)).await;
-    }
-    let lock = p.try_lock(&cfg("after", 60_000, 0)).await.unwrap().expect("provider still works");
-    lock.unlock().await.unwrap();
-    // Whatever a dropped future took expires by lock_at_most_for.
-    tokio::time::sleep(Duration::from_millis(550)).await;
-    for i in 0..30u64 {
-        assert!(p.try_lock(&cfg(&format!("c{i}"), 60_000, 0)).await.unwrap().is_some(), "c{i}");
-    }
+    sql::dropped_acquire_leaves_no_bad_connection(&p).await;
 }
 
 /// A provider whose pool connects through `proxy`, with a unique `application_name`.

@@ -10,38 +10,19 @@
 //! then recover from a bucket without its lock objects.
 #![allow(dead_code)]
 
-use shedlock::{ClockBuilder as _, ProviderBuilder as _};
+use shedlock::ProviderBuilder as _;
 use std::{
     net::{SocketAddr, ToSocketAddrs},
     sync::Arc,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use aws_sdk_s3::{
-    Client,
-    config::{BehaviorVersion, Credentials, Region, retry::RetryConfig, timeout::TimeoutConfig},
-    primitives::ByteStream,
-};
+use aws_sdk_s3::{Client, primitives::ByteStream};
 use shedlock::{BoxError, LockProvider};
 use shedlock_conformance::{Hooks, InstanceOptions, ProviderFactory, RecordHooks, RestartHook};
 use shedlock_launcher::{Backend, Mode, Service};
 use shedlock_s3::S3LockProvider;
-use shedlock_test_support as testing;
-
-/// The secret key of the test clients when the environment names none: tests check that the
-/// secret in use never shows in `Debug` or errors.
-pub const DEFAULT_SECRET: &str = "shedlock-test-secret-key-0123456789";
-
-/// The credentials of the test clients: `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` when set
-/// (CI's compose services need MinIO's), else dummy ones (dynalite, moto and DynamoDB Local
-/// accept any).
-pub fn credentials() -> (String, String) {
-    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    match (var("AWS_ACCESS_KEY_ID"), var("AWS_SECRET_ACCESS_KEY")) {
-        (Some(id), Some(secret)) => (id, secret),
-        _ => ("shedlock".to_owned(), DEFAULT_SECRET.to_owned()),
-    }
-}
+use shedlock_test_support::{self as testing, aws};
 
 pub use shedlock_test_support::host_port;
 
@@ -50,31 +31,12 @@ pub fn addr_of(url: &str) -> SocketAddr {
     host_port(url).to_socket_addrs().unwrap().next().unwrap()
 }
 
-/// An SDK client for a local endpoint over plain HTTP (the SDK's hyper client without TLS),
-/// path-style, with dummy credentials, short timeouts (a cut connection fails fast: C24) and
-/// one retry.
+/// An SDK client for a local endpoint over plain HTTP, path-style, with the test
+/// credentials, short timeouts (a cut connection fails fast: C24) and one retry
+/// ([`aws::sdk_config`]).
 pub fn client(endpoint: &str) -> Client {
-    let conf = aws_sdk_s3::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .endpoint_url(endpoint)
+    let conf = aws_sdk_s3::config::Builder::from(&aws::sdk_config(endpoint))
         .force_path_style(true)
-        .credentials_provider({
-            let (id, secret) = credentials();
-            Credentials::new(id, secret, None, None, "tests")
-        })
-        .http_client(aws_smithy_http_client::Builder::new().build_http())
-        .timeout_config(
-            TimeoutConfig::builder()
-                .connect_timeout(Duration::from_secs(2))
-                .operation_attempt_timeout(Duration::from_secs(3))
-                .build(),
-        )
-        .retry_config(
-            RetryConfig::standard()
-                .with_max_attempts(2)
-                .with_initial_backoff(Duration::from_millis(20)),
-        )
         .build();
     Client::from_conf(conf)
 }
@@ -216,16 +178,10 @@ impl ProviderFactory for S3 {
     }
 
     async fn create(&self, options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError> {
-        let endpoint = match options.address {
-            Some(a) => format!("http://{a}"),
-            None => self.url.clone(),
-        };
-        let p = S3LockProvider::builder(client(&endpoint), &self.bucket)
-            // Client time: every instance's (possibly skewed) clock computes its leases (C18).
-            .clock(options.clock_or_system())
-            .operation_timeout(Some(Duration::from_secs(3)))
-            .build()?;
-        Ok(Arc::new(p))
+        let endpoint = aws::endpoint_for(options.address, &self.url);
+        // Client time: every instance's (possibly skewed) clock computes its leases (C18).
+        let b = S3LockProvider::builder(client(&endpoint), &self.bucket);
+        Ok(Arc::new(testing::instance(b, &options).build()?))
     }
 
     fn hooks(&self) -> Hooks {

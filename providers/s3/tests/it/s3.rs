@@ -8,10 +8,10 @@ use shedlock::ProviderBuilder as _;
 use std::time::Duration;
 
 use aws_sdk_s3::primitives::ByteStream;
-use common::{Records, client, credentials, provider};
+use common::{Records, client, provider};
 use shedlock::{Error, LockProvider};
 use shedlock_s3::{S3Error, S3LockProvider};
-use shedlock_test_support::{cfg, unique};
+use shedlock_test_support::{aws, cfg, unique};
 
 async fn endpoint() -> String {
     common::endpoint(common::service().await.unwrap())
@@ -81,17 +81,9 @@ async fn a_stale_holder_changes_nothing_after_a_takeover() {
 #[tokio::test]
 async fn a_missing_bucket_is_a_setup_error_that_says_how_to_create_it() {
     let p = provider(&endpoint().await, "shedlock-no-such-bucket");
-    for e in
-        [p.try_lock(&cfg("x", 60_000, 0)).await.unwrap_err(), p.check_bucket().await.unwrap_err()]
-    {
-        match e {
-            Error::Setup { message, .. } => {
-                assert!(message.contains("create_bucket()"), "{message}");
-                assert!(message.contains("create-bucket"), "{message}");
-            }
-            other => panic!("expected Setup, got {other:?}"),
-        }
-    }
+    let errors =
+        [p.try_lock(&cfg("x", 60_000, 0)).await.unwrap_err(), p.check_bucket().await.unwrap_err()];
+    aws::assert_setup_errors_say(errors, &["create_bucket()", "create-bucket"]);
 }
 
 #[tokio::test]
@@ -138,19 +130,10 @@ async fn invalid_bucket_names_prefixes_and_locked_by_are_refused_before_any_requ
 
 #[tokio::test]
 async fn an_unreachable_server_is_unavailable_says_why_and_credentials_never_show() {
-    use shedlock_test_support::unreachable::{
-        REFUSED, UNRESOLVABLE_HOST, UNRESOLVED, assert_named,
+    let provider = |endpoint: &str| provider(endpoint, "locks");
+    let is_transport = |s: &(dyn std::error::Error + 'static)| {
+        matches!(s.downcast_ref(), Some(S3Error::Transport { operation: "try_lock", .. }))
     };
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let p = provider(&format!("http://127.0.0.1:{port}"), "locks");
-    let e = p.try_lock(&cfg("x", 60_000, 0)).await.unwrap_err();
-    assert!(matches!(e, Error::Unavailable { .. }) && e.is_retryable(), "{e:?}");
-    let source = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<S3Error>());
-    assert!(matches!(source, Some(S3Error::Transport { operation: "try_lock", .. })));
-    for text in [format!("{e:?}"), e.to_string(), format!("{p:?}")] {
-        assert!(!text.contains(&credentials().1), "the secret key leaked: {text}");
-    }
-    assert_named(&p, "a closed port", REFUSED).await;
-    let p = provider(&format!("http://{UNRESOLVABLE_HOST}:9000"), "locks");
-    assert_named(&p, "an unresolvable host", UNRESOLVED).await;
+    aws::an_unreachable_server_is_unavailable_says_why_and_hides_the_secret(provider, is_transport)
+        .await;
 }
