@@ -330,14 +330,8 @@ impl Statements {
 
         // A page of a listing: the prefix compared as a value (bytes: the name is VARBINARY),
         // never a pattern.
-        b.sql(&format!("SELECT {columns_read} FROM {t} WHERE LEFT({name}, LENGTH("))
-            .arg(Arg::Prefix)
-            .sql(")) = ")
-            .arg(Arg::Prefix)
-            .sql(&format!(" AND {name} > "))
-            .arg(Arg::After)
-            .sql(&format!(" ORDER BY {name} LIMIT "))
-            .arg(Arg::Limit);
+        b.sql(&format!("SELECT {columns_read} FROM {t}"))
+            .page(n, &format!(" WHERE LEFT({name}, LENGTH("));
         let list = b.build();
 
         b.sql(&format!("DELETE FROM {t} WHERE {name} = ")).arg(Arg::Name);

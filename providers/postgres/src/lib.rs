@@ -246,14 +246,8 @@ impl Statements {
         let select = b.build();
 
         // A page of a listing: the prefix compared as a value, never a pattern.
-        b.sql(&format!("SELECT {columns_read} FROM {t} WHERE left({name}, length("))
-            .arg(Arg::Prefix)
-            .sql(")) = ")
-            .arg(Arg::Prefix)
-            .sql(&format!(" AND {name} > "))
-            .arg(Arg::After)
-            .sql(&format!(" ORDER BY {name} LIMIT "))
-            .arg(Arg::Limit);
+        b.sql(&format!("SELECT {columns_read} FROM {t}"))
+            .page(n, &format!(" WHERE left({name}, length("));
         let list = b.build();
 
         b.sql(&format!("DELETE FROM {t} WHERE {name} = ")).arg(Arg::Name);

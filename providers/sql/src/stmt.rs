@@ -189,6 +189,16 @@ impl StmtBuilder {
         self.sql(&format!(" AND {} = ", n.locked_by)).arg(Arg::LockedBy)
     }
 
+    /// Appends the condition and order of a listing page after `head`, the dialect's
+    /// ` WHERE <the name's first length(prefix) characters>` up to the prefix placeholder (e.g.
+    /// ` WHERE left(name, length(`): `?)) = ? AND name > ? ORDER BY name LIMIT ?`, the prefix
+    /// compared as a value, never as a `LIKE` pattern.
+    pub fn page(&mut self, n: &QuotedNames, head: &str) -> &mut Self {
+        self.sql(head).arg(Arg::Prefix).sql(")) = ").arg(Arg::Prefix);
+        self.sql(&format!(" AND {} > ", n.name)).arg(Arg::After);
+        self.sql(&format!(" ORDER BY {} LIMIT ", n.name)).arg(Arg::Limit)
+    }
+
     /// Appends the condition of a forced release: ` WHERE name = ? AND acquisition_id = ?`, or
     /// in the ShedLock-compatible mode (`compat`) ` WHERE name = ? AND locked_by = ? AND (? = 0
     /// OR <locked_at_micros> = ?)`, where `locked_at_micros` is the dialect's expression of the

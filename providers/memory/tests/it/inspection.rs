@@ -1,30 +1,14 @@
 //! Inspection and the administrative release on the reference provider: what an operator sees
 //! of a lock, judged by whose clock, and a release that cannot hit a lock taken again.
 
-use std::{
-    sync::Arc,
-    time::{Duration, SystemTime},
-};
+use std::{sync::Arc, time::Duration};
 
 use shedlock::{
-    Clock, Error, ForceRelease, LockConfig, LockInfo, LockProvider, ManualClock, SkewedClock,
-    inspect::MAX_PAGE,
+    Clock, Error, ForceRelease, LockInfo, LockProvider, SkewedClock, inspect::MAX_PAGE,
 };
-use shedlock_memory::{MemoryLockProvider, MemoryServer, TimeSource};
+use shedlock_memory::{MemoryLockProvider, TimeSource};
 
-const S: Duration = Duration::from_secs(1);
-
-fn cfg(name: &str, at_most: Duration, at_least: Duration) -> LockConfig {
-    LockConfig::new(name, at_most, at_least).unwrap()
-}
-
-fn setup() -> (ManualClock, MemoryServer, MemoryLockProvider, MemoryLockProvider) {
-    let clock = ManualClock::new(SystemTime::now());
-    let server = MemoryServer::with_clock(Arc::new(clock.clone()));
-    let a = MemoryLockProvider::new(&server);
-    let b = MemoryLockProvider::new(&server);
-    (clock, server, a, b)
-}
+use crate::reference::{S, cfg, setup};
 
 async fn seen(p: &MemoryLockProvider, name: &str) -> LockInfo {
     p.inspect(name).await.unwrap().expect("a record")

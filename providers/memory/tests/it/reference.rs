@@ -10,13 +10,14 @@ use std::{
 use shedlock::{Clock, Error, LockConfig, LockProvider, ManualClock, SharedClock, SkewedClock};
 use shedlock_memory::{MemoryLockProvider, MemoryServer, TimeSource};
 
-const S: Duration = Duration::from_secs(1);
+pub(crate) const S: Duration = Duration::from_secs(1);
 
-fn cfg(name: &str, at_most: Duration, at_least: Duration) -> LockConfig {
+pub(crate) fn cfg(name: &str, at_most: Duration, at_least: Duration) -> LockConfig {
     LockConfig::new(name, at_most, at_least).unwrap()
 }
 
-fn setup() -> (ManualClock, MemoryServer, MemoryLockProvider, MemoryLockProvider) {
+/// A server on a manual clock and two providers on it.
+pub(crate) fn setup() -> (ManualClock, MemoryServer, MemoryLockProvider, MemoryLockProvider) {
     let clock = ManualClock::new(SystemTime::now());
     let server = MemoryServer::with_clock(Arc::new(clock.clone()));
     let a = MemoryLockProvider::new(&server);

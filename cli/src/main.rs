@@ -1,0 +1,227 @@
+//! `shedlock`: see who holds the locks of a shedlock (or ShedLock) store, and release a stuck
+//! one safely. See the crate's README for the commands, URLs and exit codes.
+
+mod backend;
+mod render;
+
+use std::{
+    io::{BufRead, IsTerminal, Write},
+    process::ExitCode,
+    time::Duration,
+};
+
+use clap::{Args, Parser, Subcommand};
+use shedlock::{ForceRelease, LockInfo, LockProvider};
+
+use crate::render::Format;
+
+/// Exit code: done (`show`: the lock is held; `release`: released).
+const OK: u8 = 0;
+/// Exit code: `show`: the lock is free or has no record; `release`: nothing to release.
+const FREE: u8 = 1;
+/// Exit code: an error (bad arguments, unreachable store, missing table, unsupported backend).
+const ERROR: u8 = 2;
+/// Exit code: `release` refused: the record changed since it was shown, or not confirmed.
+const REFUSED: u8 = 3;
+
+/// See who holds the locks of a shedlock store and release a stuck one safely.
+///
+/// The store is chosen by URL (`--url` or `SHEDLOCK_URL`): postgres://, mysql:// (or
+/// mariadb://), sqlite://. A password is best given in `SHEDLOCK_PASSWORD` rather than in the
+/// URL; it is never printed.
+#[derive(Debug, Parser)]
+#[command(name = "shedlock", version, about, long_about = None)]
+struct Cli {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Print JSON instead of a table (one document per `list`/`show`/`release`, one line per
+    /// refresh of `watch`).
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Where the locks are.
+#[derive(Debug, Args)]
+pub(crate) struct StoreArgs {
+    /// The store's URL: postgres://…, mysql://… (or mariadb://…), sqlite://PATH.
+    #[arg(long, env = "SHEDLOCK_URL", global = true, hide_env_values = true)]
+    pub(crate) url: Option<String>,
+    /// The lock table (`table` or `schema.table`), as given to the provider.
+    #[arg(long, default_value = "shedlock", global = true)]
+    pub(crate) table: String,
+    /// The store uses ShedLock's own layout (the provider's `shedlock_compatible()`).
+    #[arg(long, global = true)]
+    pub(crate) shedlock_compatible: bool,
+    /// The limit of each call to the store, in seconds.
+    #[arg(long, default_value_t = 10, global = true)]
+    pub(crate) timeout_secs: u64,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Lists the locks whose names start with PREFIX (all without one), held and free.
+    List {
+        /// The name prefix.
+        #[arg(default_value = "")]
+        prefix: String,
+        /// List at most this many.
+        #[arg(long)]
+        limit: Option<usize>,
+    },
+    /// Shows one lock. Exits 0 if it is held, 1 if it is free or has no record.
+    Show {
+        /// The lock name.
+        name: String,
+    },
+    /// Releases a held lock after showing it, only if its record is still the one shown.
+    Release {
+        /// The lock name.
+        name: String,
+        /// Do not ask for confirmation.
+        #[arg(long, short)]
+        yes: bool,
+    },
+    /// Shows the locks under PREFIX again and again.
+    Watch {
+        /// The name prefix.
+        #[arg(default_value = "")]
+        prefix: String,
+        /// Seconds between refreshes.
+        #[arg(long, default_value_t = 2)]
+        interval_secs: u64,
+        /// Stop after this many refreshes (default: until interrupted).
+        #[arg(long)]
+        count: Option<u64>,
+    },
+}
+
+/// How a command ended: its exit code, or an error to print (exit code 2).
+type Outcome = Result<u8, String>;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => return fail(&format!("cannot start the async runtime: {e}")),
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => ExitCode::from(code),
+        Err(message) => fail(&message),
+    }
+}
+
+fn fail(message: &str) -> ExitCode {
+    eprintln!("shedlock: {message}");
+    ExitCode::from(ERROR)
+}
+
+async fn run(cli: Cli) -> Outcome {
+    let format = if cli.json { Format::Json } else { Format::Table };
+    let provider = backend::open(&cli.store).await?;
+    let p = provider.as_ref();
+    match cli.command {
+        Command::List { prefix, limit } => {
+            let records = list(p, &prefix, limit).await?;
+            render::records(&records, format);
+            Ok(OK)
+        }
+        Command::Show { name } => {
+            let info = p.inspect(&name).await.map_err(|e| e.to_string())?;
+            render::one(&name, info.as_ref(), format);
+            Ok(if info.is_some_and(|i| i.held) { OK } else { FREE })
+        }
+        Command::Release { name, yes } => release(p, &name, yes, format).await,
+        Command::Watch { prefix, interval_secs, count } => {
+            watch(p, &prefix, Duration::from_secs(interval_secs.max(1)), count, format).await
+        }
+    }
+}
+
+/// Every record under `prefix`, page by page (at most `limit`).
+async fn list(p: &dyn LockProvider, prefix: &str, limit: Option<usize>) -> Result<Vec<LockInfo>, String> {
+    let mut records = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let want = limit.map_or(shedlock::inspect::MAX_PAGE, |l| l - records.len());
+        if want == 0 {
+            break;
+        }
+        let page = p.list(prefix, cursor.as_deref(), want).await.map_err(|e| e.to_string())?;
+        records.extend(page.records);
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    Ok(records)
+}
+
+async fn release(p: &dyn LockProvider, name: &str, yes: bool, format: Format) -> Outcome {
+    let Some(seen) = p.inspect(name).await.map_err(|e| e.to_string())? else {
+        render::note(&format!("{name}: no record; nothing to release"), format);
+        return Ok(FREE);
+    };
+    if !seen.held {
+        render::one(name, Some(&seen), format);
+        render::note(&format!("{name} is free; nothing to release"), format);
+        return Ok(FREE);
+    }
+    render::one(name, Some(&seen), format);
+    if !yes && !confirm(name)? {
+        render::note("not released (not confirmed)", format);
+        return Ok(REFUSED);
+    }
+    match p.force_release(&seen).await.map_err(|e| e.to_string())? {
+        ForceRelease::Released(was) => {
+            render::released(&was, format);
+            Ok(OK)
+        }
+        ForceRelease::Changed(now) => {
+            render::note(
+                &format!("{name}: NOT released: the record changed since it was shown"),
+                format,
+            );
+            render::one(name, now.as_ref(), format);
+            Ok(REFUSED)
+        }
+        _ => Err("the provider answered an outcome this tool does not know".to_owned()),
+    }
+}
+
+/// Asks on the terminal; anything but `y`/`yes` declines (so does a closed stdin).
+fn confirm(name: &str) -> Result<bool, String> {
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        eprint!("release {name}? (stdin is not a terminal; pass --yes to release without asking) ");
+    } else {
+        eprint!("Release {name}? Its holder may still be running; it loses the lock at its next extend. [y/N] ");
+    }
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    stdin.lock().read_line(&mut answer).map_err(|e| format!("reading the answer: {e}"))?;
+    Ok(matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes"))
+}
+
+async fn watch(
+    p: &dyn LockProvider,
+    prefix: &str,
+    every: Duration,
+    count: Option<u64>,
+    format: Format,
+) -> Outcome {
+    let mut done = 0u64;
+    loop {
+        let records = list(p, prefix, None).await?;
+        render::refresh(&records, format);
+        done += 1;
+        if count.is_some_and(|c| done >= c) {
+            return Ok(OK);
+        }
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(OK),
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! The `shedlock` binary end to end, against real stores: a process holds a lock, the tool lists
+//! and shows it with its holder and expiry, refuses to release it unconfirmed, releases it with
+//! `--yes`, and the holder's next extend reports `LockLost`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::{
+    process::Stdio,
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
+
+use serde_json::Value;
+use shedlock::{Error, LockConfig, LockProvider, ProviderBuilder};
+use shedlock_launcher::Backend;
+use tokio::io::AsyncWriteExt;
+
+const HOLDER: &str = "ops-test-holder";
+
+/// What one run of the tool printed, and its exit code.
+struct Ran {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `shedlock ARGS` with `env`, writing `stdin` to it.
+async fn shedlock(args: &[&str], env: &[(&str, &str)], stdin: &str) -> Ran {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_shedlock"))
+        .args(args)
+        .env_remove("SHEDLOCK_URL")
+        .env_remove("SHEDLOCK_PASSWORD")
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the shedlock binary runs");
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.as_bytes()).await.unwrap();
+    drop(input);
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("shedlock finished within 60 s")
+        .unwrap();
+    Ran {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn cfg(name: &str) -> LockConfig {
+    LockConfig::new(name, Duration::from_secs(3600), Duration::ZERO).unwrap()
+}
+
+/// The whole operator's session on one store: `store` are the tool's store options, `holder`
+/// a provider on the same table whose `locked_by` is [`HOLDER`].
+async fn an_operator_sees_the_holder_and_releases_the_lock_safely(
+    store: &[&str],
+    env: &[(&str, &str)],
+    holder: Arc<dyn LockProvider>,
+    prefix: &str,
+) {
+    let name = format!("{prefix}digest");
+    let other = format!("{prefix}other");
+    let args = |extra: &[&str]| -> Vec<String> {
+        store.iter().chain(extra).map(|s| (*s).to_owned()).collect()
+    };
+    let run = async |extra: &[&str], stdin: &str| {
+        let a = args(extra);
+        let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+        shedlock(&refs, env, stdin).await
+    };
+    let mut lock = holder.try_lock(&cfg(&name)).await.unwrap().expect("free");
+    let _other = holder.try_lock(&cfg(&other)).await.unwrap().expect("free");
+    let taken = SystemTime::now();
+
+    let list = run(&["list", prefix], "").await;
+    assert_eq!(list.code, 0, "{}", list.stderr);
+    let line = list.stdout.lines().find(|l| l.starts_with(&name)).expect(&list.stdout);
+    assert!(line.contains("held") && line.contains(HOLDER), "{line}");
+    assert!(list.stdout.lines().any(|l| l.starts_with(&other)), "{}", list.stdout);
+
+    let show = run(&["--json", "show", &name], "").await;
+    assert_eq!(show.code, 0, "show exits 0 for a held lock: {}", show.stderr);
+    let v: Value = serde_json::from_str(&show.stdout).expect(&show.stdout);
+    assert_eq!(v["held"], true);
+    assert_eq!(v["locked_by"], HOLDER);
+    assert_eq!(v["judged_by"], "server");
+    assert_eq!(v["fencing_token"].as_u64(), lock.fencing_token());
+    let until = chrono::DateTime::parse_from_rfc3339(v["lock_until"].as_str().unwrap()).unwrap();
+    let expected = chrono::DateTime::<chrono::Utc>::from(taken + Duration::from_secs(3600));
+    let off = (until.timestamp_millis() - expected.timestamp_millis()).abs();
+    assert!(off < 60_000, "lock_until {until} is not an hour after the acquisition ({off} ms)");
+
+    let none = run(&["show", &format!("{prefix}never")], "").await;
+    assert_eq!(none.code, 1, "show exits 1 when there is no record: {}", none.stderr);
+
+    let declined = run(&["release", &name], "n\n").await;
+    assert_eq!(declined.code, 3, "not confirmed: {}", declined.stderr);
+    assert!(holder.inspect(&name).await.unwrap().unwrap().held, "declined: still held");
+
+    let released = run(&["release", &name, "--yes"], "").await;
+    assert_eq!(released.code, 0, "{}", released.stderr);
+    assert!(released.stdout.contains("released"), "{}", released.stdout);
+    let lost = lock.extend(Duration::from_secs(3600), Duration::ZERO).await.unwrap_err();
+    assert!(matches!(lost, Error::LockLost { .. }), "the holder's extend gave {lost:?}");
+    let free = run(&["show", &name], "").await;
+    assert_eq!(free.code, 1, "show exits 1 once released: {}", free.stdout);
+    let again = run(&["release", &name, "--yes"], "").await;
+    assert_eq!(again.code, 1, "nothing left to release: {}", again.stderr);
+
+    let watch = run(&["--json", "watch", prefix, "--count", "2", "--interval-secs", "1"], "").await;
+    assert_eq!(watch.code, 0, "{}", watch.stderr);
+    let refreshes: Vec<Value> =
+        watch.stdout.lines().map(|l| serde_json::from_str(l).expect(l)).collect();
+    assert_eq!(refreshes.len(), 2);
+    let held: Vec<&str> = refreshes[1]["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["held"] == true)
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(held, [other.as_str()], "only the other lock is still held");
+}
+
+fn unique(prefix: &str) -> String {
+    shedlock_test_support::unique(prefix)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_an_operator_sees_the_holder_and_releases_the_lock_safely() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let pool = shedlock_sqlite::recommended_pool_options()
+        .connect_with(shedlock_sqlite::recommended_connect_options(&path))
+        .await
+        .unwrap();
+    let holder = shedlock_sqlite::SqliteLockProvider::builder(pool).locked_by(HOLDER).build().unwrap();
+    holder.create_table().await.unwrap();
+    let url = format!("sqlite://{}", path.display());
+    an_operator_sees_the_holder_and_releases_the_lock_safely(&[], &[("SHEDLOCK_URL", &url)], Arc::new(holder), "jobs/")
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_an_operator_sees_the_holder_and_releases_the_lock_safely() {
+    let url = shedlock_test_support::url(Backend::Postgres, "PostgreSQL").await;
+    let table = unique("cli_ops").replace('-', "_");
+    let pool = shedlock_postgres::recommended_pool_options().connect(&url).await.unwrap();
+    let holder = shedlock_postgres::PostgresLockProvider::builder(pool)
+        .table(&table)
+        .locked_by(HOLDER)
+        .build()
+        .unwrap();
+    holder.create_table().await.unwrap();
+    let store = ["--url", url.as_str(), "--table", table.as_str()];
+    an_operator_sees_the_holder_and_releases_the_lock_safely(&store, &[], Arc::new(holder), "jobs/").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_an_operator_sees_the_holder_and_releases_the_lock_safely() {
+    let url = shedlock_test_support::url(Backend::MariaDb, "MariaDB").await;
+    let table = unique("cli_ops").replace('-', "_");
+    let pool = shedlock_mysql::recommended_pool_options().connect(&url).await.unwrap();
+    let holder =
+        shedlock_mysql::MySqlLockProvider::builder(pool).table(&table).locked_by(HOLDER).build().unwrap();
+    holder.create_table().await.unwrap();
+    let mariadb_url = url.replacen("mysql://", "mariadb://", 1);
+    let store = ["--table", table.as_str()];
+    let env = [("SHEDLOCK_URL", mariadb_url.as_str())];
+    an_operator_sees_the_holder_and_releases_the_lock_safely(&store, &env, Arc::new(holder), "jobs/").await;
+}
+
+#[tokio::test]
+async fn a_backend_without_inspection_is_refused_saying_so() {
+    let ran = shedlock(&["--url", "redis://127.0.0.1:1", "list"], &[], "").await;
+    assert_eq!(ran.code, 2);
+    assert!(ran.stderr.contains("cannot be inspected yet"), "{}", ran.stderr);
+}
+
+#[tokio::test]
+async fn no_url_is_an_error_saying_how_to_give_one() {
+    let ran = shedlock(&["list"], &[], "").await;
+    assert_eq!(ran.code, 2);
+    assert!(ran.stderr.contains("--url") && ran.stderr.contains("SHEDLOCK_URL"), "{}", ran.stderr);
+}
+
+#[tokio::test]
+async fn a_password_is_never_printed_even_when_the_server_is_unreachable() {
+    let in_url = shedlock(
+        &["--url", "postgres://ops:url-secret-5150@127.0.0.1:1/db", "--timeout-secs", "2", "list"],
+        &[],
+        "",
+    )
+    .await;
+    let in_env = shedlock(
+        &["--url", "mysql://ops@127.0.0.1:1/db", "--timeout-secs", "2", "show", "x"],
+        &[("SHEDLOCK_PASSWORD", "env-secret-5150")],
+        "",
+    )
+    .await;
+    for (ran, secret) in [(in_url, "url-secret-5150"), (in_env, "env-secret-5150")] {
+        assert_eq!(ran.code, 2, "{}", ran.stderr);
+        assert!(!ran.stderr.is_empty(), "an unreachable server is reported");
+        assert!(!ran.stderr.contains(secret) && !ran.stdout.contains(secret), "{}", ran.stderr);
+    }
+}
+
+#[tokio::test]
+async fn a_missing_table_is_reported_with_the_statement_that_creates_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("empty.db");
+    let pool = shedlock_sqlite::recommended_pool_options()
+        .connect_with(shedlock_sqlite::recommended_connect_options(&path))
+        .await
+        .unwrap();
+    pool.close().await;
+    let url = format!("sqlite://{}", path.display());
+    let ran = shedlock(&["--url", &url, "list"], &[], "").await;
+    assert_eq!(ran.code, 2);
+    assert!(ran.stderr.contains("CREATE TABLE"), "{}", ran.stderr);
+}
+
+#[tokio::test]
+async fn a_mistyped_sqlite_path_is_an_error_and_creates_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("typo.db");
+    let ran = shedlock(&["--url", &format!("sqlite://{}", path.display()), "list"], &[], "").await;
+    assert_eq!(ran.code, 2, "{}", ran.stderr);
+    assert!(!path.exists(), "the tool created {}", path.display());
+}
