@@ -11,8 +11,18 @@ use crate::StoreArgs;
 pub(crate) const PASSWORD_ENV: &str = "SHEDLOCK_PASSWORD";
 
 /// The URL schemes of the backends that cannot be inspected yet.
-const NOT_YET: [&str; 10] =
-    ["redis", "rediss", "memcache", "nats", "mongodb", "etcd", "http", "zookeeper", "dynamodb", "s3"];
+const NOT_YET: [&str; 10] = [
+    "redis",
+    "rediss",
+    "memcache",
+    "nats",
+    "mongodb",
+    "etcd",
+    "http",
+    "zookeeper",
+    "dynamodb",
+    "s3",
+];
 
 /// The provider for `args`' URL, built like the application's (same table and mode).
 pub(crate) async fn open(args: &StoreArgs) -> Result<Arc<dyn LockProvider>, String> {
@@ -55,7 +65,12 @@ fn bad_url(e: sqlx::Error) -> String {
 }
 
 #[cfg(feature = "postgres")]
-async fn postgres(url: &str, password: Option<String>, args: &StoreArgs, timeout: Duration) -> Opened {
+async fn postgres(
+    url: &str,
+    password: Option<String>,
+    args: &StoreArgs,
+    timeout: Duration,
+) -> Opened {
     use std::str::FromStr;
     let mut options = sqlx::postgres::PgConnectOptions::from_str(url).map_err(bad_url)?;
     if let Some(p) = password {
@@ -78,7 +93,9 @@ async fn postgres(url: &str, password: Option<String>, args: &StoreArgs, timeout
 #[cfg(feature = "mysql")]
 async fn mysql(url: &str, password: Option<String>, args: &StoreArgs, timeout: Duration) -> Opened {
     use std::str::FromStr;
-    let url = url.strip_prefix("mariadb://").map_or_else(|| url.to_owned(), |rest| format!("mysql://{rest}"));
+    let url = url
+        .strip_prefix("mariadb://")
+        .map_or_else(|| url.to_owned(), |rest| format!("mysql://{rest}"));
     let mut options = sqlx::mysql::MySqlConnectOptions::from_str(&url).map_err(bad_url)?;
     if let Some(p) = password {
         options = options.password(&p);

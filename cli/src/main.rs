@@ -140,7 +140,11 @@ async fn run(cli: Cli) -> Outcome {
 }
 
 /// Every record under `prefix`, page by page (at most `limit`).
-async fn list(p: &dyn LockProvider, prefix: &str, limit: Option<usize>) -> Result<Vec<LockInfo>, String> {
+async fn list(
+    p: &dyn LockProvider,
+    prefix: &str,
+    limit: Option<usize>,
+) -> Result<Vec<LockInfo>, String> {
     let mut records = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
@@ -196,7 +200,9 @@ fn confirm(name: &str) -> Result<bool, String> {
     if !stdin.is_terminal() {
         eprint!("release {name}? (stdin is not a terminal; pass --yes to release without asking) ");
     } else {
-        eprint!("Release {name}? Its holder may still be running; it loses the lock at its next extend. [y/N] ");
+        eprint!(
+            "Release {name}? Its holder may still be running; it loses the lock at its next extend. [y/N] "
+        );
     }
     let _ = std::io::stderr().flush();
     let mut answer = String::new();

@@ -75,8 +75,7 @@ fn table(records: &[LockInfo]) -> String {
     }
     let mut out = String::new();
     for row in &rows {
-        let cells: Vec<String> =
-            row.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        let cells: Vec<String> = row.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect();
         out.push_str(cells.join("  ").trim_end());
         out.push('\n');
     }
@@ -96,10 +95,13 @@ pub(crate) fn records(records: &[LockInfo], format: Format) {
             print(&table(records));
             let held = records.iter().filter(|r| r.held).count();
             let judge = records.first().map_or("", |r| judged(r.judged_by));
-            let by = if judge.is_empty() { String::new() } else { format!(", judged by {judge} time") };
+            let by =
+                if judge.is_empty() { String::new() } else { format!(", judged by {judge} time") };
             eprintln!("{} record(s), {held} held{by}", records.len());
         }
-        Format::Json => print(&format!("{}\n", Value::Array(records.iter().map(to_json).collect()))),
+        Format::Json => {
+            print(&format!("{}\n", Value::Array(records.iter().map(to_json).collect())))
+        }
     }
 }
 
@@ -109,11 +111,21 @@ pub(crate) fn one(name: &str, info: Option<&LockInfo>, format: Format) {
         (Some(r), Format::Table) => {
             let rows = [
                 ("name", r.name.escape_debug().to_string()),
-                ("state", format!("{} (judged by {} time)", if r.held { "held" } else { "free" }, judged(r.judged_by))),
+                (
+                    "state",
+                    format!(
+                        "{} (judged by {} time)",
+                        if r.held { "held" } else { "free" },
+                        judged(r.judged_by)
+                    ),
+                ),
                 ("locked by", r.locked_by.as_deref().unwrap_or("-").escape_debug().to_string()),
                 ("locked at", time(r.locked_at)),
                 ("lock until", time(r.lock_until)),
-                ("fencing token", r.fencing_token.map_or_else(|| "-".to_owned(), |t| t.to_string())),
+                (
+                    "fencing token",
+                    r.fencing_token.map_or_else(|| "-".to_owned(), |t| t.to_string()),
+                ),
                 ("acquisition", r.acquisition.escape_debug().to_string()),
             ];
             let text: String = rows.iter().map(|(k, v)| format!("{k:<14}{v}\n")).collect();
@@ -153,7 +165,8 @@ pub(crate) fn refresh(records: &[LockInfo], format: Format) {
             print(&format!("{clear}{at}\n{}\n", table(records)));
         }
         Format::Json => {
-            let line = json!({ "at": at, "records": records.iter().map(to_json).collect::<Vec<_>>() });
+            let line =
+                json!({ "at": at, "records": records.iter().map(to_json).collect::<Vec<_>>() });
             print(&format!("{line}\n"));
         }
     }

@@ -139,11 +139,17 @@ async fn sqlite_an_operator_sees_the_holder_and_releases_the_lock_safely() {
         .connect_with(shedlock_sqlite::recommended_connect_options(&path))
         .await
         .unwrap();
-    let holder = shedlock_sqlite::SqliteLockProvider::builder(pool).locked_by(HOLDER).build().unwrap();
+    let holder =
+        shedlock_sqlite::SqliteLockProvider::builder(pool).locked_by(HOLDER).build().unwrap();
     holder.create_table().await.unwrap();
     let url = format!("sqlite://{}", path.display());
-    an_operator_sees_the_holder_and_releases_the_lock_safely(&[], &[("SHEDLOCK_URL", &url)], Arc::new(holder), "jobs/")
-        .await;
+    an_operator_sees_the_holder_and_releases_the_lock_safely(
+        &[],
+        &[("SHEDLOCK_URL", &url)],
+        Arc::new(holder),
+        "jobs/",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -158,7 +164,13 @@ async fn postgres_an_operator_sees_the_holder_and_releases_the_lock_safely() {
         .unwrap();
     holder.create_table().await.unwrap();
     let store = ["--url", url.as_str(), "--table", table.as_str()];
-    an_operator_sees_the_holder_and_releases_the_lock_safely(&store, &[], Arc::new(holder), "jobs/").await;
+    an_operator_sees_the_holder_and_releases_the_lock_safely(
+        &store,
+        &[],
+        Arc::new(holder),
+        "jobs/",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -166,13 +178,22 @@ async fn mariadb_an_operator_sees_the_holder_and_releases_the_lock_safely() {
     let url = shedlock_test_support::url(Backend::MariaDb, "MariaDB").await;
     let table = unique("cli_ops").replace('-', "_");
     let pool = shedlock_mysql::recommended_pool_options().connect(&url).await.unwrap();
-    let holder =
-        shedlock_mysql::MySqlLockProvider::builder(pool).table(&table).locked_by(HOLDER).build().unwrap();
+    let holder = shedlock_mysql::MySqlLockProvider::builder(pool)
+        .table(&table)
+        .locked_by(HOLDER)
+        .build()
+        .unwrap();
     holder.create_table().await.unwrap();
     let mariadb_url = url.replacen("mysql://", "mariadb://", 1);
     let store = ["--table", table.as_str()];
     let env = [("SHEDLOCK_URL", mariadb_url.as_str())];
-    an_operator_sees_the_holder_and_releases_the_lock_safely(&store, &env, Arc::new(holder), "jobs/").await;
+    an_operator_sees_the_holder_and_releases_the_lock_safely(
+        &store,
+        &env,
+        Arc::new(holder),
+        "jobs/",
+    )
+    .await;
 }
 
 #[tokio::test]
