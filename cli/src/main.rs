@@ -119,7 +119,7 @@ fn fail(message: &str) -> ExitCode {
 
 async fn run(cli: Cli) -> Outcome {
     let format = if cli.json { Format::Json } else { Format::Table };
-    let provider = backend::open(&cli.store).await?;
+    let provider = backend::open(&cli.store)?;
     let p = provider.as_ref();
     match cli.command {
         Command::List { prefix, limit } => {

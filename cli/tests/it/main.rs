@@ -13,6 +13,7 @@ use std::{
 use serde_json::Value;
 use shedlock::{Error, LockConfig, LockProvider, ProviderBuilder};
 use shedlock_launcher::Backend;
+use shedlock_sql::{Dialect, SqlLockProviderBuilder};
 use tokio::io::AsyncWriteExt;
 
 const HOLDER: &str = "ops-test-holder";
@@ -152,25 +153,26 @@ async fn sqlite_an_operator_sees_the_holder_and_releases_the_lock_safely() {
     .await;
 }
 
+/// The session on a database server: a holder on a fresh table of `builder`'s database.
+async fn on_a_server<D: Dialect>(
+    builder: SqlLockProviderBuilder<D>,
+    store: &[&str],
+    env: &[(&str, &str)],
+    table: &str,
+) {
+    let holder = builder.table(table).locked_by(HOLDER).build().unwrap();
+    holder.create_table().await.unwrap();
+    an_operator_sees_the_holder_and_releases_the_lock_safely(store, env, Arc::new(holder), "jobs/")
+        .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_an_operator_sees_the_holder_and_releases_the_lock_safely() {
     let url = shedlock_test_support::url(Backend::Postgres, "PostgreSQL").await;
     let table = unique("cli_ops").replace('-', "_");
     let pool = shedlock_postgres::recommended_pool_options().connect(&url).await.unwrap();
-    let holder = shedlock_postgres::PostgresLockProvider::builder(pool)
-        .table(&table)
-        .locked_by(HOLDER)
-        .build()
-        .unwrap();
-    holder.create_table().await.unwrap();
-    let store = ["--url", url.as_str(), "--table", table.as_str()];
-    an_operator_sees_the_holder_and_releases_the_lock_safely(
-        &store,
-        &[],
-        Arc::new(holder),
-        "jobs/",
-    )
-    .await;
+    let builder = shedlock_postgres::PostgresLockProvider::builder(pool);
+    on_a_server(builder, &["--url", &url, "--table", &table], &[], &table).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -178,22 +180,10 @@ async fn mariadb_an_operator_sees_the_holder_and_releases_the_lock_safely() {
     let url = shedlock_test_support::url(Backend::MariaDb, "MariaDB").await;
     let table = unique("cli_ops").replace('-', "_");
     let pool = shedlock_mysql::recommended_pool_options().connect(&url).await.unwrap();
-    let holder = shedlock_mysql::MySqlLockProvider::builder(pool)
-        .table(&table)
-        .locked_by(HOLDER)
-        .build()
-        .unwrap();
-    holder.create_table().await.unwrap();
+    let builder = shedlock_mysql::MySqlLockProvider::builder(pool);
+    // The mariadb:// spelling, from the environment.
     let mariadb_url = url.replacen("mysql://", "mariadb://", 1);
-    let store = ["--table", table.as_str()];
-    let env = [("SHEDLOCK_URL", mariadb_url.as_str())];
-    an_operator_sees_the_holder_and_releases_the_lock_safely(
-        &store,
-        &env,
-        Arc::new(holder),
-        "jobs/",
-    )
-    .await;
+    on_a_server(builder, &["--table", &table], &[("SHEDLOCK_URL", &mariadb_url)], &table).await;
 }
 
 #[tokio::test]
