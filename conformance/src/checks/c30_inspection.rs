@@ -3,13 +3,15 @@
 
 use std::{sync::Arc, time::Duration};
 
-use shedlock::{LockInfo, LockProvider, TimeSource};
+use shedlock::{LockProvider, TimeSource};
 
 use super::common::{LONG, skewed_instances};
 use crate::{
     outcome::Verdict,
     suite::Suite,
-    tools::calls::{R, bounded, finish, instances, must_lock, must_not_lock, unlock},
+    tools::calls::{
+        R, bounded, finish, inspect, inspect_held, instances, must_lock, must_not_lock, unlock,
+    },
 };
 
 /// C30: `inspect` shows a held lock as held with its fencing token and a lease in the future,
@@ -20,33 +22,6 @@ use crate::{
 /// the holder still holds and extends, contenders are still refused.
 pub async fn c30_inspection(suite: &Suite) -> Verdict {
     finish(c30(suite).await)
-}
-
-/// Inspects `name`, failing the check on an error or a hang.
-pub(super) async fn inspect(
-    suite: &Suite,
-    p: &Arc<dyn LockProvider>,
-    name: &str,
-    step: &str,
-) -> Result<Option<LockInfo>, Verdict> {
-    bounded(suite, "inspect", p.inspect(name))
-        .await?
-        .map_err(|e| Verdict::fail(format!("{step}: inspect({name:?}) failed: {e}")))
-}
-
-/// Inspects `name`, which must be held.
-pub(super) async fn inspect_held(
-    suite: &Suite,
-    p: &Arc<dyn LockProvider>,
-    name: &str,
-    step: &str,
-) -> Result<LockInfo, Verdict> {
-    match inspect(suite, p, name, step).await? {
-        Some(info) if info.held => Ok(info),
-        other => {
-            Err(Verdict::fail(format!("{step}: inspect({name:?}) of a held lock gave {other:?}")))
-        }
-    }
 }
 
 async fn c30(suite: &Suite) -> R {

@@ -5,12 +5,11 @@ use std::{sync::Arc, time::Duration};
 
 use shedlock::{ForceRelease, LockInfo, LockProvider};
 
-use super::c30_inspection::inspect_held;
 use super::common::LONG;
 use crate::{
     outcome::Verdict,
     suite::Suite,
-    tools::calls::{R, bounded, finish, instances, must_lock, must_not_lock, unlock},
+    tools::calls::{R, bounded, finish, inspect_held, instances, must_lock, must_not_lock, unlock},
 };
 
 /// C31: `force_release` of a seen, held lock releases it (answering the record it released):

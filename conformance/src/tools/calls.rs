@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use shedlock::{Lock, LockConfig, LockProvider};
+use shedlock::{Lock, LockConfig, LockInfo, LockProvider};
 
 use crate::{outcome::Verdict, suite::Suite};
 
@@ -124,6 +124,33 @@ pub(crate) async fn must_not_lock(
                 "{what}: try_lock({:?}) succeeded while the lock is held",
                 cfg.name()
             )))
+        }
+    }
+}
+
+/// Inspects `name`, failing the check on an error or a hang.
+pub(crate) async fn inspect(
+    suite: &Suite,
+    p: &Arc<dyn LockProvider>,
+    name: &str,
+    step: &str,
+) -> Result<Option<LockInfo>, Verdict> {
+    bounded(suite, "inspect", p.inspect(name))
+        .await?
+        .map_err(|e| Verdict::fail(format!("{step}: inspect({name:?}) failed: {e}")))
+}
+
+/// Inspects `name`, which must be held.
+pub(crate) async fn inspect_held(
+    suite: &Suite,
+    p: &Arc<dyn LockProvider>,
+    name: &str,
+    step: &str,
+) -> Result<LockInfo, Verdict> {
+    match inspect(suite, p, name, step).await? {
+        Some(info) if info.held => Ok(info),
+        other => {
+            Err(Verdict::fail(format!("{step}: inspect({name:?}) of a held lock gave {other:?}")))
         }
     }
 }

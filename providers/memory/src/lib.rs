@@ -214,9 +214,10 @@ struct MemoryStore {
 }
 
 impl MemoryStore {
-    /// The time that judges expiry: the node's clock in client-time mode, else the server's.
-    fn now(&self, req: &Request<'_>) -> SystemTime {
-        req.client_now().unwrap_or_else(|| self.server.now())
+    /// The time that judges expiry: the node's clock in client-time mode (`client_now` of the
+    /// request or of the settings), else the server's.
+    fn now(&self, client_now: Option<SystemTime>) -> SystemTime {
+        client_now.unwrap_or_else(|| self.server.now())
     }
 }
 
@@ -236,7 +237,7 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn acquire(&self, req: &Request<'_>) -> Result<Option<Granted<()>>> {
-        let now = self.now(req);
+        let now = self.now(req.client_now());
         let lock_until = add(now, req.lock_at_most_for());
         let owner = req.owner().id();
         let mut state = self.server.state();
@@ -254,7 +255,7 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn release(&self, req: &Request<'_>, _: &mut ()) -> Result<()> {
-        let now = self.now(req);
+        let now = self.now(req.client_now());
         let mut state = self.server.state();
         if let Some(rec) = state.records.get_mut(req.name())
             && rec.owner == req.owner().id()
@@ -270,7 +271,7 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn extend(&self, req: &Request<'_>, _: &mut ()) -> Result<Extension> {
-        let now = self.now(req);
+        let now = self.now(req.client_now());
         let mut state = self.server.state();
         match state.records.get_mut(req.name()) {
             Some(rec) if rec.owner == req.owner().id() && rec.lock_until > now => {
@@ -283,7 +284,7 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn inspect(&self, name: &str, settings: &Settings) -> Result<Option<LockInfo>> {
-        let now = self.judging_now(settings);
+        let now = self.now(settings.client_now());
         let time = settings.time_source();
         Ok(self.server.state().records.get(name).map(|r| r.info(name, now, time)))
     }
@@ -295,7 +296,7 @@ impl LeaseStore for MemoryStore {
         limit: usize,
         settings: &Settings,
     ) -> Result<LockPage> {
-        let now = self.judging_now(settings);
+        let now = self.now(settings.client_now());
         let time = settings.time_source();
         let state = self.server.state();
         let start = match cursor {
@@ -316,7 +317,7 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn force_release(&self, seen: &LockInfo, settings: &Settings) -> Result<ForceRelease> {
-        let now = self.judging_now(settings);
+        let now = self.now(settings.client_now());
         let time = settings.time_source();
         let mut state = self.server.state();
         let Some(record) = state.records.get(&seen.name) else {
@@ -328,14 +329,6 @@ impl LeaseStore for MemoryStore {
         }
         state.records.remove(&seen.name);
         Ok(ForceRelease::Released(info))
-    }
-}
-
-impl MemoryStore {
-    /// The clock that judges records for inspection: the server's, or in client time this
-    /// instance's (as its leases are computed).
-    fn judging_now(&self, settings: &Settings) -> SystemTime {
-        settings.client_now().unwrap_or_else(|| self.server.now())
     }
 }
 
