@@ -204,10 +204,24 @@ pub fn server_options(backend: Backend) -> Options {
     )
 }
 
-/// The providers that implement inspection (C30, C31) so far: the SQL ones. The others declare
-/// both checks unsupported until they do, with that reason in their reports.
+/// The providers that do not implement inspection (C30, C31) yet: they declare both checks
+/// unsupported until they do, with that reason in their reports.
 fn expect_no_inspection_yet(backend: Backend, options: Options) -> Options {
-    if matches!(backend, Backend::Postgres | Backend::MariaDb | Backend::Sqlite) {
+    let not_yet = [
+        Backend::Redis,
+        Backend::Valkey,
+        Backend::RedisCluster,
+        Backend::Memcached,
+        Backend::Nats,
+        Backend::MongoDb,
+        Backend::DynamoDb,
+        Backend::S3,
+        Backend::Etcd,
+        Backend::EtcdCluster,
+        Backend::ZooKeeper,
+        Backend::ZooKeeperEnsemble,
+    ];
+    if !not_yet.contains(&backend) {
         return options;
     }
     let why = "inspection (inspect, list, force_release) is not implemented by this provider yet";
