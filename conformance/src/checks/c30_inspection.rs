@@ -103,8 +103,22 @@ async fn c30(suite: &Suite) -> R {
     }
     unlock(suite, next).await?;
 
-    let listed = if caps.list { list(suite, &p).await? } else { "list not declared".to_owned() };
+    let listed =
+        if caps.list { list(suite, &p).await? } else { list_refused(suite, &p[1]).await? };
     Ok(format!("a held lock inspected as held by {judge:?} time, released as free; {listed}"))
+}
+
+/// A provider that does not declare `list` says so when asked: `Error::Unsupported`, never an
+/// empty page that would read as "no locks".
+async fn list_refused(suite: &Suite, p: &Arc<dyn LockProvider>) -> R {
+    match bounded(suite, "list", p.list("", None, 10)).await? {
+        Err(shedlock::Error::Unsupported { .. }) => {
+            Ok("list not declared, and refused as unsupported".to_owned())
+        }
+        other => Err(Verdict::fail(format!(
+            "list is not declared, but list(\"\") answered {other:?} instead of Unsupported"
+        ))),
+    }
 }
 
 /// Five locks under a prefix with `%` and `_` in it, beside names a pattern would match: the

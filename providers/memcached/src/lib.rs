@@ -101,22 +101,26 @@
 mod conn;
 mod proto;
 
-use std::{fmt, time::Duration};
+use std::{
+    fmt,
+    time::{Duration, SystemTime},
+};
 
 use async_trait::async_trait;
 use shedlock::{
-    Capabilities, Error, LockConfig, LockProvider, Result,
+    Capabilities, Error, LockConfig, LockProvider, Result, TimeSource,
+    inspect::{ForceRelease, LockInfo},
     store::{
-        DelegatingProvider, Extension, Granted, LeaseStore, ProviderSettings, Request, Settings,
-        StoreProvider,
+        DelegatingProvider, Extension, Granted, LeaseStore, Operation, ProviderSettings, Request,
+        Settings, StoreProvider,
     },
     support::check_lock_name,
 };
 use tokio::time::Instant;
 
 use crate::{
-    conn::{Conn, ConnError, Epoch, Pool},
-    proto::{Reply, at_least_ttl, at_most_ttl, base64, meta_delete, meta_set},
+    conn::{Checkout, Conn, ConnError, Epoch, Pool},
+    proto::{Reply, at_least_ttl, at_most_ttl, base64, meta_delete, meta_get, meta_set},
 };
 
 pub use crate::proto::{MAX_KEY_LEN, MAX_LOCK_DURATION};
@@ -325,6 +329,9 @@ impl LeaseStore for MemcachedStore {
             .with_granularity(GRANULARITY)
             .with_max_name_len(Some(self.max_name_len))
             .with_check(true)
+            // memcached cannot enumerate its keys (no SCAN; `lru_crawler metadump` walks the
+            // whole cache and is not a paged listing), so no `list`.
+            .with_inspection(true, false, true)
     }
 
     fn enforces_deadline(&self) -> bool {
@@ -419,6 +426,93 @@ impl LeaseStore for MemcachedStore {
         held.cas = cas;
         held.since = Instant::now();
         Ok(Extension::Extended)
+    }
+
+    /// One meta get (`mg <key> b v t c`): held while the record exists, since memcached expires
+    /// it by its own clock.
+    async fn inspect(&self, name: &str, settings: &Settings) -> Result<Option<LockInfo>> {
+        let key = self.encode_key(name);
+        let err = |e| read_error(Operation::Inspect, settings, e);
+        let mut c = self.pool.checkout(settings.deadline()).await.map_err(err)?;
+        let read = self.read(&mut c, name, &key, settings, Operation::Inspect).await?;
+        c.done();
+        Ok(read.map(|(info, _)| info))
+    }
+
+    /// A meta get, and if the record is still the acquisition seen a meta delete conditioned on
+    /// the CAS just read (`md <key> b C<cas>`), on one connection (so on one server process).
+    async fn force_release(&self, seen: &LockInfo, settings: &Settings) -> Result<ForceRelease> {
+        let key = self.encode_key(&seen.name);
+        let op = Operation::ForceRelease;
+        let err = |e| read_error(op, settings, e);
+        let mut c = self.pool.checkout(settings.deadline()).await.map_err(err)?;
+        let Some((current, cas)) = self.read(&mut c, &seen.name, &key, settings, op).await? else {
+            c.done();
+            return Ok(ForceRelease::Changed(None));
+        };
+        if current.acquisition != seen.acquisition {
+            c.done();
+            return Ok(ForceRelease::Changed(Some(current)));
+        }
+        let reply = c
+            .conn()
+            .request(&meta_delete(&key, &format!("C{cas}")), settings.deadline())
+            .await
+            .map_err(err)?;
+        if reply.is("HD") {
+            c.done();
+            return Ok(ForceRelease::Released(current));
+        }
+        if !(reply.is("EX") || reply.is("NF")) {
+            return Err(unexpected("force_release", &reply));
+        }
+        // Changed between the two requests: what is there now.
+        let now = self.read(&mut c, &seen.name, &key, settings, op).await?;
+        c.done();
+        Ok(ForceRelease::Changed(now.map(|(info, _)| info)))
+    }
+}
+
+impl MemcachedStore {
+    /// `mg <key> b v t c` on `c`: lock `name`'s record (value, remaining TTL) and its CAS, or
+    /// `None` (`EN`).
+    async fn read(
+        &self,
+        c: &mut Checkout<'_>,
+        name: &str,
+        key: &str,
+        settings: &Settings,
+        operation: Operation,
+    ) -> Result<Option<(LockInfo, u64)>> {
+        let deadline = settings.deadline();
+        let err = |e| read_error(operation, settings, e);
+        let reply = c.conn().request(&meta_get(key, "v t c"), deadline).await.map_err(err)?;
+        if reply.is("EN") {
+            return Ok(None);
+        }
+        let (Some(value), Some(cas), true) = (reply.value.as_deref(), reply.cas(), reply.is("VA"))
+        else {
+            return Err(unexpected("inspect", &reply));
+        };
+        let text = String::from_utf8_lossy(value);
+        let (owner, locked_by) = text.split_once(' ').unwrap_or((&text, ""));
+        let mut info =
+            LockInfo::new(name, owner, true, TimeSource::Server).with_locked_by(locked_by);
+        // `t`: the seconds the server still keeps the record (-1: no expiry).
+        if let Some(ttl) = reply.flag('t').and_then(|t| t.parse::<u64>().ok())
+            && let Some(until) = SystemTime::now().checked_add(Duration::from_secs(ttl))
+        {
+            info = info.with_lock_until(until);
+        }
+        Ok(Some((info, cas)))
+    }
+}
+
+/// [`map_err`], with an expired deadline as `operation`'s [`Error::Timeout`].
+fn read_error(operation: Operation, settings: &Settings, e: ConnError) -> Error {
+    match (e, settings.timeout()) {
+        (ConnError::TimedOut, Some(after)) => operation.timed_out(after),
+        (e, _) => map_err(e),
     }
 }
 

@@ -142,6 +142,11 @@ pub(crate) fn meta_set(key: &str, value: &[u8], flags: &str) -> Vec<u8> {
     req
 }
 
+/// A meta get request: `mg <key> b <flags>`.
+pub(crate) fn meta_get(key: &str, flags: &str) -> Vec<u8> {
+    format!("mg {key} b {flags}\r\n").into_bytes()
+}
+
 /// A meta delete request: `md <key> b <flags>`.
 pub(crate) fn meta_delete(key: &str, flags: &str) -> Vec<u8> {
     format!("md {key} b {flags}\r\n").into_bytes()

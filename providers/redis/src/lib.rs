@@ -48,17 +48,25 @@
 //! Fencing tokens are not safe across such a fail-over either, unless `WAIT` is used; the clock
 //! term keeps them increasing as long as the new master's clock is not behind.
 
-use std::{fmt, time::Duration};
+use std::{
+    fmt,
+    time::{Duration, SystemTime},
+};
 
 use async_trait::async_trait;
-use redis::{ErrorKind, FromRedisValue, RedisError, Script, ServerErrorKind, aio::ConnectionLike};
+use redis::{
+    ErrorKind, FromRedisValue, RedisError, Script, ServerErrorKind, Value, aio::ConnectionLike,
+};
 use shedlock::{
-    Capabilities, Error, LockProvider, Result,
+    Capabilities, Error, LockProvider, Result, TimeSource,
+    inspect::{ForceRelease, LockInfo, LockPage},
     store::{
         DelegatingProvider, Extension, Granted, LeaseStore, ProviderSettings, Request, Settings,
         StoreProvider,
     },
-    support::{acquisition_id, duration_micros, duration_millis_ceil, iso8601_millis},
+    support::{
+        acquisition_id, duration_micros, duration_millis_ceil, from_unix_micros, iso8601_millis,
+    },
 };
 
 const BACKEND: &str = "redis";
@@ -171,6 +179,59 @@ else
 end
 ";
 
+/// Inspect. KEYS: lock. Reads only: the value, its PTTL and the server clock (`TIME`), or nil
+/// when there is no key (Redis never returns an expired one).
+const INSPECT: &str = r"
+local v = redis.call('GET', KEYS[1])
+if not v then return false end
+local t = redis.call('TIME')
+return {v, redis.call('PTTL', KEYS[1]), t[1], t[2]}
+";
+
+/// Forced release. KEYS: lock. ARGV: the acquisition seen, `1` when it is the native value's
+/// first field (the owner id), `0` when it is the whole value (compatible mode). Deletes the key
+/// only if it still holds that acquisition, and returns what was there before, as `INSPECT`
+/// does, with 1 (deleted) or 0 (another acquisition: nothing changed) last; nil when no key.
+const FORCE_RELEASE: &str = r"
+local v = redis.call('GET', KEYS[1])
+if not v then return false end
+local t = redis.call('TIME')
+local pttl = redis.call('PTTL', KEYS[1])
+local same
+if ARGV[2] == '1' then
+  same = string.sub(v, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. '|'
+else
+  same = v == ARGV[1]
+end
+if same then
+  redis.call('DEL', KEYS[1])
+  return {v, pttl, t[1], t[2], 1}
+end
+return {v, pttl, t[1], t[2], 0}
+";
+
+/// One `SCAN` step on the node that serves KEYS[1] (a key only used to route the script to a
+/// master of a cluster; never read). ARGV: the scan cursor, the `MATCH` pattern, `COUNT`, `1` to
+/// keep only native lock keys (ending in `}`: not their `:fence` counters). Reads only. Returns
+/// the next scan cursor, the server clock (`TIME`), then key, value and PTTL of every string key
+/// found (a key that expired in between is left out).
+const LIST: &str = r"
+local r = redis.call('SCAN', ARGV[1], 'MATCH', ARGV[2], 'COUNT', ARGV[3])
+local t = redis.call('TIME')
+local out = {r[1], t[1], t[2]}
+for _, k in ipairs(r[2]) do
+  if (ARGV[4] == '0' or string.sub(k, -1) == '}') and redis.call('TYPE', k).ok == 'string' then
+    local v = redis.call('GET', k)
+    if v then
+      table.insert(out, k)
+      table.insert(out, v)
+      table.insert(out, redis.call('PTTL', k))
+    end
+  end
+end
+return out
+";
+
 /// ShedLock's default key prefix (`job-lock:<environment>:<name>`).
 pub const SHEDLOCK_PREFIX: &str = "job-lock";
 
@@ -211,23 +272,30 @@ impl Lua {
     }
 }
 
-/// The three scripts of the mode, hashed once.
+/// The scripts of the mode, hashed once.
 struct Scripts {
     acquire: Lua,
     unlock: Lua,
     extend: Lua,
+    inspect: Lua,
+    force_release: Lua,
+    list: Lua,
 }
 
 impl Scripts {
     fn new(compat: bool) -> Self {
-        if compat {
-            Self {
-                acquire: Lua::new(ACQUIRE_COMPAT),
-                unlock: Lua::new(UNLOCK_COMPAT),
-                extend: Lua::new(EXTEND_COMPAT),
-            }
+        let (acquire, unlock, extend) = if compat {
+            (ACQUIRE_COMPAT, UNLOCK_COMPAT, EXTEND_COMPAT)
         } else {
-            Self { acquire: Lua::new(ACQUIRE), unlock: Lua::new(UNLOCK), extend: Lua::new(EXTEND) }
+            (ACQUIRE, UNLOCK, EXTEND)
+        };
+        Self {
+            acquire: Lua::new(acquire),
+            unlock: Lua::new(unlock),
+            extend: Lua::new(extend),
+            inspect: Lua::new(INSPECT),
+            force_release: Lua::new(FORCE_RELEASE),
+            list: Lua::new(LIST),
         }
     }
 }
@@ -507,6 +575,130 @@ impl<C: RedisConnection> RedisStore<C> {
         format!("{}:fence", self.key(name))
     }
 
+    /// The lock name a key holds, if it is a lock key of this provider.
+    fn name_of(&self, key: &str) -> Option<String> {
+        let rest = key.strip_prefix(&self.prefix)?;
+        if self.compat {
+            return Some(rest.to_owned());
+        }
+        unescape(rest.strip_prefix('{')?.strip_suffix('}')?)
+    }
+
+    /// The `SCAN` pattern of the lock keys whose names start with `prefix`.
+    fn pattern(&self, prefix: &str) -> String {
+        let start = if self.compat {
+            format!("{}{prefix}", self.prefix)
+        } else {
+            format!("{}{{{}", self.prefix, escape(prefix))
+        };
+        glob_escape(&start) + "*"
+    }
+
+    /// What an operator sees of a key: its value, PTTL (ms; `-1`: no expiry) and the server's
+    /// clock when it was read. The key exists, so it is held (Redis expires it by its own
+    /// clock).
+    fn info(&self, name: &str, value: String, pttl: i64, now: SystemTime) -> Result<LockInfo> {
+        let until =
+            u64::try_from(pttl).ok().and_then(|ms| now.checked_add(Duration::from_millis(ms)));
+        let mut info = if self.compat {
+            let by = compat_locked_by(&value).map(str::to_owned);
+            let mut info = LockInfo::new(name, value, true, TimeSource::Server);
+            if let Some(by) = by {
+                info = info.with_locked_by(by);
+            }
+            info
+        } else {
+            let parsed = (|| {
+                let (head, at) = value.rsplit_once('|')?;
+                let (head, token) = head.rsplit_once('|')?;
+                let (owner, by) = head.split_once('|')?;
+                Some((owner, by, token.parse::<u64>().ok()?, at.parse::<i64>().ok()?))
+            })();
+            let Some((owner, by, token, at)) = parsed else {
+                return Err(bad_reply("GET of a lock key", &value));
+            };
+            LockInfo::new(name, owner, true, TimeSource::Server)
+                .with_locked_by(by)
+                .with_locked_at(from_unix_micros(at))
+                .with_fencing_token(Some(token))
+        };
+        if let Some(until) = until {
+            info = info.with_lock_until(until);
+        }
+        Ok(info)
+    }
+
+    /// The reply of one `LIST` step: the next scan cursor, the server clock, and the name,
+    /// value and PTTL of each lock key under `prefix` it found.
+    #[allow(clippy::type_complexity)]
+    fn listed(
+        &self,
+        reply: Vec<Value>,
+        prefix: &str,
+    ) -> Result<(String, SystemTime, Vec<(String, String, i64)>)> {
+        let text = |v: Value| String::from_redis_value(v).map_err(|e| bad_reply("list", e));
+        let mut items = reply.into_iter();
+        let (Some(scan), Some(s), Some(us)) = (items.next(), items.next(), items.next()) else {
+            return Err(bad_reply("list", "fewer than three fields"));
+        };
+        let (scan, now) = (text(scan)?, server_time(&text(s)?, &text(us)?)?);
+        let mut found = Vec::new();
+        while let (Some(key), Some(value), Some(pttl)) = (items.next(), items.next(), items.next())
+        {
+            let pttl = i64::from_redis_value(pttl).map_err(|e| bad_reply("list", e))?;
+            let (key, value) = (text(key)?, text(value)?);
+            // The pattern already selects these; the prefix is compared as a value once more.
+            if let Some(name) = self.name_of(&key).filter(|n| n.starts_with(prefix)) {
+                found.push((name, value, pttl));
+            }
+        }
+        Ok((scan, now, found))
+    }
+
+    /// The masters to list, each by its lowest slot range, in slot order: from `CLUSTER SLOTS`,
+    /// or the one server (`[(0, 16383)]`) when it is not a cluster.
+    async fn masters(&self) -> Result<Vec<(u16, u16)>> {
+        let mut conn = self.conn.clone();
+        let reply: redis::RedisResult<Vec<Vec<Value>>> =
+            redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut conn).await;
+        let ranges = match reply {
+            Ok(ranges) => ranges,
+            Err(e) if e.to_string().contains("cluster support disabled") => {
+                return Ok(vec![(0, 16383)]);
+            }
+            Err(e) => return Err(map_err(e)),
+        };
+        let mut lowest: Vec<(String, (u16, u16))> = Vec::new();
+        for range in ranges {
+            let mut fields = range.into_iter();
+            let (Some(start), Some(end), Some(node)) =
+                (fields.next(), fields.next(), fields.next())
+            else {
+                return Err(bad_reply("CLUSTER SLOTS", "a range without a master"));
+            };
+            let slot =
+                |v: Value| u16::from_redis_value(v).map_err(|e| bad_reply("CLUSTER SLOTS", e));
+            let range = (slot(start)?, slot(end)?);
+            let node: Vec<Value> =
+                Vec::from_redis_value(node).map_err(|e| bad_reply("CLUSTER SLOTS", e))?;
+            let id = format!("{node:?}");
+            match lowest.iter_mut().find(|(n, _)| *n == id) {
+                Some((_, r)) if range.0 < r.0 => *r = range,
+                Some(_) => {}
+                None => lowest.push((id, range)),
+            }
+        }
+        let mut masters: Vec<(u16, u16)> = lowest.into_iter().map(|(_, r)| r).collect();
+        masters.sort_unstable();
+        if masters.is_empty() {
+            return Err(Error::Unavailable {
+                backend: BACKEND,
+                source: "the cluster serves no slots (CLUSTER SLOTS is empty)".into(),
+            });
+        }
+        Ok(masters)
+    }
+
     /// The native acquire: `Some((token, locked_at_µs))` when `owner` now holds the key.
     async fn take(&self, req: &Request<'_>, owner: &str) -> Result<Option<(u64, u64)>> {
         let key = self.key(req.name());
@@ -593,6 +785,7 @@ impl<C: RedisConnection> LeaseStore for RedisStore<C> {
             .with_granularity(Duration::from_millis(1))
             .with_max_name_len(Some(MAX_NAME_LEN))
             .with_check(true)
+            .with_inspection(true, true, true)
     }
 
     /// Loads the three scripts (so a server that refuses scripts fails here), then runs the
@@ -677,6 +870,228 @@ impl<C: RedisConnection> LeaseStore for RedisStore<C> {
         held.value = format!("{head}|{at}");
         Ok(Extension::Extended)
     }
+
+    /// One script (`GET`, `PTTL`, `TIME`) on the key: held while the key exists, since Redis
+    /// expires it by its own clock.
+    async fn inspect(&self, name: &str, _: &Settings) -> Result<Option<LockInfo>> {
+        let mut conn = self.conn.clone();
+        let key = self.key(name);
+        let r: Option<(String, i64, String, String)> =
+            self.scripts.inspect.run(&mut conn, &[&key], &[]).await.map_err(map_err)?;
+        r.map(|(value, pttl, s, us)| self.info(name, value, pttl, server_time(&s, &us)?))
+            .transpose()
+    }
+
+    /// `SCAN … MATCH` in a script on each master in turn (one master unless it is a cluster),
+    /// never more than one `SCAN` batch in memory; see [`ListCursor`].
+    async fn list(
+        &self,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: usize,
+        _: &Settings,
+    ) -> Result<LockPage> {
+        let masters = self.masters().await?;
+        let mut at = match cursor {
+            None => ListCursor { master: 0, scan: "0".to_owned(), after: None },
+            Some(c) => ListCursor::parse(c, &masters)?,
+        };
+        let pattern = self.pattern(prefix);
+        let count = (limit + 1).clamp(100, MAX_SCAN_COUNT).to_string();
+        let native = if self.compat { "0" } else { "1" };
+        let mut records: Vec<LockInfo> = Vec::with_capacity(limit);
+        for _ in 0..MAX_SCAN_STEPS {
+            let route = routing_key(masters[at.master])?;
+            let mut conn = self.conn.clone();
+            let reply: Vec<Value> = self
+                .scripts
+                .list
+                .run(&mut conn, &[&route], &[&at.scan, &pattern, &count, native])
+                .await
+                .map_err(map_err)?;
+            let (next_scan, now, found) = self.listed(reply, prefix)?;
+            let mut batch: Vec<LockInfo> = found
+                .into_iter()
+                .filter(|(name, ..)| at.after.as_ref().is_none_or(|after| name > after))
+                .map(|(name, value, pttl)| self.info(&name, value, pttl, now))
+                .collect::<Result<_>>()?;
+            batch.sort_by(|a, b| a.name.cmp(&b.name));
+            let room = limit - records.len();
+            if batch.len() > room {
+                // The rest of this batch is the next page: the same SCAN step, after the last
+                // name given.
+                records.extend(batch.into_iter().take(room));
+                let after = records.last().map(|r| r.name.clone());
+                let next = ListCursor { after, ..at }.render(&masters);
+                return Ok(LockPage::new(records, Some(next)));
+            }
+            records.extend(batch);
+            at.after = None;
+            at.scan = next_scan;
+            if at.scan == "0" {
+                at.master += 1;
+                if at.master == masters.len() {
+                    return Ok(LockPage::new(records, None));
+                }
+            }
+            if records.len() == limit {
+                break;
+            }
+        }
+        Ok(LockPage::new(records, Some(at.render(&masters))))
+    }
+
+    /// One script: compare the acquisition, `DEL` if it is the one seen, and answer what was
+    /// there before either way.
+    async fn force_release(&self, seen: &LockInfo, _: &Settings) -> Result<ForceRelease> {
+        let mut conn = self.conn.clone();
+        let key = self.key(&seen.name);
+        let native = if self.compat { "0" } else { "1" };
+        let r: Option<(String, i64, String, String, i64)> = self
+            .scripts
+            .force_release
+            .run(&mut conn, &[&key], &[&seen.acquisition, native])
+            .await
+            .map_err(map_err)?;
+        let Some((value, pttl, s, us, deleted)) = r else {
+            return Ok(ForceRelease::Changed(None));
+        };
+        let info = self.info(&seen.name, value, pttl, server_time(&s, &us)?)?;
+        Ok(if deleted == 1 {
+            ForceRelease::Released(info)
+        } else {
+            ForceRelease::Changed(Some(info))
+        })
+    }
+}
+
+/// The most `SCAN` steps one `list` call takes before it answers a short page (with a cursor):
+/// bounds the time of a call on a keyspace where few keys match.
+const MAX_SCAN_STEPS: usize = 64;
+
+/// The `COUNT` hint of one `SCAN` step at most: how much of the keyspace one step walks.
+const MAX_SCAN_COUNT: usize = 1000;
+
+/// The Redis Cluster hash slot of a key's hash part (CRC16/XMODEM modulo 16 384).
+fn crc16(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in data {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+        }
+    }
+    crc
+}
+
+/// A key whose hash slot lies in `slots` (a master's range), only used to route the `LIST`
+/// script to that master: `shedlock-scan{<n>}` for the first `n` that hashes there.
+fn routing_key(slots: (u16, u16)) -> Result<String> {
+    (0u32..1 << 20)
+        .map(|n| n.to_string())
+        .find(|tag| (slots.0..=slots.1).contains(&(crc16(tag.as_bytes()) % 16384)))
+        .map(|tag| format!("shedlock-scan{{{tag}}}"))
+        .ok_or_else(|| bad_reply("CLUSTER SLOTS", slots))
+}
+
+/// The server's `TIME` (seconds, microseconds) as a time.
+fn server_time(secs: &str, micros: &str) -> Result<SystemTime> {
+    let (s, us) = (parse_u64("TIME", secs)?, parse_u64("TIME", micros)?);
+    let total = s
+        .checked_mul(1_000_000)
+        .and_then(|s| s.checked_add(us.min(999_999)))
+        .and_then(|t| i64::try_from(t).ok())
+        .ok_or_else(|| bad_reply("TIME", (secs, micros)))?;
+    Ok(from_unix_micros(total))
+}
+
+/// Where a `list` page starts: a master (by the first slot of its range; `0` when not a
+/// cluster), the `SCAN` cursor of the step to run there, and the last name already given from
+/// that step. Rendered as `<slot>:<scan cursor>:<name>` (the name may contain `:`).
+///
+/// A `SCAN` step answers the same keys when run again at the same cursor (while the keyspace
+/// does not change), so a step with more keys than the page has room for is run again for the
+/// next page, which skips the names up to the last one given. Across steps `SCAN`'s own
+/// guarantee holds: every key present for the whole listing is listed; a key written or
+/// deleted meanwhile may or may not be, and a resize of the server's table may list a key twice.
+struct ListCursor {
+    master: usize,
+    scan: String,
+    after: Option<String>,
+}
+
+impl ListCursor {
+    fn render(&self, masters: &[(u16, u16)]) -> String {
+        let slot = masters.get(self.master).map_or(0, |m| m.0);
+        format!("{slot}:{}:{}", self.scan, self.after.as_deref().unwrap_or(""))
+    }
+
+    fn parse(cursor: &str, masters: &[(u16, u16)]) -> Result<Self> {
+        let bad = |why: &str| {
+            setup(format!("the list cursor {cursor:?} is not one this provider gave: {why}"))
+        };
+        let mut parts = cursor.splitn(3, ':');
+        let (Some(slot), Some(scan), Some(after)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return Err(bad("not <slot>:<scan>:<name>"));
+        };
+        let slot: u16 = slot.parse().map_err(|_| bad("no slot"))?;
+        if scan.is_empty() || !scan.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad("no scan cursor"));
+        }
+        let master = masters.iter().position(|m| m.0 == slot).ok_or_else(|| {
+            bad("no master's slots start there now (the cluster changed): list again from the start")
+        })?;
+        let after = (!after.is_empty()).then(|| after.to_owned());
+        Ok(Self { master, scan: scan.to_owned(), after })
+    }
+}
+
+/// The ShedLock value's `locked_by`: `ADDED:<time>@<locked_by>[:<UUID>]` (the UUID since 6.7).
+fn compat_locked_by(value: &str) -> Option<&str> {
+    let (_, by) = value.strip_prefix("ADDED:")?.split_once('@')?;
+    match by.rsplit_once(':') {
+        Some((head, uuid))
+            if uuid.len() == 36 && uuid.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') =>
+        {
+            Some(head)
+        }
+        _ => Some(by),
+    }
+}
+
+/// `*`, `?`, `[`, `]` and `\` escaped for a `SCAN … MATCH` pattern: the text matches itself.
+fn glob_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The inverse of [`escape`]; `None` for text [`escape`] cannot have produced.
+fn unescape(escaped: &str) -> Option<String> {
+    let mut out = String::with_capacity(escaped.len());
+    let mut rest = escaped;
+    while let Some(i) = rest.find('%') {
+        out.push_str(&rest[..i]);
+        let c = match rest.get(i..i + 3)? {
+            "%25" => '%',
+            "%7B" => '{',
+            "%7D" => '}',
+            _ => return None,
+        };
+        out.push(c);
+        rest = &rest[i + 3..];
+    }
+    if rest.contains(['{', '}']) {
+        return None;
+    }
+    out.push_str(rest);
+    Some(out)
 }
 
 type RedisResult = redis::RedisResult<Option<(String, String)>>;
@@ -702,6 +1117,61 @@ mod tests {
             }
         }
         assert_eq!(escape("{a}%"), "%7Ba%7D%25");
+    }
+
+    #[test]
+    fn unescape_inverts_escape_and_refuses_what_escape_cannot_produce() {
+        for name in ["a", "{a}", "%7Ba%7D", "a%", "}", "{", "%", "%25", "a}b{c", "π%_*"] {
+            assert_eq!(unescape(&escape(name)).as_deref(), Some(name));
+        }
+        for foreign in ["%", "%2", "%41", "a{b", "}", "%7b"] {
+            assert_eq!(unescape(foreign), None, "{foreign:?}");
+        }
+    }
+
+    #[test]
+    fn crc16_gives_the_redis_cluster_slots() {
+        // The reference value of CRC16/XMODEM, and slots from the Redis Cluster specification.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        assert_eq!(crc16(b"foo") % 16384, 12182);
+        let key = routing_key((5461, 10922)).unwrap();
+        let tag = key.trim_start_matches("shedlock-scan{").trim_end_matches('}');
+        assert!((5461..=10922).contains(&(crc16(tag.as_bytes()) % 16384)), "{key}");
+    }
+
+    #[test]
+    fn a_scan_pattern_matches_its_text_literally() {
+        assert_eq!(glob_escape(r"a*b?c[d]e\f%_"), r"a\*b\?c\[d\]e\\f%_");
+    }
+
+    #[test]
+    fn list_cursors_round_trip_and_foreign_ones_are_refused() {
+        let masters = [(0, 5460), (5461, 10922), (10923, 16383)];
+        let c = ListCursor { master: 1, scan: "42".into(), after: Some("a:b".into()) };
+        let text = c.render(&masters);
+        assert_eq!(text, "5461:42:a:b");
+        let back = ListCursor::parse(&text, &masters).unwrap();
+        assert_eq!(
+            (back.master, back.scan.as_str(), back.after.as_deref()),
+            (1, "42", Some("a:b"))
+        );
+        let fresh = ListCursor::parse("0:7:", &masters).unwrap();
+        assert_eq!((fresh.master, fresh.after), (0, None));
+        for bad in ["", "x", "1:2", "1:x:", "99:0:", ":0:a"] {
+            assert!(
+                matches!(ListCursor::parse(bad, &masters), Err(Error::Setup { .. })),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn shedlock_values_give_their_locked_by() {
+        let v = "ADDED:2026-01-01T00:00:00.000Z@host:a:0a1b2c3d-0000-4000-8000-00000000abcd";
+        assert_eq!(compat_locked_by(v), Some("host:a"));
+        assert_eq!(compat_locked_by("ADDED:2026-01-01T00:00:00.000Z@host"), Some("host"));
+        assert_eq!(compat_locked_by(&shedlock_value("me")), Some("me"));
+        assert_eq!(compat_locked_by("something else"), None);
     }
 
     #[test]

@@ -183,3 +183,55 @@ async fn a_held_lock_survives_the_failover_of_its_master_and_locking_resumes() {
     l.unlock().await.unwrap();
     eprintln!("done at {:?}", t0.elapsed());
 }
+
+/// A listing walks every master of the shared cluster: 40 locks, whose names hash all over the
+/// slots, come back exactly once each in pages of 7 (so pages end inside a `SCAN` step), with
+/// their fencing tokens, and no fence counter or neighbouring key is ever listed as a lock.
+#[tokio::test]
+async fn list_returns_each_lock_on_every_master_once_in_pages_and_never_a_fence_counter() {
+    let url = shedlock_test_support::url(Backend::RedisCluster, "Redis Cluster").await;
+    let prefix = shedlock_test_support::unique("list");
+    let p = RedisLockProvider::builder(common::cluster_connection(&url).await.unwrap())
+        .key_prefix(format!("{prefix}:"))
+        .build()
+        .await
+        .unwrap();
+    let mut held = Vec::new();
+    for i in 0..40 {
+        held.push(p.try_lock(&cfg(&format!("job-{i:02}"), 30_000, 0)).await.unwrap().unwrap());
+    }
+    held.push(p.try_lock(&cfg("jox", 30_000, 0)).await.unwrap().unwrap());
+    let mut conn = p.connection();
+    let mut thirds = std::collections::HashSet::new();
+    for l in &held {
+        let slot: u16 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(p.key(l.name()))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        // `redis-cli --cluster create` gives each of the three masters a third of the slots.
+        thirds.insert(usize::from(slot) * 3 / 16384);
+    }
+    assert_eq!(thirds.len(), 3, "the names do not spread over the three masters");
+    let mut listed = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..100 {
+        let page = p.list("job-", cursor.as_deref(), 7).await.unwrap();
+        assert!(page.records.len() <= 7);
+        for r in &page.records {
+            assert!(r.held && r.fencing_token.is_some(), "{r:?}");
+        }
+        listed.extend(page.records.into_iter().map(|r| r.name));
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    listed.sort();
+    let expected: Vec<String> = (0..40).map(|i| format!("job-{i:02}")).collect();
+    assert_eq!(listed, expected);
+    for l in held {
+        l.unlock().await.unwrap();
+    }
+}

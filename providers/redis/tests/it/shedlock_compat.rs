@@ -71,6 +71,21 @@ struct JavaLock {
     at_least: Duration,
 }
 
+/// Java's `UUID.randomUUID().toString()`: 36 characters, version 4, RFC 4122 variant.
+fn uuid() -> String {
+    let (a, b) = (shedlock::support::acquisition_id(), shedlock::support::acquisition_id());
+    let a = (a & !0xF000) | 0x4000;
+    let b = (b & !(0b11 << 62)) | (0b10 << 62);
+    format!(
+        "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xFFFF,
+        a & 0xFFFF,
+        b >> 48,
+        b & 0xFFFF_FFFF_FFFF
+    )
+}
+
 /// `ClockProvider.now()`'s milliseconds from `from` to `to`: `Duration.between(...).toMillis()`.
 fn ms_between(from: SystemTime, to: SystemTime) -> i64 {
     match to.duration_since(from) {
@@ -99,7 +114,7 @@ impl fleet::JavaNode for JavaNode {
     async fn lock(&self, c: &LockConfig) -> Option<JavaLock> {
         let created_at = SystemTime::now();
         let key = format!("{}:default:{}", self.prefix, c.name());
-        let value = format!("ADDED:{}@{}:{}", iso8601_millis(created_at), self.host, unique("u"));
+        let value = format!("ADDED:{}@{}:{}", iso8601_millis(created_at), self.host, uuid());
         let px = ms_between(SystemTime::now(), created_at + c.lock_at_most_for());
         let mut conn = self.conn.clone();
         let r: Option<String> = redis::cmd("SET")
@@ -296,4 +311,32 @@ async fn a_mixed_fleet_of_java_and_rust_nodes_never_has_two_holders() {
         nodes.push(("java-safe", Node::Java(JavaNode::new(&prefix, host, true).await)));
     }
     Fleet::new().run(nodes, Duration::from_secs(4), 10).await;
+}
+
+#[tokio::test]
+async fn a_java_nodes_lock_is_inspected_with_its_host_and_a_forced_release_spares_its_next_one() {
+    use shedlock::inspect::ForceRelease;
+    let prefix = unique("job-lock");
+    let ours = compat(&prefix).await;
+    let java = JavaNode::new(&prefix, "java-host", true).await;
+    let first = java.lock(&cfg("job", 10_000, 0)).await.expect("free");
+    let seen = ours.inspect("job").await.unwrap().expect("Java's key");
+    assert!(seen.held);
+    assert_eq!(seen.locked_by.as_deref(), Some("java-host"));
+    assert_eq!(seen.acquisition, first.value, "the acquisition is ShedLock's value");
+    assert!(seen.lock_until.is_some_and(|t| t > SystemTime::now()));
+    // Java releases and locks again: the same host, a new value, which the seen record's
+    // forced release must not touch.
+    assert!(java.unlock(&first).await);
+    let second = java.lock(&cfg("job", 10_000, 0)).await.expect("released");
+    match ours.force_release(&seen).await.unwrap() {
+        ForceRelease::Changed(Some(now)) => assert_eq!(now.acquisition, second.value),
+        other => panic!("a forced release of an ended acquisition answered {other:?}"),
+    }
+    let mut c = ours.connection();
+    let v: String = c.get(ours.key("job")).await.unwrap();
+    assert_eq!(v, second.value, "the next acquisition was touched");
+    let now = ours.inspect("job").await.unwrap().expect("held");
+    assert!(matches!(ours.force_release(&now).await.unwrap(), ForceRelease::Released(_)));
+    assert!(ours.inspect("job").await.unwrap().is_none(), "the released key is gone");
 }
