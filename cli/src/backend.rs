@@ -2,7 +2,7 @@
 //! offered; the URL (which may hold a password) is never printed.
 
 // A build with only some of the backends leaves parts of the shared code unused.
-#![cfg_attr(not(all(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(unused))]
+#![allow(unused)]
 
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 use std::str::FromStr;
@@ -14,34 +14,29 @@ use shedlock::ProviderBuilder;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 use shedlock_sql::{DedicatedConnection, ShedlockTable, SqlLockProviderBuilder};
 
-use crate::StoreArgs;
+use crate::{StoreArgs, stores};
 
 /// The environment variable whose value, when set, is the password (instead of the URL's).
 pub(crate) const PASSWORD_ENV: &str = "SHEDLOCK_PASSWORD";
 
-/// The URL schemes of the backends that cannot be inspected yet.
-const NOT_YET: [&str; 10] = [
-    "redis",
-    "rediss",
-    "memcache",
-    "nats",
-    "mongodb",
-    "etcd",
-    "http",
-    "zookeeper",
-    "dynamodb",
-    "s3",
-];
+/// The schemes this tool knows, for the error that names them.
+const SCHEMES: &str = "postgres://, mysql:// (mariadb://), sqlite://, redis:// (rediss://), \
+                       memcache://, nats://, mongodb://, etcd:// (http://, https://), \
+                       zookeeper://, dynamodb://, s3://";
 
-/// The provider for `args`' URL, built like the application's (same table and mode).
-pub(crate) fn open(args: &StoreArgs) -> Result<Arc<dyn LockProvider>, String> {
+/// The provider for `args`' URL, built like the application's (same table, prefix, bucket or
+/// collection, and mode). Opening the SQL stores does no I/O; the others connect here.
+pub(crate) async fn open(args: &StoreArgs) -> Result<Arc<dyn LockProvider>, String> {
     let url = args.url.as_deref().ok_or(
         "no store given: pass --url (or set SHEDLOCK_URL), e.g. postgres://user@host/db, \
-         mysql://user@host/db or sqlite://path/to/locks.db",
+         redis://host:6379 or sqlite://path/to/locks.db",
     )?;
     let scheme = url.split_once("://").map_or("", |(s, _)| s).to_ascii_lowercase();
-    let timeout = Duration::from_secs(args.timeout_secs.max(1));
+    let timeout = args.timeout();
     let password = std::env::var(PASSWORD_ENV).ok().filter(|p| !p.is_empty());
+    let compat_unsupported = |what: &str| -> Opened {
+        Err(format!("{what} has no ShedLock-compatible mode in shedlock-rs").into())
+    };
     let opened: Opened = match scheme.as_str() {
         #[cfg(feature = "postgres")]
         "postgres" | "postgresql" => postgres(url, password, args, timeout),
@@ -49,22 +44,47 @@ pub(crate) fn open(args: &StoreArgs) -> Result<Arc<dyn LockProvider>, String> {
         "mysql" | "mariadb" => mysql(url, password, args, timeout),
         #[cfg(feature = "sqlite")]
         "sqlite" => sqlite(url, args, timeout),
-        s if NOT_YET.contains(&s) => Err(format!(
-            "{s}:// stores cannot be inspected yet: their provider does not implement \
-             inspection (only the SQL providers do so far)"
-        )
-        .into()),
-        "" => Err("the URL has no scheme (postgres://, mysql://, sqlite://)".into()),
+        #[cfg(feature = "redis")]
+        "redis" | "rediss" | "valkey" | "valkeys" => {
+            stores::redis(url, password, args, timeout).await
+        }
+        #[cfg(feature = "memcached")]
+        "memcache" | "memcached" if args.shedlock_compatible => compat_unsupported("memcached"),
+        #[cfg(feature = "memcached")]
+        "memcache" | "memcached" => stores::memcached(url, args),
+        #[cfg(feature = "nats")]
+        "nats" if args.shedlock_compatible => compat_unsupported("NATS"),
+        #[cfg(feature = "nats")]
+        "nats" => stores::nats(url, password, args).await,
+        #[cfg(feature = "mongodb")]
+        "mongodb" => stores::mongodb(url, password, args).await,
+        #[cfg(feature = "etcd")]
+        "etcd" | "http" | "https" if args.shedlock_compatible => compat_unsupported("etcd"),
+        #[cfg(feature = "etcd")]
+        "etcd" | "http" | "https" => stores::etcd(url, password, args).await,
+        #[cfg(feature = "zookeeper")]
+        "zookeeper" | "zk" if args.shedlock_compatible => compat_unsupported("ZooKeeper"),
+        #[cfg(feature = "zookeeper")]
+        "zookeeper" | "zk" => stores::zookeeper(url, args),
+        #[cfg(feature = "dynamodb")]
+        "dynamodb" => stores::dynamodb(url, args),
+        #[cfg(feature = "s3")]
+        "s3" if args.shedlock_compatible => compat_unsupported("S3"),
+        #[cfg(feature = "s3")]
+        "s3" => stores::s3(url, args),
+        "" => Err(format!("the URL has no scheme: use one of {SCHEMES}").into()),
         s => Err(format!(
-            "unknown URL scheme {s:?}: use postgres://, mysql:// (mariadb://) or sqlite:// \
-             (those of the features this binary was built with)"
+            "unknown URL scheme {s:?}: use one of {SCHEMES} (those of the features this binary \
+             was built with)"
         )
         .into()),
     };
+    let _ = compat_unsupported;
     opened.map_err(|e| e.to_string())
 }
 
-type Opened = Result<Arc<dyn LockProvider>, Box<dyn std::error::Error>>;
+/// A provider, or why it could not be opened (never quoting the URL).
+pub(crate) type Opened = Result<Arc<dyn LockProvider>, Box<dyn std::error::Error>>;
 
 /// A bad URL, said without repeating it (it may hold a password).
 fn bad_url(e: sqlx::Error) -> String {

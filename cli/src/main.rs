@@ -3,6 +3,7 @@
 
 mod backend;
 mod render;
+mod stores;
 
 use std::{
     io::{BufRead, IsTerminal, Write},
@@ -27,8 +28,10 @@ const REFUSED: u8 = 3;
 /// See who holds the locks of a shedlock store and release a stuck one safely.
 ///
 /// The store is chosen by URL (`--url` or `SHEDLOCK_URL`): postgres://, mysql:// (or
-/// mariadb://), sqlite://. A password is best given in `SHEDLOCK_PASSWORD` rather than in the
-/// URL; it is never printed.
+/// mariadb://), sqlite://, redis:// (several comma-separated for a cluster), memcache://,
+/// nats://, mongodb://HOST/DATABASE, etcd:// (or http://), zookeeper://HOSTS/ROOT,
+/// dynamodb://TABLE, s3://BUCKET/PREFIX (AWS settings from the environment). A password is best
+/// given in `SHEDLOCK_PASSWORD` rather than in the URL; it is never printed.
 #[derive(Debug, Parser)]
 #[command(name = "shedlock", version, about, long_about = None)]
 struct Cli {
@@ -45,18 +48,40 @@ struct Cli {
 /// Where the locks are.
 #[derive(Debug, Args)]
 pub(crate) struct StoreArgs {
-    /// The store's URL: postgres://…, mysql://… (or mariadb://…), sqlite://PATH.
+    /// The store's URL: postgres://…, mysql://…, sqlite://PATH, redis://…, memcache://…,
+    /// nats://…, mongodb://…/DATABASE, etcd://…, zookeeper://…/ROOT, dynamodb://TABLE,
+    /// s3://BUCKET/PREFIX.
     #[arg(long, env = "SHEDLOCK_URL", global = true, hide_env_values = true)]
     pub(crate) url: Option<String>,
-    /// The lock table (`table` or `schema.table`), as given to the provider.
+    /// The lock table (`table` or `schema.table`) of a SQL store, as given to the provider.
     #[arg(long, default_value = "shedlock", global = true)]
     pub(crate) table: String,
+    /// The key prefix of a Redis, memcached or etcd store, as given to the provider (default:
+    /// the provider's).
+    #[arg(long = "prefix", global = true)]
+    pub(crate) key_prefix: Option<String>,
+    /// The environment segment of a Redis store's keys, as given to the provider.
+    #[arg(long, global = true)]
+    pub(crate) environment: Option<String>,
+    /// The collection of a MongoDB store (default: the provider's, `shedLock`).
+    #[arg(long, global = true)]
+    pub(crate) collection: Option<String>,
+    /// The key-value bucket of a NATS store (default: the provider's, `shedlock`).
+    #[arg(long, global = true)]
+    pub(crate) bucket: Option<String>,
     /// The store uses ShedLock's own layout (the provider's `shedlock_compatible()`).
     #[arg(long, global = true)]
     pub(crate) shedlock_compatible: bool,
     /// The limit of each call to the store, in seconds.
     #[arg(long, default_value_t = 10, global = true)]
     pub(crate) timeout_secs: u64,
+}
+
+impl StoreArgs {
+    /// The limit of each call to the store (at least a second).
+    pub(crate) fn timeout(&self) -> Duration {
+        Duration::from_secs(self.timeout_secs.max(1))
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -119,7 +144,7 @@ fn fail(message: &str) -> ExitCode {
 
 async fn run(cli: Cli) -> Outcome {
     let format = if cli.json { Format::Json } else { Format::Table };
-    let provider = backend::open(&cli.store)?;
+    let provider = backend::open(&cli.store).await?;
     let p = provider.as_ref();
     match cli.command {
         Command::List { prefix, limit } => {
