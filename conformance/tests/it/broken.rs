@@ -77,6 +77,9 @@ enum Bug {
     ListsByPattern,
     /// A forced release deletes the record whatever acquisition it now belongs to.
     ForceReleasesAnyAcquisition,
+    /// `list` is not declared, yet answers an empty page (which reads as "no locks") instead of
+    /// `Error::Unsupported`.
+    UndeclaredListAnswersEmpty,
 }
 
 #[derive(Debug, Clone)]
@@ -183,7 +186,7 @@ impl LockProvider for Broken {
             .with_server_time(true)
             .with_granularity(Duration::from_millis(1))
             .with_max_name_len((self.bug == Bug::CharsNotBytes).then_some(CHAR_LIMIT))
-            .with_inspection(true, true, true)
+            .with_inspection(true, self.bug != Bug::UndeclaredListAnswersEmpty, true)
     }
 
     async fn inspect(&self, name: &str) -> Result<Option<LockInfo>> {
@@ -192,6 +195,9 @@ impl LockProvider for Broken {
     }
 
     async fn list(&self, prefix: &str, cursor: Option<&str>, limit: usize) -> Result<LockPage> {
+        if self.bug == Bug::UndeclaredListAnswersEmpty {
+            return Ok(LockPage::default());
+        }
         let recs = self.backend.recs.lock().unwrap();
         let mut names: Vec<&String> = recs
             .keys()
@@ -900,6 +906,11 @@ async fn inspection_judged_by_the_operators_clock_on_a_server_time_provider_fail
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listing_that_reads_its_prefix_as_a_like_pattern_fails_c30() {
     rejected_saying(Bug::ListsByPattern, "C30", "expected").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undeclared_list_that_answers_an_empty_page_fails_c30() {
+    rejected_saying(Bug::UndeclaredListAnswersEmpty, "C30", "instead of Unsupported").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
