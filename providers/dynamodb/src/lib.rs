@@ -17,6 +17,9 @@
 //! - **Fencing tokens**: `fencingToken` is incremented in the acquiring update itself, and
 //!   seeded from the clock (in microseconds) when the item is created, so tokens keep rising when
 //!   an operator deletes an item (see the README for the bound).
+//! - **Inspection**: `inspect` is one strongly consistent `GetItem`, `list` pages through
+//!   `Scan`s filtered by `begins_with(_id, :prefix)`, and `force_release` is one `DeleteItem`
+//!   conditioned on the acquisition seen.
 //!
 //! ```no_run
 //! # async fn demo(client: aws_sdk_dynamodb::Client) -> Result<(), Box<dyn std::error::Error>> {
@@ -52,14 +55,15 @@ use aws_sdk_dynamodb::{
     },
 };
 use shedlock::{
-    Capabilities, Error, LockProvider, Result, TimeSource,
+    Capabilities, Error, ForceRelease, LockInfo, LockPage, LockProvider, Result, TimeSource,
+    inspect::MAX_PAGE,
     store::{
         DelegatingProvider, Extension, Granted, LeaseStore, ProviderSettings, Request, Settings,
         StoreProvider,
     },
     support::{
-        duration_millis_ceil, from_unix_micros, iso8601_millis, unix_micros, unix_millis,
-        with_timeout,
+        ACQUISITION_SUFFIX_LEN, duration_millis_ceil, from_unix_micros, iso8601_millis,
+        unix_micros, unix_millis, with_timeout,
     },
 };
 
@@ -436,7 +440,8 @@ impl DynamoStore {
                         "DynamoDB refused the client's credentials or permissions for {operation} \
                          on table {:?}: {code}: {message} (the provider needs \
                          dynamodb:UpdateItem; create_table also dynamodb:CreateTable and \
-                         dynamodb:DescribeTable)",
+                         dynamodb:DescribeTable; inspection dynamodb:GetItem, dynamodb:Scan and \
+                         dynamodb:DeleteItem)",
                         self.table
                     )),
                     _ => Error::backend(BACKEND, service(code, message)),
@@ -528,6 +533,258 @@ impl DynamoStore {
     }
 }
 
+/// The most `Scan` requests one [`list`](LeaseStore::list) call sends before it answers a page
+/// (possibly shorter than asked, with a cursor at the scan's position) so that a sparse prefix in
+/// a large table cannot keep one call scanning: each request reads at most
+/// [`MAX_PAGE`]` + 1` items.
+const MAX_SCANS_PER_PAGE: usize = 16;
+
+/// Whether `locked_by` ends with what an acquisition of ours appends to it in the
+/// ShedLock-compatible mode: ` #` and 16 lower-case hex digits.
+fn has_acquisition_suffix(locked_by: &str) -> bool {
+    let b = locked_by.as_bytes();
+    b.len() >= ACQUISITION_SUFFIX_LEN && {
+        let tail = &b[b.len() - ACQUISITION_SUFFIX_LEN..];
+        tail.starts_with(b" #") && tail[2..].iter().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
+    }
+}
+
+/// Days from 1970-01-01 to the proleptic Gregorian date `y-m-d` (Howard Hinnant's
+/// `days_from_civil`).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Milliseconds since the epoch of a time as ShedLock writes it
+/// (`2018-12-07T12:30:37.810Z`: UTC, any number of fractional digits, truncated to
+/// milliseconds); `None` for anything else.
+fn parse_iso_millis(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    let digits = |r: std::ops::Range<usize>| -> Option<i64> {
+        let part = b.get(r)?;
+        part.iter()
+            .all(u8::is_ascii_digit)
+            .then(|| part.iter().fold(0_i64, |n, d| n * 10 + i64::from(d - b'0')))
+    };
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' {
+        return None;
+    }
+    if b[16] != b':' || b.last() != Some(&b'Z') {
+        return None;
+    }
+    let (y, mo, d) = (digits(0..4)?, digits(5..7)?, digits(8..10)?);
+    let (h, mi, sec) = (digits(11..13)?, digits(14..16)?, digits(17..19)?);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 60 {
+        return None;
+    }
+    let fraction = &b[19..b.len() - 1];
+    let millis = match fraction.split_first() {
+        None => 0,
+        Some((b'.', f)) if !f.is_empty() && f.iter().all(u8::is_ascii_digit) => {
+            (0..3).fold(0_i64, |n, i| n * 10 + f.get(i).map_or(0, |d| i64::from(d - b'0')))
+        }
+        _ => return None,
+    };
+    let secs = days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + sec;
+    Some(secs * 1000 + millis)
+}
+
+/// A lock item that cannot be read as one: [`Error::Backend`] naming the attribute.
+fn bad_item(name: &str, what: impl fmt::Display) -> Error {
+    Error::backend(BACKEND, format!("the item of lock {name:?} {what}"))
+}
+
+/// One lock item as stored, read for an operator.
+struct Item {
+    name: String,
+    /// `lockUntil` in ms since the epoch; `None` on a released lock.
+    lock_until: Option<i64>,
+    /// `lockedAt` in ms since the epoch.
+    locked_at: Option<i64>,
+    /// `lockedAt` as stored (a number, or ShedLock's ISO string), for a forced release's
+    /// condition.
+    locked_at_value: Option<AttributeValue>,
+    locked_by: Option<String>,
+    acquisition_id: Option<String>,
+    /// `fencingToken` as stored.
+    token_value: Option<AttributeValue>,
+    token: Option<u64>,
+}
+
+impl Item {
+    fn parse(attrs: &HashMap<String, AttributeValue>) -> Result<Self> {
+        let name = match attrs.get(ATTR_ID) {
+            Some(AttributeValue::S(s)) => s.clone(),
+            other => {
+                return Err(Error::backend(
+                    BACKEND,
+                    format!("a lock item has a {ATTR_ID} that is not a string: {other:?}"),
+                ));
+            }
+        };
+        let time = |attr: &str| -> Result<Option<i64>> {
+            match attrs.get(attr) {
+                None | Some(AttributeValue::Null(_)) => Ok(None),
+                Some(AttributeValue::N(n)) => n
+                    .parse::<i64>()
+                    .map(Some)
+                    .map_err(|_| bad_item(&name, format_args!("has a {attr} that is not ms: {n}"))),
+                Some(AttributeValue::S(s)) => parse_iso_millis(s).map(Some).ok_or_else(|| {
+                    bad_item(&name, format_args!("has a {attr} that is not an ISO time: {s:?}"))
+                }),
+                Some(other) => {
+                    Err(bad_item(&name, format_args!("has a {attr} of another type: {other:?}")))
+                }
+            }
+        };
+        let string = |attr: &str| -> Result<Option<String>> {
+            match attrs.get(attr) {
+                None | Some(AttributeValue::Null(_)) => Ok(None),
+                Some(AttributeValue::S(s)) => Ok(Some(s.clone())),
+                Some(other) => Err(bad_item(
+                    &name,
+                    format_args!("has a {attr} that is not a string: {other:?}"),
+                )),
+            }
+        };
+        let token_value = attrs.get(ATTR_FENCING_TOKEN).cloned();
+        let token = match &token_value {
+            None => None,
+            Some(AttributeValue::N(n)) => Some(n.parse::<u64>().map_err(|_| {
+                bad_item(&name, format_args!("has a {ATTR_FENCING_TOKEN} that is not a u64: {n}"))
+            })?),
+            Some(other) => {
+                return Err(bad_item(
+                    &name,
+                    format_args!("has a {ATTR_FENCING_TOKEN} that is not a number: {other:?}"),
+                ));
+            }
+        };
+        Ok(Self {
+            lock_until: time(ATTR_LOCK_UNTIL)?,
+            locked_at: time(ATTR_LOCKED_AT)?,
+            locked_at_value: attrs.get(ATTR_LOCKED_AT).cloned(),
+            locked_by: string(ATTR_LOCKED_BY)?,
+            acquisition_id: string(ATTR_ACQUISITION_ID)?,
+            token_value,
+            token,
+            name,
+        })
+    }
+}
+
+impl DynamoStore {
+    /// The acquisition of an item: its `acquisitionId` (`free:<fencingToken>` once unlock has
+    /// removed it); in the ShedLock-compatible mode `by:<lockedBy>`, which is unique per
+    /// acquisition when one of ours wrote it, or `at:<lockedAt in µs>:by:<lockedBy>` when a
+    /// ShedLock node did (whose `lockedBy` is its host's, the same for each of its
+    /// acquisitions).
+    fn acquisition(&self, i: &Item) -> Result<String> {
+        if !self.compat {
+            return Ok(match (&i.acquisition_id, i.token) {
+                (Some(id), _) => id.clone(),
+                (None, Some(token)) => format!("free:{token}"),
+                (None, None) => "free".to_owned(),
+            });
+        }
+        let by = i.locked_by.as_deref().ok_or_else(|| bad_item(&i.name, "has no lockedBy"))?;
+        if has_acquisition_suffix(by) {
+            return Ok(format!("by:{by}"));
+        }
+        let at = i.locked_at.ok_or_else(|| bad_item(&i.name, "has no lockedAt"))?;
+        Ok(format!("at:{}:by:{by}", at.saturating_mul(1000)))
+    }
+
+    /// An item as an operator sees it: held while its `lockUntil` is after this instance's
+    /// clock (the provider's leases are client time).
+    fn info(&self, i: Item, settings: &Settings) -> Result<LockInfo> {
+        let now = unix_millis(settings.client_now().unwrap_or_else(|| settings.clock().now()));
+        let held = i.lock_until.is_some_and(|until| until > now);
+        let acquisition = self.acquisition(&i)?;
+        let time = |ms: i64| from_unix_micros(ms.saturating_mul(1000));
+        let token = if self.compat { None } else { i.token };
+        let mut info =
+            LockInfo::new(i.name, acquisition, held, TimeSource::Client).with_fencing_token(token);
+        if let Some(until) = i.lock_until {
+            info = info.with_lock_until(time(until));
+        }
+        if let Some(at) = i.locked_at {
+            info = info.with_locked_at(time(at));
+        }
+        if let Some(by) = i.locked_by {
+            info = info.with_locked_by(by);
+        }
+        Ok(info)
+    }
+
+    /// One strongly consistent `GetItem` of the lock's item.
+    async fn get(&self, operation: &'static str, name: &str) -> Result<Option<Item>> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(ATTR_ID, AttributeValue::S(name.to_owned()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| self.map_err(operation, e))?;
+        out.item.as_ref().map(Item::parse).transpose()
+    }
+
+    /// The condition of a forced release of `i`: the item is still that acquisition (its
+    /// `acquisitionId`, or with none its `fencingToken`; in the compatible mode its `lockedBy`,
+    /// and a ShedLock node's `lockedAt` too).
+    fn seen_condition(
+        &self,
+        i: &Item,
+    ) -> (&'static str, HashMap<String, String>, HashMap<String, AttributeValue>) {
+        let names = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+        };
+        let string = |v: &Option<String>| AttributeValue::S(v.clone().unwrap_or_default());
+        if self.compat {
+            let by = i.locked_by.as_deref().unwrap_or_default();
+            return match &i.locked_at_value {
+                Some(at) if !has_acquisition_suffix(by) => (
+                    "#b = :by AND #a = :at",
+                    names(&[N_BY, N_AT]),
+                    HashMap::from([
+                        (":by".to_owned(), string(&i.locked_by)),
+                        (":at".to_owned(), at.clone()),
+                    ]),
+                ),
+                _ => (
+                    "#b = :by",
+                    names(&[N_BY]),
+                    HashMap::from([(":by".to_owned(), string(&i.locked_by))]),
+                ),
+            };
+        }
+        match (&i.acquisition_id, &i.token_value) {
+            (Some(_), _) => (
+                "#q = :acq",
+                names(&[N_ACQ]),
+                HashMap::from([(":acq".to_owned(), string(&i.acquisition_id))]),
+            ),
+            (None, Some(token)) => (
+                "attribute_not_exists(#q) AND #f = :f",
+                names(&[N_ACQ, N_FENCE]),
+                HashMap::from([(":f".to_owned(), token.clone())]),
+            ),
+            (None, None) => (
+                "attribute_exists(#i) AND attribute_not_exists(#q) AND attribute_not_exists(#f)",
+                names(&[("#i", ATTR_ID), N_ACQ, N_FENCE]),
+                HashMap::new(),
+            ),
+        }
+    }
+}
+
 /// One held lock: the current lease, by this instance's clock (ms since the epoch).
 struct Held {
     /// `lockedAt` of the current lease.
@@ -550,6 +807,7 @@ impl LeaseStore for DynamoStore {
             .with_granularity(Duration::from_millis(1))
             .with_max_name_len(Some(MAX_NAME_LEN))
             .with_check(true)
+            .with_inspection(true, true, true)
     }
 
     /// One `DescribeTable`: the table exists, is active and has the string partition key
@@ -561,6 +819,130 @@ impl LeaseStore for DynamoStore {
                 Err(setup(format!("the table {:?} is {status:?}, not active yet", self.table)))
             }
             None => Err(self.missing_table()),
+        }
+    }
+
+    /// One strongly consistent `GetItem`.
+    async fn inspect(&self, name: &str, settings: &Settings) -> Result<Option<LockInfo>> {
+        self.get("inspect", name).await?.map(|i| self.info(i, settings)).transpose()
+    }
+
+    /// Strongly consistent `Scan`s from the cursor (a name: the scan resumes after its item)
+    /// with the filter `begins_with(_id, :prefix)`, until one item more than the page has
+    /// matched or the table ends. Each request reads at most as many items as are still
+    /// wanted, doubling while the prefix is sparse (at most [`MAX_PAGE`]` + 1`); after
+    /// [`MAX_SCANS_PER_PAGE`] requests the page is answered as it is, its cursor at the scan's
+    /// position. The scan's order is DynamoDB's (by hash), not by name.
+    async fn list(
+        &self,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: usize,
+        settings: &Settings,
+    ) -> Result<LockPage> {
+        let want = limit.saturating_add(1);
+        let mut start = cursor.map(str::to_owned);
+        let mut batch = want;
+        let mut items: Vec<Item> = Vec::new();
+        let mut scans = 0;
+        let ended = loop {
+            let mut scan = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .consistent_read(true)
+                .limit(i32::try_from(batch).unwrap_or(i32::MAX))
+                .set_exclusive_start_key(
+                    start
+                        .take()
+                        .map(|s| HashMap::from([(ATTR_ID.to_owned(), AttributeValue::S(s))])),
+                );
+            // DynamoDB refuses an empty string as an expression value: no filter for "".
+            if !prefix.is_empty() {
+                scan = scan
+                    .filter_expression("begins_with(#i, :p)")
+                    .expression_attribute_names("#i", ATTR_ID)
+                    .expression_attribute_values(":p", AttributeValue::S(prefix.to_owned()));
+            }
+            let out = scan.send().await.map_err(|e| self.map_err("list", e))?;
+            scans += 1;
+            for attrs in out.items() {
+                if items.len() < want {
+                    let item = Item::parse(attrs)?;
+                    // The filter already holds only names under the prefix.
+                    if item.name.starts_with(prefix) {
+                        items.push(item);
+                    }
+                }
+            }
+            let next = match out.last_evaluated_key().and_then(|k| k.get(ATTR_ID)) {
+                Some(AttributeValue::S(s)) => s.clone(),
+                Some(other) => {
+                    return Err(Error::backend(
+                        BACKEND,
+                        format!("Scan answered a LastEvaluatedKey that is not a name: {other:?}"),
+                    ));
+                }
+                None => break true,
+            };
+            if items.len() >= want {
+                break false;
+            }
+            if scans >= MAX_SCANS_PER_PAGE {
+                start = Some(next);
+                break false;
+            }
+            start = Some(next);
+            batch = batch.saturating_mul(2).max(want - items.len()).min(MAX_PAGE + 1);
+        };
+        let more = items.len() > limit;
+        let records = items
+            .into_iter()
+            .take(limit)
+            .map(|i| self.info(i, settings))
+            .collect::<Result<Vec<_>>>()?;
+        let next = if more {
+            // Resume right after the last record answered (the scan reads the rest again).
+            records.last().map(|r| r.name.clone())
+        } else if ended {
+            None
+        } else {
+            // The request budget ran out: resume where the scan stopped.
+            start
+        };
+        Ok(LockPage::new(records, next))
+    }
+
+    /// One strongly consistent `GetItem`, then, if the item is still the acquisition seen, one
+    /// `DeleteItem` conditioned on that acquisition (`ConditionalCheckFailedException`: it
+    /// changed in between, and the item is read again).
+    async fn force_release(&self, seen: &LockInfo, settings: &Settings) -> Result<ForceRelease> {
+        let name = seen.name.as_str();
+        let Some(item) = self.get("force_release", name).await? else {
+            return Ok(ForceRelease::Changed(None));
+        };
+        let (condition, names, values) = self.seen_condition(&item);
+        let current = self.info(item, settings)?;
+        if current.acquisition != seen.acquisition {
+            return Ok(ForceRelease::Changed(Some(current)));
+        }
+        let r = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .key(ATTR_ID, AttributeValue::S(name.to_owned()))
+            .condition_expression(condition)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values((!values.is_empty()).then_some(values))
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(ForceRelease::Released(current)),
+            Err(e) if condition_failed(&e) => {
+                let now = self.get("force_release", name).await?;
+                Ok(ForceRelease::Changed(now.map(|i| self.info(i, settings)).transpose()?))
+            }
+            Err(e) => Err(self.map_err("force_release", e)),
         }
     }
 
@@ -797,6 +1179,36 @@ mod tests {
         );
         let e = i.map_err("try_lock", answered("SomethingElse", "?"));
         assert!(matches!(e, Error::Backend { .. }) && !e.is_retryable(), "{e:?}");
+    }
+
+    #[test]
+    fn shedlock_iso_times_read_back_as_written() {
+        for ms in [0_i64, 1, 999, 1_544_185_837_810, 951_782_400_000, 4_102_444_799_999, -1_000] {
+            let t = from_unix_micros(ms * 1000);
+            assert_eq!(parse_iso_millis(&iso8601_millis(t)), Some(ms), "{ms}");
+        }
+        assert_eq!(parse_iso_millis("2018-12-07T12:30:37Z"), Some(1_544_185_837_000));
+        assert_eq!(parse_iso_millis("2018-12-07T12:30:37.8109Z"), Some(1_544_185_837_810));
+        assert_eq!(parse_iso_millis("2018-12-07T12:30:37.8Z"), Some(1_544_185_837_800));
+        for bad in [
+            "",
+            "2018-12-07T12:30:37.810",
+            "2018-13-07T12:30:37.810Z",
+            "2018-12-07 12:30:37Z",
+            "2018-12-07T12:30:37.Z",
+            "2018-12-07T12:30:37,810Z",
+            "2018-12-07T12:3a:37.810Z",
+            "é018-12-07T12:30:37.810Z",
+        ] {
+            assert_eq!(parse_iso_millis(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn only_our_compatible_locked_by_identifies_an_acquisition_alone() {
+        assert!(has_acquisition_suffix("host/1 #0123456789abcdef"));
+        assert!(!has_acquisition_suffix("host/1 #0123456789ABCDEF"));
+        assert!(!has_acquisition_suffix("java-host"));
     }
 
     #[test]

@@ -20,6 +20,9 @@
 //! - **Fencing tokens** in the same update: `token = max(token + 1, server time in µs)`, so they
 //!   increase per name even across a deleted document.
 //! - **Write concern** `majority` by default ([`MongoLockProviderBuilder::write_concern`]).
+//! - **Inspection**: `inspect` and `list` are one `aggregate` each, which reads the server's
+//!   clock with the documents (`list` pages by `_id`, the prefix a range of values, never a
+//!   regular expression); `force_release` is one `delete_one` filtered on the acquisition seen.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -50,12 +53,14 @@ use mongodb::{
     options::{Acknowledgment, ReturnDocument, WriteConcern},
 };
 use shedlock::{
-    Capabilities, Error, LockProvider, Result,
+    Capabilities, Error, ForceRelease, LockInfo, LockPage, LockProvider, Result,
     store::{
         DelegatingProvider, Extension, Granted, LeaseStore, ProviderSettings, Request, Settings,
         StoreProvider,
     },
-    support::{acquisition_id, duration_millis_ceil, unix_millis, with_timeout},
+    support::{
+        ACQUISITION_SUFFIX_LEN, acquisition_id, duration_millis_ceil, unix_millis, with_timeout,
+    },
 };
 
 pub use shedlock::TimeSource;
@@ -346,6 +351,219 @@ fn duration_ms(d: Duration) -> i64 {
     duration_millis_ceil(d)
 }
 
+/// The field a read adds to each document it returns in server time: the server's clock
+/// ([`server_now`]), read in the same `aggregate`.
+const NOW_FIELD: &str = "__shedlockNow";
+
+/// The smallest string after every string that starts with `prefix` (its last character that
+/// has a successor, moved to it, and the rest dropped; `None` when there is none, as for `""`):
+/// `_id >= prefix AND _id < prefix_end(prefix)` holds exactly the names under `prefix`, in the
+/// code point order MongoDB compares strings in (UTF-8 bytes, without a collation).
+fn prefix_end(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(c) = chars.pop() {
+        if let Some(next) = (u32::from(c) + 1..=u32::from(char::MAX)).find_map(char::from_u32) {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
+/// Whether `locked_by` ends with what an acquisition of ours appends to it in the
+/// ShedLock-compatible mode: ` #` and 16 lower-case hex digits.
+fn has_acquisition_suffix(locked_by: &str) -> bool {
+    let b = locked_by.as_bytes();
+    b.len() >= ACQUISITION_SUFFIX_LEN && {
+        let tail = &b[b.len() - ACQUISITION_SUFFIX_LEN..];
+        tail.starts_with(b" #") && tail[2..].iter().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
+    }
+}
+
+/// A lock document that cannot be read as one: [`Error::Backend`] naming the field.
+fn bad_document(name: &str, what: &str) -> Error {
+    Error::backend(BACKEND, format!("the lock document {name:?} {what}"))
+}
+
+/// A date field of a lock document (`None` when absent; an error when it is not a date).
+fn date_field(doc: &Document, name: &str, field: &str) -> Result<Option<DateTime>> {
+    match doc.get(field) {
+        None | Some(Bson::Null) => Ok(None),
+        Some(Bson::DateTime(d)) => Ok(Some(*d)),
+        Some(other) => {
+            Err(bad_document(name, &format!("has a {field} that is not a date: {other}")))
+        }
+    }
+}
+
+/// A 64-bit integer field of a lock document (`None` when absent).
+fn long_field(doc: &Document, name: &str, field: &str) -> Result<Option<i64>> {
+    match doc.get(field) {
+        None | Some(Bson::Null) => Ok(None),
+        Some(Bson::Int64(v)) => Ok(Some(*v)),
+        Some(Bson::Int32(v)) => Ok(Some(i64::from(*v))),
+        Some(other) => {
+            Err(bad_document(name, &format!("has a {field} that is not an integer: {other}")))
+        }
+    }
+}
+
+/// What an operator sees of one lock document: its fields, and whether it is held.
+struct Record {
+    name: String,
+    lock_until: DateTime,
+    locked_at: Option<DateTime>,
+    locked_by: Option<String>,
+    owner: Option<i64>,
+    token: Option<i64>,
+    /// The server's clock, read with the document (server time only).
+    server_now: Option<DateTime>,
+}
+
+impl Record {
+    fn parse(doc: &Document) -> Result<Self> {
+        let name = match doc.get("_id") {
+            Some(Bson::String(s)) => s.clone(),
+            other => {
+                return Err(Error::backend(
+                    BACKEND,
+                    format!("a lock document has an _id that is not a string: {other:?}"),
+                ));
+            }
+        };
+        let lock_until = date_field(doc, &name, "lockUntil")?
+            .ok_or_else(|| bad_document(&name, "has no lockUntil"))?;
+        let locked_by = match doc.get("lockedBy") {
+            None | Some(Bson::Null) => None,
+            Some(Bson::String(s)) => Some(s.clone()),
+            Some(other) => {
+                return Err(bad_document(
+                    &name,
+                    &format!("has a lockedBy that is not a string: {other}"),
+                ));
+            }
+        };
+        Ok(Self {
+            lock_until,
+            locked_at: date_field(doc, &name, "lockedAt")?,
+            locked_by,
+            owner: long_field(doc, &name, "owner")?,
+            token: long_field(doc, &name, "token")?,
+            server_now: date_field(doc, &name, NOW_FIELD)?,
+            name,
+        })
+    }
+}
+
+impl MongoStore {
+    /// The documents matching `filter`, in `_id` order, at most `limit`, each with the server's
+    /// clock in server time: one `aggregate` (`$match`, `$sort`, `$limit`, then `$addFields` of
+    /// [`server_now`]). Reads only.
+    async fn read(
+        &self,
+        operation: &'static str,
+        filter: Document,
+        limit: usize,
+        settings: &Settings,
+    ) -> Result<Vec<Record>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut pipeline = vec![
+            doc! { "$match": filter },
+            doc! { "$sort": { "_id": 1 } },
+            doc! { "$limit": limit },
+        ];
+        if settings.client_now().is_none() {
+            pipeline.push(doc! { "$addFields": { NOW_FIELD: server_now() } });
+        }
+        let mut cursor =
+            self.collection.aggregate(pipeline).await.map_err(|e| map_err(self, operation, e))?;
+        let mut records = Vec::new();
+        while cursor.advance().await.map_err(|e| map_err(self, operation, e))? {
+            let doc = cursor.deserialize_current().map_err(|e| map_err(self, operation, e))?;
+            records.push(Record::parse(&doc)?);
+        }
+        Ok(records)
+    }
+
+    /// The document of `name`, if any.
+    async fn read_one(
+        &self,
+        operation: &'static str,
+        name: &str,
+        settings: &Settings,
+    ) -> Result<Option<LockInfo>> {
+        let mut records = self.read(operation, doc! { "_id": id(name) }, 1, settings).await?;
+        records.pop().map(|r| self.info(r, settings)).transpose()
+    }
+
+    /// A document as an operator sees it: held while `lockUntil` is after the server's clock
+    /// read with it (in client time, after this instance's clock).
+    fn info(&self, r: Record, settings: &Settings) -> Result<LockInfo> {
+        let now = match settings.client_now() {
+            Some(t) => unix_millis(t),
+            None => r
+                .server_now
+                .ok_or_else(|| bad_document(&r.name, "was read without the server's clock"))?
+                .timestamp_millis(),
+        };
+        let held = r.lock_until.timestamp_millis() > now;
+        let acquisition = self.acquisition(&r)?;
+        let token = if self.compat { None } else { r.token.map(|t| u64::try_from(t).unwrap_or(0)) };
+        let mut info = LockInfo::new(r.name, acquisition, held, settings.time_source())
+            .with_lock_until(r.lock_until.to_system_time())
+            .with_fencing_token(token);
+        if let Some(at) = r.locked_at {
+            info = info.with_locked_at(at.to_system_time());
+        }
+        if let Some(by) = r.locked_by {
+            info = info.with_locked_by(by);
+        }
+        Ok(info)
+    }
+
+    /// The `owner` that identifies the acquisition of a document: in the native mode, where
+    /// every acquisition writes one. `None` in the compatible mode (whose acquire leaves a native
+    /// document's `owner` as it was) and on a document without one (a compatible mode's or a
+    /// ShedLock node's, which the native mode honours).
+    fn owner_of(&self, r: &Record) -> Option<i64> {
+        r.owner.filter(|_| !self.compat)
+    }
+
+    /// The acquisition of a document: its `owner` id (16 hex digits); in the ShedLock-compatible
+    /// mode (or without an `owner`) `by:<lockedBy>`, which is unique per acquisition when one of
+    /// ours wrote it, or `at:<lockedAt in µs>:by:<lockedBy>` when a ShedLock node did (whose
+    /// `lockedBy` is its host's, the same for each of its acquisitions; ShedLock's extend leaves
+    /// `lockedAt` as it is).
+    fn acquisition(&self, r: &Record) -> Result<String> {
+        if let Some(owner) = self.owner_of(r) {
+            return Ok(format!("{:016x}", u64::from_ne_bytes(owner.to_ne_bytes())));
+        }
+        let by = r.locked_by.as_deref().ok_or_else(|| bad_document(&r.name, "has no lockedBy"))?;
+        if has_acquisition_suffix(by) {
+            return Ok(format!("by:{by}"));
+        }
+        let at = r.locked_at.ok_or_else(|| bad_document(&r.name, "has no lockedAt"))?;
+        Ok(format!("at:{}:by:{by}", at.timestamp_millis().saturating_mul(1000)))
+    }
+
+    /// The filter matching a document only while it is still the acquisition `r` read: its
+    /// `owner` (see [`acquisition`](Self::acquisition)); else its `lockedBy`, and a ShedLock
+    /// node's `lockedAt` too.
+    fn seen_filter(&self, r: &Record) -> Document {
+        if let Some(owner) = self.owner_of(r) {
+            return doc! { "_id": id(&r.name), "owner": owner };
+        }
+        let by = r.locked_by.as_deref().unwrap_or_default();
+        let mut filter = doc! { "_id": id(&r.name), "lockedBy": by };
+        if !has_acquisition_suffix(by)
+            && let Some(at) = r.locked_at
+        {
+            filter.insert("lockedAt", at);
+        }
+        filter
+    }
+}
+
 impl MongoStore {
     /// `now` for a filter: the server's (see [`server_now`]) or this instance's clock, as a
     /// literal date.
@@ -595,6 +813,7 @@ impl LeaseStore for MongoStore {
             .with_granularity(Duration::from_millis(1))
             .with_max_name_len(Some(MAX_NAME_LEN))
             .with_check(true)
+            .with_inspection(true, true, true)
     }
 
     /// Reads the collection (a `find` of an `_id` no lock can have): the deployment is
@@ -606,6 +825,65 @@ impl LeaseStore for MongoStore {
             .await
             .map(drop)
             .map_err(|e| map_err(self, "check", e))
+    }
+
+    /// One `aggregate` on `_id` (`$match`, `$limit`, and the server's clock in server time).
+    async fn inspect(&self, name: &str, settings: &Settings) -> Result<Option<LockInfo>> {
+        self.read_one("inspect", name, settings).await
+    }
+
+    /// One `aggregate`: `_id` in `[prefix, prefix_end)` and after the cursor (the last name of
+    /// the page before), by `_id`, one document more than the page.
+    async fn list(
+        &self,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: usize,
+        settings: &Settings,
+    ) -> Result<LockPage> {
+        let mut range = doc! { "$gte": prefix };
+        if let Some(after) = cursor {
+            range.insert("$gt", after);
+        }
+        if let Some(end) = prefix_end(prefix) {
+            range.insert("$lt", end);
+        }
+        let rows =
+            self.read("list", doc! { "_id": range }, limit.saturating_add(1), settings).await?;
+        let more = rows.len() > limit;
+        let records = rows
+            .into_iter()
+            .take(limit)
+            // The range holds only names under the prefix; a collection with a non-binary
+            // default collation could order them otherwise, so the prefix is checked again.
+            .filter(|r| r.name.starts_with(prefix))
+            .map(|r| self.info(r, settings))
+            .collect::<Result<Vec<_>>>()?;
+        let next = if more { records.last().map(|r| r.name.clone()) } else { None };
+        Ok(LockPage::new(records, next))
+    }
+
+    /// Reads the document, and deletes it only if it is still the acquisition seen: one
+    /// `delete_one` filtered on `_id` and the acquisition's own fields.
+    async fn force_release(&self, seen: &LockInfo, settings: &Settings) -> Result<ForceRelease> {
+        let name = seen.name.as_str();
+        let mut read = self.read("force_release", doc! { "_id": id(name) }, 1, settings).await?;
+        let Some(record) = read.pop() else { return Ok(ForceRelease::Changed(None)) };
+        let filter = self.seen_filter(&record);
+        let current = self.info(record, settings)?;
+        if current.acquisition != seen.acquisition {
+            return Ok(ForceRelease::Changed(Some(current)));
+        }
+        let r = self
+            .collection
+            .delete_one(filter)
+            .write_concern(self.write_concern.clone())
+            .await
+            .map_err(|e| map_err(self, "force_release", e))?;
+        if r.deleted_count == 1 {
+            return Ok(ForceRelease::Released(current));
+        }
+        Ok(ForceRelease::Changed(self.read_one("force_release", name, settings).await?))
     }
 
     async fn acquire(&self, req: &Request<'_>) -> Result<Option<Granted<Held>>> {
@@ -696,6 +974,29 @@ mod tests {
         let longest = "c".repeat(MAX_NAMESPACE_LEN - 4);
         assert!(check_collection_name("app", &longest).is_ok());
         assert!(check_collection_name("app", &format!("{longest}c")).is_err());
+    }
+
+    #[test]
+    fn prefix_end_bounds_exactly_the_names_under_a_prefix() {
+        assert_eq!(prefix_end(""), None);
+        assert_eq!(prefix_end("job_%/").as_deref(), Some("job_%0"));
+        assert_eq!(prefix_end("a\u{d7ff}").as_deref(), Some("a\u{e000}"));
+        assert_eq!(prefix_end("a\u{10ffff}").as_deref(), Some("b"));
+        assert_eq!(prefix_end("\u{10ffff}"), None);
+        for (prefix, name) in [("ab", "ab"), ("ab", "ab\u{10ffff}x"), ("a\u{7f}", "a\u{7f}\u{80}")]
+        {
+            let end = prefix_end(prefix).unwrap();
+            assert!(name >= prefix && name < end.as_str(), "{name:?} in [{prefix:?}, {end:?})");
+        }
+        assert!("ac" >= prefix_end("ab").unwrap().as_str());
+    }
+
+    #[test]
+    fn only_our_compatible_locked_by_identifies_an_acquisition_alone() {
+        assert!(has_acquisition_suffix("host/1 #0123456789abcdef"));
+        assert!(!has_acquisition_suffix("host/1 #0123456789ABCDEF"));
+        assert!(!has_acquisition_suffix("java-host"));
+        assert!(!has_acquisition_suffix(""));
     }
 
     #[test]

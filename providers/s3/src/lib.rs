@@ -14,6 +14,9 @@
 //!   since the Unix epoch from the instance's [`Clock`](shedlock::Clock).
 //! - **Fencing tokens**: the body's `fencing_token` + 1 on every takeover, seeded from the clock
 //!   (in microseconds) when the object is created.
+//! - **Inspection**: `inspect` is one `GetObject`; `list` is one `ListObjectsV2` under the
+//!   escaped prefix and one `GetObject` per object of the page; `force_release` is one
+//!   `DeleteObject` with `If-Match` on the ETag of the acquisition seen.
 //!
 //! ```no_run
 //! # async fn demo(client: aws_sdk_s3::Client) -> Result<(), Box<dyn std::error::Error>> {
@@ -46,12 +49,12 @@ use aws_sdk_s3::{
 };
 use serde_json::{Value, json};
 use shedlock::{
-    Capabilities, Error, LockProvider, Result, TimeSource,
+    Capabilities, Error, ForceRelease, LockInfo, LockPage, LockProvider, Result, TimeSource,
     store::{
         DelegatingProvider, Extension, Granted, LeaseStore, ProviderSettings, Request, Settings,
         StoreProvider,
     },
-    support::{duration_millis_ceil, unix_micros, unix_millis, with_timeout},
+    support::{duration_millis_ceil, from_unix_micros, unix_micros, unix_millis, with_timeout},
 };
 
 const BACKEND: &str = "s3";
@@ -93,6 +96,41 @@ pub fn key_for(name: &str) -> String {
         }
     }
     key
+}
+
+/// The lock name an object key suffix stands for: the inverse of [`key_for`]. `None` for a
+/// suffix [`key_for`] never makes (another character, a bad or lower-case escape, or bytes that
+/// are not UTF-8).
+///
+/// ```
+/// assert_eq!(shedlock_s3::name_for("a=2F=2E=2E=2Fb").as_deref(), Some("a/../b"));
+/// assert_eq!(shedlock_s3::name_for("a/b"), None);
+/// ```
+pub fn name_for(key: &str) -> Option<String> {
+    let hex = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    };
+    let (mut bytes, mut rest) = (Vec::with_capacity(key.len()), key.as_bytes());
+    while let Some((&b, tail)) = rest.split_first() {
+        if b == b'=' {
+            let [h, l, tail @ ..] = tail else { return None };
+            let byte = hex(*h)? << 4 | hex(*l)?;
+            // key_for escapes every other byte, and only those.
+            if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_') {
+                return None;
+            }
+            bytes.push(byte);
+            rest = tail;
+        } else if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_') {
+            bytes.push(b);
+            rest = tail;
+        } else {
+            return None;
+        }
+    }
+    String::from_utf8(bytes).ok()
 }
 
 /// Why an S3 request failed: the [`source`](std::error::Error::source) of the
@@ -417,7 +455,8 @@ impl S3Store {
                 | (_, 401 | 403) => setup(format!(
                     "S3 refused the client's credentials or permissions for {operation} on \
                      bucket {:?}: {code}: {message} (the provider needs s3:GetObject and \
-                     s3:PutObject on the prefix {:?})",
+                     s3:PutObject on the prefix {:?}; inspection also s3:ListBucket, and \
+                     s3:DeleteObject for force_release)",
                     self.bucket, self.prefix
                 )),
                 _ => Error::backend(
@@ -482,6 +521,12 @@ impl S3Store {
 
     /// The object's ETag and state; `None` if there is no object.
     async fn read(&self, operation: &'static str, key: &str) -> Result<Option<(String, State)>> {
+        let Some((etag, body)) = self.fetch(operation, key).await? else { return Ok(None) };
+        Ok(Some((etag, self.parse(key, &body)?)))
+    }
+
+    /// One `GetObject`: the object's ETag and body; `None` if there is no object.
+    async fn fetch(&self, operation: &'static str, key: &str) -> Result<Option<(String, Vec<u8>)>> {
         let r = self.client.get_object().bucket(&self.bucket).key(key).send().await;
         let out = match r {
             Ok(out) => out,
@@ -503,7 +548,13 @@ impl S3Store {
                 S3Error::Transport { operation, message: format!("reading the lock object: {e}") },
             )
         })?;
-        let state = State::parse(&body.into_bytes()).ok_or_else(|| {
+        Ok(Some((etag, body.into_bytes().to_vec())))
+    }
+
+    /// The state in the body of the object at `key`: [`Error::Backend`] when it is not a lock
+    /// object's.
+    fn parse(&self, key: &str, body: &[u8]) -> Result<State> {
+        State::parse(body).ok_or_else(|| {
             Error::backend(
                 BACKEND,
                 format!(
@@ -512,8 +563,7 @@ impl S3Store {
                     self.bucket
                 ),
             )
-        })?;
-        Ok(Some((etag, state)))
+        })
     }
 
     /// The acquire: `Some((etag, state))` of the object this caller wrote, `None` when held.
@@ -580,6 +630,64 @@ impl S3Store {
     }
 }
 
+/// How many times [`force_release`](LeaseStore::force_release) reads the object again and
+/// retries its conditional delete when the object's ETag changed but its acquisition did not
+/// (the holder extended it in between).
+const FORCE_RELEASE_ATTEMPTS: usize = 3;
+
+/// The `locked_by` a lock object's body holds (informational; `None` when it has none).
+fn body_locked_by(body: &[u8]) -> Option<String> {
+    let v: Value = serde_json::from_slice(body).ok()?;
+    Some(v.get("locked_by")?.as_str()?.to_owned())
+}
+
+impl S3Store {
+    /// The name a key of this store stands for (`<prefix><key_for(name)>`).
+    fn name_of(&self, key: &str) -> Result<String> {
+        key.strip_prefix(self.prefix.as_str()).and_then(name_for).ok_or_else(|| {
+            Error::backend(
+                BACKEND,
+                format!(
+                    "the object {key:?} in bucket {:?} is not a lock object of this provider \
+                     (its key is not the prefix and an escaped lock name); delete it or use \
+                     another prefix",
+                    self.bucket
+                ),
+            )
+        })
+    }
+
+    /// One `GetObject`: the object's ETag, state and `locked_by`; `None` if there is none.
+    async fn read_record(
+        &self,
+        operation: &'static str,
+        name: &str,
+        settings: &Settings,
+    ) -> Result<Option<(String, LockInfo)>> {
+        let key = self.key(name);
+        let Some((etag, body)) = self.fetch(operation, &key).await? else { return Ok(None) };
+        let state = self.parse(&key, &body)?;
+        Ok(Some((etag, info(name, &state, body_locked_by(&body), settings))))
+    }
+}
+
+/// An object as an operator sees it: held while its lease is after this instance's clock (the
+/// provider's leases are client time); a released object (no lease) is free.
+fn info(name: &str, s: &State, locked_by: Option<String>, settings: &Settings) -> LockInfo {
+    let now = unix_millis(settings.client_now().unwrap_or_else(|| settings.clock().now()));
+    let time = |ms: i64| from_unix_micros(ms.saturating_mul(1000));
+    let mut info = LockInfo::new(name, s.acquisition.clone(), !s.free_at(now), TimeSource::Client)
+        .with_locked_at(time(s.at))
+        .with_fencing_token(Some(s.fence));
+    if let Some(until) = s.until {
+        info = info.with_lock_until(time(until));
+    }
+    if let Some(by) = locked_by {
+        info = info.with_locked_by(by);
+    }
+    info
+}
+
 /// One held lock: its key, the ETag this holder last wrote (the owner check) and its state.
 struct Held {
     key: String,
@@ -601,6 +709,7 @@ impl LeaseStore for S3Store {
             .with_granularity(Duration::from_millis(1))
             .with_max_name_len(Some(MAX_NAME_LEN))
             .with_check(true)
+            .with_inspection(true, true, true)
     }
 
     /// One `HeadBucket`: the bucket exists and this client may use it; otherwise
@@ -610,6 +719,98 @@ impl LeaseStore for S3Store {
             Ok(_) => Ok(()),
             Err(e) if matches!(status(&e), Some(404)) => Err(self.missing_bucket()),
             Err(e) => Err(self.map_err("check", e)),
+        }
+    }
+
+    /// One `GetObject`.
+    async fn inspect(&self, name: &str, settings: &Settings) -> Result<Option<LockInfo>> {
+        Ok(self.read_record("inspect", name, settings).await?.map(|(_, info)| info))
+    }
+
+    /// One `ListObjectsV2` of the keys under `<prefix><key_for(prefix)>` after
+    /// `<prefix><cursor>` (`StartAfter`), at most one more than the page (a name is under the
+    /// prefix exactly when its key is under the escaped prefix: [`key_for`] escapes byte by
+    /// byte), then one `GetObject` per key of the page, one after the other. The page is in key
+    /// order; the cursor is the key (after the provider's prefix) of the last object of the
+    /// page. Keys with a `/` after the provider's prefix belong to a longer prefix (another
+    /// provider's) and are passed over; an object deleted between the listing and its read is
+    /// left out.
+    async fn list(
+        &self,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: usize,
+        settings: &Settings,
+    ) -> Result<LockPage> {
+        let out = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(self.key(prefix))
+            .set_start_after(cursor.map(|c| format!("{}{c}", self.prefix)))
+            .max_keys(i32::try_from(limit.saturating_add(1)).unwrap_or(i32::MAX))
+            .send()
+            .await
+            .map_err(|e| self.map_err("list", e))?;
+        let keys: Vec<&str> = out.contents().iter().filter_map(|o| o.key()).collect();
+        let more = keys.len() > limit || out.is_truncated() == Some(true);
+        let mut records = Vec::with_capacity(keys.len().min(limit));
+        let mut last = None;
+        for key in keys.into_iter().take(limit) {
+            let suffix = key.strip_prefix(self.prefix.as_str()).unwrap_or(key);
+            last = Some(suffix.to_owned());
+            if suffix.contains('/') {
+                continue;
+            }
+            let name = self.name_of(key)?;
+            if let Some((_, body)) = self.fetch("list", key).await? {
+                let state = self.parse(key, &body)?;
+                records.push(info(&name, &state, body_locked_by(&body), settings));
+            }
+        }
+        Ok(LockPage::new(records, if more { last } else { None }))
+    }
+
+    /// One `GetObject`, then, if the object is still the acquisition seen, one `DeleteObject`
+    /// with `If-Match: <the ETag read>`. A failed condition (`412`: the object was written in
+    /// between) reads it again: another acquisition is `Changed`; the same one (its holder
+    /// extended it) is tried again, at most [`FORCE_RELEASE_ATTEMPTS`] times in all.
+    async fn force_release(&self, seen: &LockInfo, settings: &Settings) -> Result<ForceRelease> {
+        let name = seen.name.as_str();
+        let key = self.key(name);
+        let mut attempts = 0;
+        loop {
+            let Some((etag, current)) = self.read_record("force_release", name, settings).await?
+            else {
+                return Ok(ForceRelease::Changed(None));
+            };
+            if current.acquisition != seen.acquisition || attempts == FORCE_RELEASE_ATTEMPTS {
+                return Ok(ForceRelease::Changed(Some(current)));
+            }
+            attempts += 1;
+            let r = self
+                .client
+                .delete_object()
+                .bucket(&self.bucket)
+                .key(&key)
+                .if_match(etag)
+                .send()
+                .await;
+            match r {
+                Ok(_) => {
+                    self.forget(&key);
+                    return Ok(ForceRelease::Released(current));
+                }
+                // 412: written since it was read. 404: deleted since.
+                Err(e) if matches!(status(&e), Some(412 | 404)) => {
+                    if e.as_service_error().and_then(ProvideErrorMetadata::code)
+                        == Some("NoSuchBucket")
+                    {
+                        return Err(self.missing_bucket());
+                    }
+                }
+                Err(e) => return Err(self.map_err("force_release", e)),
+            }
         }
     }
 
@@ -804,6 +1005,18 @@ mod tests {
         }
         // The longest name, all escaped, under the longest prefix, fits S3's 1 024-byte keys.
         assert!(MAX_PREFIX_LEN + key_for(&"\u{7f}".repeat(MAX_NAME_LEN)).len() <= 1024);
+    }
+
+    #[test]
+    fn keys_map_back_to_their_names_and_no_other_key_does() {
+        for name in ["a", "a/b", "a=2Fb", "..", "a b", "ü", "a\0", "=", "%2F", "", "\u{1f512}"] {
+            assert_eq!(name_for(&key_for(name)).as_deref(), Some(name), "{name:?}");
+        }
+        // Not made by key_for: other characters, lower-case or cut escapes, an escaped byte
+        // that key_for keeps as it is, bytes that are not UTF-8.
+        for key in ["a/b", "a.b", "a=2f", "a=2", "a=", "=41", "=2D", "=FF", "=C3"] {
+            assert_eq!(name_for(key), None, "{key:?}");
+        }
     }
 
     #[test]

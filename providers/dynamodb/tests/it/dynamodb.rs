@@ -172,3 +172,49 @@ async fn names_up_to_2048_bytes_are_stored_whole_and_distinct() {
     let too_long = format!("{long}x");
     assert!(matches!(p.try_lock(&cfg(&too_long, 60_000, 0)).await, Err(Error::InvalidName { .. })));
 }
+
+/// A scan has no order by name and a filtered scan page can hold fewer items than its limit:
+/// `list` still returns every name under the prefix once, in pages of at most the limit, among
+/// many names outside it; an unlocked (free) item is listed as free.
+#[tokio::test]
+async fn list_scans_every_name_under_a_prefix_once_among_many_others() {
+    let (p, _records) = fresh().await;
+    let mut held = Vec::new();
+    for i in 0..40 {
+        held.push(p.try_lock(&cfg(&format!("other/{i:02}"), 60_000, 0)).await.unwrap().unwrap());
+    }
+    let mut inside: Vec<String> = (0..5).map(|i| format!("job_%/{i}")).collect();
+    for name in &inside {
+        held.push(p.try_lock(&cfg(name, 60_000, 0)).await.unwrap().unwrap());
+    }
+    held.push(p.try_lock(&cfg("jobx%/9", 60_000, 0)).await.unwrap().unwrap());
+    let free = p.try_lock(&cfg("job_%/free", 60_000, 0)).await.unwrap().unwrap();
+    free.unlock().await.unwrap();
+    inside.push("job_%/free".to_owned());
+    inside.sort();
+    for limit in [1, 2, 5, 1000] {
+        let (mut names, mut cursor, mut pages) = (Vec::new(), None::<String>, 0);
+        loop {
+            let page = p.list("job_%/", cursor.as_deref(), limit).await.unwrap();
+            assert!(page.records.len() <= limit);
+            for r in &page.records {
+                assert_eq!(r.held, r.name != "job_%/free", "{r:?}");
+            }
+            names.extend(page.records.into_iter().map(|r| r.name));
+            pages += 1;
+            assert!(pages < 50, "list did not end");
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        names.sort();
+        assert_eq!(names, inside, "limit {limit}");
+    }
+    let all = p.list("", None, 1000).await.unwrap();
+    assert_eq!(all.records.len(), 47);
+    assert_eq!(all.next, None);
+    for lock in held {
+        lock.unlock().await.unwrap();
+    }
+}

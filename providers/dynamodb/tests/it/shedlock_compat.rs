@@ -223,3 +223,42 @@ async fn a_mixed_fleet_of_java_and_rust_nodes_never_has_two_holders() {
     }
     Fleet::new().run(nodes, Duration::from_secs(4), 10).await;
 }
+
+#[tokio::test]
+async fn a_java_nodes_lock_is_inspected_as_one_acquisition_and_released_only_as_seen() {
+    use shedlock::ForceRelease;
+    let (table, ours) = fresh().await;
+    let java = JavaNode::new(&table, "java-host").await;
+    let c = cfg("j", 10_000, 0);
+    let first = java.lock(&c).await.expect("free");
+    let seen = ours.inspect("j").await.unwrap().expect("an item");
+    assert!(seen.held, "{seen:?}");
+    assert_eq!(seen.locked_by.as_deref(), Some("java-host"));
+    assert!(seen.acquisition.starts_with("at:") && seen.acquisition.ends_with(":by:java-host"));
+    assert_eq!(seen.fencing_token, None);
+    let (at, until) = (seen.locked_at.unwrap(), seen.lock_until.unwrap());
+    let stored = item(&ours, "j").await;
+    assert_eq!(stored["lockedAt"], s(&iso8601_millis(at)), "the ISO time read back exactly");
+    assert_eq!(stored["lockUntil"], s(&iso8601_millis(until)));
+    // The same host unlocks and locks again: same lockedBy, another acquisition.
+    java.unlock(&first).await;
+    assert!(!ours.inspect("j").await.unwrap().unwrap().held, "unlocked by Java");
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let _second = java.lock(&c).await.expect("free after unlock");
+    let now = ours.inspect("j").await.unwrap().expect("an item");
+    assert_ne!(now.acquisition, seen.acquisition, "a Java node's next acquisition");
+    match ours.force_release(&seen).await.unwrap() {
+        ForceRelease::Changed(Some(current)) => assert_eq!(current.acquisition, now.acquisition),
+        other => panic!("a stale forced release gave {other:?}"),
+    }
+    assert!(ours.try_lock(&c).await.unwrap().is_none(), "the Java node still holds it");
+    match ours.force_release(&now).await.unwrap() {
+        ForceRelease::Released(r) => assert_eq!(r, now),
+        other => panic!("{other:?}"),
+    }
+    assert!(item(&ours, "j").await.is_empty(), "the item is deleted");
+    let lock = ours.try_lock(&c).await.unwrap().expect("released");
+    let mine = ours.inspect("j").await.unwrap().expect("an item");
+    assert_eq!(mine.acquisition, format!("by:{}", mine.locked_by.as_deref().unwrap()));
+    lock.unlock().await.unwrap();
+}

@@ -220,3 +220,72 @@ async fn the_native_mode_honours_a_compatible_document_and_takes_it_once_expired
     assert!(other.try_lock(&cfg("m", 10_000, 0)).await.unwrap().is_none(), "still held");
     lock.unlock().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_java_nodes_lock_is_inspected_as_one_acquisition_and_released_only_as_seen() {
+    use shedlock::ForceRelease;
+    let coll = unique("c");
+    let ours = compat(&coll).await;
+    let java = JavaNode::new(&coll, "java-host").await;
+    let c = cfg("j", 10_000, 0);
+    let first = java.lock(&c).await.expect("free");
+    let seen = ours.inspect("j").await.unwrap().expect("a record");
+    assert!(seen.held, "{seen:?}");
+    assert_eq!(seen.locked_by.as_deref(), Some("java-host"));
+    assert!(seen.acquisition.starts_with("at:") && seen.acquisition.ends_with(":by:java-host"));
+    assert_eq!(seen.fencing_token, None);
+    // ShedLock's extend moves lockUntil only: the same acquisition.
+    let extended = java
+        .collection
+        .update_one(
+            doc! { "_id": "j", "lockedBy": "java-host", "lockUntil": { "$gt": DateTime::now() } },
+            doc! { "$set": { "lockUntil": DateTime::from_system_time(jvm_now() + Duration::from_secs(20)) } },
+        )
+        .await
+        .unwrap();
+    assert_eq!(extended.matched_count, 1);
+    let after_extend = ours.inspect("j").await.unwrap().expect("a record");
+    assert_eq!(after_extend.acquisition, seen.acquisition);
+    assert!(after_extend.lock_until > seen.lock_until);
+    // The same host unlocks and locks again: same lockedBy, another acquisition.
+    assert!(java.unlock(&first).await);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let _second = java.lock(&c).await.expect("free after unlock");
+    let now = ours.inspect("j").await.unwrap().expect("a record");
+    assert_ne!(now.acquisition, seen.acquisition, "a Java node's next acquisition");
+    match ours.force_release(&seen).await.unwrap() {
+        ForceRelease::Changed(Some(current)) => assert_eq!(current.acquisition, now.acquisition),
+        other => panic!("a stale forced release gave {other:?}"),
+    }
+    assert!(ours.try_lock(&c).await.unwrap().is_none(), "the Java node still holds it");
+    match ours.force_release(&now).await.unwrap() {
+        ForceRelease::Released(r) => assert_eq!(r, now),
+        other => panic!("{other:?}"),
+    }
+    let lock = ours.try_lock(&c).await.unwrap().expect("released");
+    let mine = ours.inspect("j").await.unwrap().expect("a record");
+    assert_eq!(mine.acquisition, format!("by:{}", mine.locked_by.as_deref().unwrap()));
+    lock.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_native_mode_inspects_and_force_releases_a_compatible_document() {
+    use shedlock::ForceRelease;
+    let coll = unique("c");
+    let ours = compat(&coll).await;
+    let url = shedlock_test_support::url(Backend::MongoDb, "MongoDB").await;
+    let db = common::client(&url).await.unwrap().database("shedlock_compat");
+    let native = MongoLockProvider::builder(db).collection(&coll).build().unwrap();
+    let held = ours.try_lock(&cfg("n", 10_000, 0)).await.unwrap().expect("free");
+    // No owner in ShedLock's document: the native mode tells the acquisition by its lockedBy.
+    let seen = native.inspect("n").await.unwrap().expect("a document");
+    assert!(seen.held && seen.fencing_token.is_none(), "{seen:?}");
+    assert_eq!(seen.acquisition, format!("by:{}", seen.locked_by.as_deref().unwrap()));
+    assert_eq!(ours.inspect("n").await.unwrap().unwrap().acquisition, seen.acquisition);
+    assert!(matches!(native.force_release(&seen).await.unwrap(), ForceRelease::Released(_)));
+    let lock = native.try_lock(&cfg("n", 10_000, 0)).await.unwrap().expect("released");
+    held.unlock().await.unwrap(); // the released compatible holder changes nothing
+    let now = native.inspect("n").await.unwrap().expect("a document");
+    assert!(now.held && now.fencing_token == lock.fencing_token() && now.acquisition.len() == 16);
+    lock.unlock().await.unwrap();
+}

@@ -137,3 +137,102 @@ async fn an_unreachable_server_is_unavailable_says_why_and_credentials_never_sho
     aws::an_unreachable_server_is_unavailable_says_why_and_hides_the_secret(provider, is_transport)
         .await;
 }
+
+/// Names map to keys by escaping each byte (`/` is `=2F`): `list` asks for the keys under the
+/// escaped prefix, and maps every key back to its name. Names a byte-wise escape could confuse
+/// (`=2F` spelled out, `/` itself, non-ASCII) stay apart, and objects under a longer prefix (a
+/// second provider's `shedlock/sub/`) are passed over.
+#[tokio::test]
+async fn list_maps_escaped_keys_back_to_names_under_exactly_the_prefix() {
+    let (p, records) = fresh().await;
+    let nested = S3LockProvider::builder(records.client.clone(), &records.bucket)
+        .prefix("shedlock/sub/")
+        .build()
+        .unwrap();
+    let mut held = vec![nested.try_lock(&cfg("a/x", 60_000, 0)).await.unwrap().unwrap()];
+    let mut inside: Vec<String> =
+        ["a/", "a/b", "a/b.c d", "a/ü=2F", "a/%_", "a/\u{1f512}"].map(str::to_owned).to_vec();
+    for name in inside.iter().map(String::as_str).chain(["a=2Fb", "a", "b/a", "A/b"]) {
+        held.push(p.try_lock(&cfg(name, 60_000, 0)).await.unwrap().unwrap());
+    }
+    inside.sort();
+    for limit in [1, 2, 1000] {
+        let (mut names, mut cursor, mut pages) = (Vec::new(), None::<String>, 0);
+        loop {
+            let page = p.list("a/", cursor.as_deref(), limit).await.unwrap();
+            assert!(page.records.len() <= limit);
+            assert!(page.records.iter().all(|r| r.held && r.fencing_token.is_some()));
+            names.extend(page.records.into_iter().map(|r| r.name));
+            pages += 1;
+            assert!(pages <= inside.len() + 1, "list did not end");
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        names.sort();
+        assert_eq!(names, inside, "limit {limit}");
+    }
+    let all = p.list("", None, 1000).await.unwrap();
+    assert_eq!(all.records.len(), inside.len() + 4, "every name of this prefix, no nested one");
+    assert_eq!(nested.list("", None, 10).await.unwrap().records.len(), 1);
+    for name in &inside {
+        assert_eq!(p.inspect(name).await.unwrap().unwrap().name, *name);
+    }
+    for lock in held {
+        lock.unlock().await.unwrap();
+    }
+    // Released objects stay, listed as free.
+    let page = p.list("a/b", None, 10).await.unwrap();
+    assert_eq!(page.records.len(), 2);
+    assert!(page.records.iter().all(|r| !r.held && r.lock_until.is_none()));
+}
+
+/// A forced release deletes the object only as it was read (`If-Match` on its ETag): the server
+/// refuses a delete with a stale ETag, and a lock released and taken again is left alone.
+#[tokio::test]
+async fn force_release_deletes_only_the_object_as_read() {
+    use shedlock::ForceRelease;
+    let (p, records) = fresh().await;
+    // The server's conditional delete, which the forced release rests on.
+    let key = p.key_for("cond");
+    let put = |body: &'static [u8]| {
+        records
+            .client
+            .put_object()
+            .bucket(&records.bucket)
+            .key(&key)
+            .body(ByteStream::from_static(body))
+            .send()
+    };
+    let first = put(b"one").await.unwrap().e_tag.unwrap();
+    put(b"two").await.unwrap();
+    let stale =
+        records.client.delete_object().bucket(&records.bucket).key(&key).if_match(first).send();
+    let e = stale.await.expect_err("a delete with a stale ETag must be refused");
+    assert_eq!(e.raw_response().map(|r| r.status().as_u16()), Some(412));
+
+    let mut holder = p.try_lock(&cfg("job", 60_000, 0)).await.unwrap().unwrap();
+    let seen = p.inspect("job").await.unwrap().unwrap();
+    // The holder extends: another ETag, the same acquisition, still released.
+    holder.extend(Duration::from_secs(60), Duration::ZERO).await.unwrap();
+    match p.force_release(&seen).await.unwrap() {
+        ForceRelease::Released(r) => assert_eq!(r.acquisition, seen.acquisition),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(records.body("job").await.unwrap(), None, "deleted");
+    assert!(matches!(
+        holder.extend(Duration::from_secs(60), Duration::ZERO).await,
+        Err(Error::LockLost { .. })
+    ));
+    let next = p.try_lock(&cfg("job", 60_000, 0)).await.unwrap().expect("released");
+    match p.force_release(&seen).await.unwrap() {
+        ForceRelease::Changed(Some(now)) => {
+            assert!(now.held && now.acquisition != seen.acquisition)
+        }
+        other => panic!("{other:?}"),
+    }
+    holder.unlock().await.unwrap();
+    assert!(p.inspect("job").await.unwrap().unwrap().held, "the new holder keeps it");
+    next.unlock().await.unwrap();
+}
