@@ -11,7 +11,14 @@
 //!   deleting it (SQLite's way of keeping at-least): C28 still finds it broken at ±1 s, where
 //!   a workload left to chance let the node ahead keep every name and credited it with 2 s.
 //!
-//! `harness = false`: this binary is also the node process C28 re-executes.
+//! And C29 (a holder frozen past its lease) can fail: the same file table passes it (no
+//! fencing, so its late writes are reported unprotected), while
+//! - a lease counted in the wrong unit (the lock's `valid_until` a thousand times
+//!   `lock_at_most_for`, the record's end right) lets the resumed node work on after another
+//!   took the name, and
+//! - an unlock without owner check lets the resumed node delete the new holder's record.
+//!
+//! `harness = false`: this binary is also the node process C28 and C29 re-execute.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 // `File::lock` (Rust 1.89) in this test only: the workspace's tests build with the toolchain
 // the SQL providers need (1.94); the kit's library keeps the workspace MSRV (1.88).
@@ -38,6 +45,30 @@ use shedlock_conformance::{
 const DIR: &str = "SHEDLOCK_FILELOCKS_DIR";
 const LIAR: &str = "SHEDLOCK_FILELOCKS_LIAR";
 const STAMP: &str = "SHEDLOCK_FILELOCKS_STAMP_RELEASE";
+const BUG: &str = "SHEDLOCK_FILELOCKS_BUG";
+
+/// A bug for C29 to find.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bug {
+    /// The lock's lease is a thousand times `lock_at_most_for` (seconds taken for
+    /// milliseconds); the record ends after `lock_at_most_for` as it should.
+    LeaseTooLong,
+    /// Unlock deletes the record whoever holds it.
+    UnlockAny,
+}
+
+impl Bug {
+    fn name(self) -> &'static str {
+        match self {
+            Bug::LeaseTooLong => "lease-too-long",
+            Bug::UnlockAny => "unlock-any",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        [Bug::LeaseTooLong, Bug::UnlockAny].into_iter().find(|b| b.name() == s)
+    }
+}
 
 /// A lock table of one file per name, under an exclusive file lock.
 struct FileLocks {
@@ -48,6 +79,7 @@ struct FileLocks {
     /// Release by writing the releaser's clock as the record's end (as SQLite's provider
     /// does, to keep at-least) instead of deleting the record.
     stamp_release: bool,
+    bug: Option<Bug>,
 }
 
 fn millis(t: SystemTime) -> u64 {
@@ -109,7 +141,12 @@ struct Files(Arc<FileLocks>);
 #[async_trait]
 impl LockProvider for Files {
     async fn try_lock(&self, config: &LockConfig) -> shedlock::Result<Option<Lock>> {
-        let acquisition = Acquisition::begin(config);
+        let acquisition = if self.0.bug == Some(Bug::LeaseTooLong) {
+            let at_most = config.lock_at_most_for() * 1000;
+            Acquisition::begin(&LockConfig::new(config.name(), at_most, Duration::ZERO)?)
+        } else {
+            Acquisition::begin(config)
+        };
         let owner = shedlock::support::acquisition_id();
         let now = self.0.now();
         let until = now + config.lock_at_most_for().as_millis() as u64;
@@ -142,9 +179,10 @@ impl LockHandle for Handle {
         let (owner, now) = (self.owner, self.locks.now());
         let least = config.lock_at_least_for().as_millis() as u64;
         let stamp = self.locks.stamp_release;
+        let any = self.locks.bug == Some(Bug::UnlockAny);
         self.locks
             .with_record(config.name(), move |cur| match cur {
-                Some((o, at, u)) if o == owner => {
+                Some((o, at, u)) if o == owner || any => {
                     if stamp {
                         (Some(Some((o, at, u.min(now.max(at + least))))), ())
                     } else if at + least > now {
@@ -163,6 +201,7 @@ struct Factory {
     dir: PathBuf,
     liar: bool,
     stamp_release: bool,
+    bug: Option<Bug>,
 }
 
 impl Factory {
@@ -171,6 +210,7 @@ impl Factory {
             dir: std::env::var(DIR)?.into(),
             liar: std::env::var(LIAR).is_ok_and(|v| v == "1"),
             stamp_release: std::env::var(STAMP).is_ok_and(|v| v == "1"),
+            bug: std::env::var(BUG).ok().and_then(|b| Bug::parse(&b)),
         })
     }
 }
@@ -178,17 +218,19 @@ impl Factory {
 #[async_trait]
 impl ProviderFactory for Factory {
     fn name(&self) -> &str {
-        match (self.liar, self.stamp_release) {
-            (true, _) => "files-lying-server-time",
-            (false, false) => "files-client-time",
-            (false, true) => "files-client-time-stamped-release",
+        match (self.liar, self.stamp_release, self.bug) {
+            (_, _, Some(bug)) => bug.name(),
+            (true, _, _) => "files-lying-server-time",
+            (false, false, _) => "files-client-time",
+            (false, true, _) => "files-client-time-stamped-release",
         }
     }
 
     async fn create(&self, options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError> {
         let clock = (!self.liar).then(|| options.clock_or_system());
-        let stamp_release = self.stamp_release;
-        Ok(Arc::new(Files(Arc::new(FileLocks { dir: self.dir.clone(), clock, stamp_release }))))
+        let (stamp_release, bug) = (self.stamp_release, self.bug);
+        let locks = FileLocks { dir: self.dir.clone(), clock, stamp_release, bug };
+        Ok(Arc::new(Files(Arc::new(locks))))
     }
 
     fn hooks(&self) -> Hooks {
@@ -196,6 +238,7 @@ impl ProviderFactory for Factory {
             (DIR, self.dir.display().to_string()),
             (LIAR, if self.liar { "1" } else { "0" }.to_owned()),
             (STAMP, if self.stamp_release { "1" } else { "0" }.to_owned()),
+            (BUG, self.bug.map_or("", Bug::name).to_owned()),
         ])
     }
 }
@@ -206,14 +249,19 @@ async fn suite(liar: bool) -> Suite {
 
 impl Factory {
     fn temp(liar: bool, stamp_release: bool) -> Self {
+        Self::with_bug(liar, stamp_release, None)
+    }
+
+    fn with_bug(liar: bool, stamp_release: bool, bug: Option<Bug>) -> Self {
         let dir = std::env::temp_dir().join(format!(
-            "shedlock-filelocks-{}-{}-{}",
+            "shedlock-filelocks-{}-{}-{}-{}",
             std::process::id(),
             if liar { "liar" } else { "honest" },
-            if stamp_release { "stamped" } else { "deleting" }
+            if stamp_release { "stamped" } else { "deleting" },
+            bug.map_or("correct", Bug::name)
         ));
         std::fs::create_dir_all(&dir).unwrap();
-        Self { dir, liar, stamp_release }
+        Self { dir, liar, stamp_release, bug }
     }
 }
 
@@ -278,6 +326,33 @@ async fn a_release_stamped_with_the_releasers_clock_earns_no_bound_beyond_what_i
     println!("stamped release: C28 {}", c28.detail);
 }
 
+async fn c29(bug: Option<Bug>) -> shedlock_conformance::CheckResult {
+    let s = suite_with(Factory::with_bug(false, false, bug), Options::new().with_seed(11)).await;
+    s.run_check(checks::by_id("C29").unwrap()).await
+}
+
+async fn the_file_table_passes_c29_with_its_late_writes_reported_unprotected() {
+    let r = c29(None).await;
+    assert_eq!(r.outcome, Outcome::Pass, "{}", r.detail);
+    assert!(r.detail.contains("extend lost, unlock ok"), "{}", r.detail);
+    assert!(r.detail.contains("no fencing declared"), "{}", r.detail);
+    println!("C29 control: {}", r.detail);
+}
+
+async fn a_lease_a_thousand_times_too_long_fails_c29() {
+    let r = c29(Some(Bug::LeaseTooLong)).await;
+    assert_eq!(r.outcome, Outcome::Fail, "{}", r.detail);
+    assert!(r.detail.contains("found its lease valid"), "{}", r.detail);
+    println!("C29 lease-too-long: {}", r.detail);
+}
+
+async fn an_unlock_without_owner_check_fails_c29() {
+    let r = c29(Some(Bug::UnlockAny)).await;
+    assert_eq!(r.outcome, Outcome::Fail, "{}", r.detail);
+    assert!(r.detail.contains("after the resumed node's unlock"), "{}", r.detail);
+    println!("C29 unlock-any: {}", r.detail);
+}
+
 fn main() -> ExitCode {
     if let Some(code) =
         shedlock_conformance::node_main_if_requested(|| async { Factory::from_env() })
@@ -290,7 +365,10 @@ fn main() -> ExitCode {
         honest_client_time_gets_a_bound_from_c28_consistent_with_c18().await;
         a_client_time_provider_that_breaks_below_its_documented_bound_fails_c28().await;
         a_release_stamped_with_the_releasers_clock_earns_no_bound_beyond_what_it_survives().await;
+        the_file_table_passes_c29_with_its_late_writes_reported_unprotected().await;
+        a_lease_a_thousand_times_too_long_fails_c29().await;
+        an_unlock_without_owner_check_fails_c29().await;
     });
-    println!("process_skew: 4 tests passed");
+    println!("process_skew: 7 tests passed");
     ExitCode::SUCCESS
 }

@@ -18,7 +18,7 @@ use std::{
 use crate::{
     node::{
         LIBFAKETIME_INSTALL_HINT, NODE_ENV, NodeCall, NodeLog, NodeSpec, libfaketime, monotonic_ns,
-        skewed_process, unix_us,
+        skewed_process, tail, unix_us,
     },
     outcome::Verdict,
     suite::Suite,
@@ -282,6 +282,7 @@ async fn run_rung(
             warm_up: suite.lock_name(&format!("c28r{k}w{i}")),
             out: out.clone(),
             seed: suite.seed() ^ ((k as u64) << 8) ^ i as u64,
+            paused_holder: None,
         };
         let spec_json =
             serde_json::to_string(&spec).map_err(|e| Verdict::fail(format!("node spec: {e}")))?;
@@ -408,10 +409,4 @@ async fn run_rung(
         errors,
         offsets_ms,
     })
-}
-
-fn tail(path: &Path, lines: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let v: Vec<&str> = text.lines().collect();
-    v[v.len().saturating_sub(lines)..].join("\n")
 }

@@ -1,4 +1,4 @@
-//! The checks C01–C31 (C29 is reserved for the paused holder), each a plain async function taking a [`Suite`] and returning a
+//! The checks C01–C31, each a plain async function taking a [`Suite`] and returning a
 //! [`Verdict`](crate::Verdict), so a provider's own tests can call single checks:
 //!
 //! ```no_run
@@ -54,6 +54,7 @@ mod c25_backend_restart;
 mod c26_cancellation;
 mod c27_hostile_names;
 mod c28_process_skew;
+mod c29_paused_holder;
 mod c30_inspection;
 mod c31_force_release;
 
@@ -90,6 +91,7 @@ pub use c25_backend_restart::c25_backend_restart;
 pub use c26_cancellation::c26_cancellation;
 pub use c27_hostile_names::c27_hostile_names;
 pub use c28_process_skew::c28_process_skew;
+pub use c29_paused_holder::c29_paused_holder;
 pub use c30_inspection::c30_inspection;
 pub use c31_force_release::c31_force_release;
 
@@ -109,7 +111,7 @@ macro_rules! check {
     };
 }
 
-static CATALOGUE: [Check; 30] = [
+static CATALOGUE: [Check; 31] = [
     check!(
         "C01",
         "lock_is_held",
@@ -272,6 +274,12 @@ static CATALOGUE: [Check; 30] = [
         "process_skew",
         c28_process_skew,
         "node processes with real clock offsets (libfaketime): server time stays safe"
+    ),
+    check!(
+        "C29",
+        "paused_holder",
+        c29_paused_holder,
+        "a holder frozen past its lease finds it ended on waking, its late writes fenced off"
     ),
     check!(
         "C30",
