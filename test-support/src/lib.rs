@@ -208,18 +208,6 @@ pub fn server_options(backend: Backend) -> Options {
 /// unsupported until they do, with that reason in their reports.
 fn expect_no_inspection_yet(backend: Backend, options: Options) -> Options {
     let not_yet = [
-        Backend::Redis,
-        Backend::Valkey,
-        Backend::RedisCluster,
-        Backend::Memcached,
-        Backend::Nats,
-        Backend::MongoDb,
-        Backend::DynamoDb,
-        Backend::S3,
-        Backend::Etcd,
-        Backend::EtcdCluster,
-        Backend::ZooKeeper,
-        Backend::ZooKeeperEnsemble,
     ];
     if !not_yet.contains(&backend) {
         return options;

@@ -48,9 +48,14 @@ use std::{
 };
 
 use async_trait::async_trait;
-use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp, TxnResponse};
+use etcd_client::{
+    Client, Compare, CompareOp, DeleteOptions, GetOptions, KeyValue, PutOptions, Txn, TxnOp,
+    TxnOpResponse, TxnResponse,
+};
 use shedlock::{
-    Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
+    Acquisition, Capabilities, Error, ForceRelease, Lock, LockConfig, LockHandle, LockInfo,
+    LockPage, LockProvider, Result, TimeSource,
+    inspect::page_limit,
     store::{Operation, ProviderSettings},
     support::{check_lock_name, duration_secs_ceil, with_timeout},
 };
@@ -662,6 +667,7 @@ impl LockProvider for EtcdLockProvider {
             .with_granularity(Duration::from_secs(1))
             .with_max_name_len(Some(MAX_NAME_LEN))
             .with_check(true)
+            .with_inspection(true, true, true)
     }
 
     fn backend_name(&self) -> &'static str {
@@ -684,6 +690,159 @@ impl LockProvider for EtcdLockProvider {
         with_timeout(Operation::Check.label(), self.inner.timeout, read)
             .instrument(Operation::Check.span(BACKEND, ""))
             .await
+    }
+
+    /// One linearizable read of the lock's key. A key exists only while its lease lives (the
+    /// leader deletes it when the lease expires), so a key found is held, by the server's
+    /// judgement; the acquisition is its `create_revision`.
+    async fn inspect(&self, name: &str) -> Result<Option<LockInfo>> {
+        check_lock_name(BACKEND, name, Some(MAX_NAME_LEN), false)?;
+        let key = self.key(name);
+        let read = async {
+            let mut resp = sent(|| {
+                let mut kv = self.inner.client.kv_client();
+                let key = key.clone();
+                async move { kv.get(key, None).await }
+            })
+            .await
+            .map_err(Failure::into_error)?;
+            resp.take_kvs().first().map(|kv| record(name, kv)).transpose()
+        };
+        with_timeout(Operation::Inspect.label(), self.inner.timeout, read)
+            .instrument(Operation::Inspect.span(BACKEND, name))
+            .await
+    }
+
+    /// One linearizable range read of the keys `<key prefix><prefix>…` after the cursor's key,
+    /// in key order, at most `limit`; the cursor is the last name of the page.
+    async fn list(&self, prefix: &str, cursor: Option<&str>, limit: usize) -> Result<LockPage> {
+        if !prefix.is_empty() {
+            check_lock_name(BACKEND, prefix, Some(MAX_NAME_LEN), false)?;
+        }
+        let limit = page_limit(limit);
+        let from = self.key(prefix);
+        let end = prefix_end(&from);
+        // After the cursor's key: the smallest key greater than it is the key with a 0 byte
+        // appended.
+        let start = match cursor {
+            Some(after) => {
+                let mut k = self.key(after);
+                k.push(0);
+                k.max(from)
+            }
+            None => from,
+        };
+        let read = async {
+            if end != [0] && start >= end {
+                return Ok(LockPage::new(Vec::new(), None));
+            }
+            let mut resp = sent(|| {
+                let mut kv = self.inner.client.kv_client();
+                let (start, end) = (start.clone(), end.clone());
+                let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+                let options = GetOptions::new().with_range(end).with_limit(limit);
+                async move { kv.get(start, Some(options)).await }
+            })
+            .await
+            .map_err(Failure::into_error)?;
+            let more = resp.more();
+            let mut records = Vec::with_capacity(limit);
+            for kv in resp.take_kvs().iter().take(limit) {
+                let name = kv.key().strip_prefix(self.inner.prefix.as_slice()).unwrap_or_default();
+                let name = std::str::from_utf8(name).map_err(|_| {
+                    Error::backend(
+                        BACKEND,
+                        format!(
+                            "the key {:?} under the prefix is not UTF-8: no lock name",
+                            String::from_utf8_lossy(kv.key())
+                        ),
+                    )
+                })?;
+                records.push(record(name, kv)?);
+            }
+            let next = if more { records.last().map(|r| r.name.clone()) } else { None };
+            Ok(LockPage::new(records, next))
+        };
+        with_timeout(Operation::List.label(), self.inner.timeout, read)
+            .instrument(Operation::List.span(BACKEND, prefix))
+            .await
+    }
+
+    /// One transaction: `create_revision(key) = seen → delete(key)` (answering the deleted key),
+    /// else a read of the key as it is now. The old holder's lease lives on without its key:
+    /// its extend then finds the key gone or another acquisition's (`LockLost`), and its
+    /// owner-checked unlock changes nothing.
+    async fn force_release(&self, seen: &LockInfo) -> Result<ForceRelease> {
+        let name = seen.name.as_str();
+        check_lock_name(BACKEND, name, Some(MAX_NAME_LEN), false)?;
+        let key = self.key(name);
+        // An acquisition that is not a revision was never this provider's: it matches no key
+        // (create_revision is 0 for a missing key, positive otherwise).
+        let revision = seen.acquisition.parse::<i64>().unwrap_or(-1);
+        let release = async {
+            let txn = Txn::new()
+                .when([Compare::create_revision(key.clone(), CompareOp::Equal, revision)])
+                .and_then([TxnOp::delete(key.clone(), Some(DeleteOptions::new().with_prev_key()))])
+                .or_else([TxnOp::get(key.clone(), None)]);
+            let resp = self.inner.txn(txn).await.map_err(Failure::into_error)?;
+            let answer = resp.op_responses().into_iter().next();
+            if resp.succeeded() {
+                let Some(TxnOpResponse::Delete(d)) = answer else {
+                    return Err(Error::backend(
+                        BACKEND,
+                        "a release transaction without its delete",
+                    ));
+                };
+                let Some(kv) = d.prev_kvs().first() else {
+                    return Err(Error::backend(BACKEND, "a delete without the deleted key"));
+                };
+                return Ok(ForceRelease::Released(record(name, kv)?));
+            }
+            let Some(TxnOpResponse::Get(g)) = answer else {
+                return Err(Error::backend(BACKEND, "a release transaction without its read"));
+            };
+            g.kvs().first().map(|kv| record(name, kv)).transpose().map(ForceRelease::Changed)
+        };
+        let released = with_timeout(Operation::ForceRelease.label(), self.inner.timeout, release)
+            .instrument(Operation::ForceRelease.span(BACKEND, name))
+            .await?;
+        if let ForceRelease::Released(_) = released {
+            tracing::info!(provider = BACKEND, lock = name, acquisition = %seen.acquisition, "lock force-released");
+        }
+        Ok(released)
+    }
+}
+
+/// The record of lock `name` held in `kv`: held (a key lives only while its lease does), the
+/// acquisition and fencing token its `create_revision`, `locked_by` its value. etcd keeps the
+/// lease as a relative TTL, so no `locked_at` or `lock_until` is reported.
+fn record(name: &str, kv: &KeyValue) -> Result<LockInfo> {
+    let revision = kv.create_revision();
+    if revision <= 0 {
+        return Err(Error::backend(
+            BACKEND,
+            format!("the key of lock {name:?} has no create_revision ({revision})"),
+        ));
+    }
+    let locked_by = std::str::from_utf8(kv.value()).map_err(|_| {
+        Error::backend(BACKEND, format!("the value of lock {name:?}'s key is not UTF-8"))
+    })?;
+    Ok(LockInfo::new(name, revision.to_string(), true, TimeSource::Server)
+        .with_locked_by(locked_by)
+        .with_fencing_token(u64::try_from(revision).ok()))
+}
+
+/// The first key after every key that starts with `prefix` (etcd's prefix range end): `prefix`
+/// with its last byte below 0xFF incremented and the rest cut; `[0]` (no end) when every byte is
+/// 0xFF.
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    match prefix.iter().rposition(|b| *b < 0xFF) {
+        Some(i) => {
+            let mut end = prefix[..=i].to_vec();
+            end[i] += 1;
+            end
+        }
+        None => vec![0],
     }
 }
 
@@ -842,6 +1001,13 @@ mod tests {
         assert_eq!(ttl_secs(Duration::from_millis(1001)), 2);
         assert_eq!(ttl_secs(Duration::from_secs(600)), 600);
         assert_eq!(ttl_secs(Duration::MAX), MAX_TTL);
+    }
+
+    #[test]
+    fn a_prefix_range_ends_after_every_key_that_starts_with_it() {
+        assert_eq!(prefix_end(b"shedlock/a"), b"shedlock/b");
+        assert_eq!(prefix_end(b"a\xff\xff"), b"b");
+        assert_eq!(prefix_end(b"\xff"), [0]);
     }
 
     #[test]

@@ -40,23 +40,27 @@
 //! ```
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
     fmt,
+    pin::Pin,
     sync::{Arc, Mutex, PoisonError},
-    time::Duration,
+    time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use async_nats::{
     Client, HeaderMap, Message, Request, RequestError, RequestErrorKind,
     connection::State as ConnState,
 };
+use futures_core::Stream as _;
 use serde_json::{Value, json};
 use shedlock::{
-    Acquisition, Capabilities, Error, Lock, LockConfig, LockHandle, LockProvider, Result,
+    Acquisition, Capabilities, Error, ForceRelease, Lock, LockConfig, LockHandle, LockInfo,
+    LockPage, LockProvider, Result,
+    inspect::page_limit,
     store::{Operation, ProviderSettings, Settings},
     support::{
-        MAX_DURATION, check_lock_name, duration_micros, duration_secs_ceil, unix_micros,
-        with_timeout,
+        MAX_DURATION, check_lock_name, duration_micros, duration_secs_ceil, from_unix_micros,
+        unix_micros, with_timeout,
     },
 };
 use tokio::{sync::OnceCell, time::Instant};
@@ -99,6 +103,16 @@ const H_TTL: &str = "Nats-TTL";
 const H_SEQUENCE: &str = "Nats-Sequence";
 const H_KV_OPERATION: &str = "KV-Operation";
 const H_MARKER_REASON: &str = "Nats-Marker-Reason";
+const H_TIMESTAMP: &str = "Nats-Time-Stamp";
+const H_CONSUMER_STALLED: &str = "Nats-Consumer-Stalled";
+
+/// The field of a lock message that holds the acquisition's fencing token, in every message but
+/// the acquiring one (whose stream sequence is the token).
+const F_TOKEN: &str = "token";
+
+/// How often a forced release reads the lock and purges its message when the holder's
+/// extension keeps replacing that message in between.
+const FORCE_RELEASE_ATTEMPTS: usize = 5;
 
 /// Maps a lock name to its key in the bucket, one-to-one: ASCII letters, digits, `-`, `_` and
 /// `/` stay as they are; every other byte (including `.`, which separates subject tokens, `=`
@@ -123,6 +137,113 @@ pub fn key_for(name: &str) -> String {
         }
     }
     key
+}
+
+/// The lock name of a key, the inverse of [`key_for`]: `None` for a key that [`key_for`] makes
+/// of no name (a key written by other tools, e.g. with a `.` or a lower-case escape).
+fn name_for(key: &str) -> Option<String> {
+    let hex = |b: u8| match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    };
+    let (mut bytes, mut rest) = (Vec::with_capacity(key.len()), key.as_bytes());
+    while let Some((&b, tail)) = rest.split_first() {
+        if b == b'=' {
+            let [hi, lo, tail @ ..] = tail else { return None };
+            bytes.push(hex(*hi)? << 4 | hex(*lo)?);
+            rest = tail;
+        } else {
+            bytes.push(b);
+            rest = tail;
+        }
+    }
+    let name = String::from_utf8(bytes).ok()?;
+    // One key per name: a key with an escape key_for would not write is no lock's.
+    (key_for(&name) == key).then_some(name)
+}
+
+/// Deletes the list's ephemeral consumer when the listing ends (or is dropped), in the
+/// background; its inactivity threshold (10 s) removes it anyway.
+struct DeleteConsumer {
+    inner: Arc<Inner>,
+    subject: String,
+}
+
+impl Drop for DeleteConsumer {
+    fn drop(&mut self) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+        let (inner, subject) = (Arc::clone(&self.inner), std::mem::take(&mut self.subject));
+        rt.spawn(async move {
+            let delete = inner.request("list", subject, None, Vec::new());
+            if let Err(error) = with_timeout("list", inner.settings.timeout(), delete).await {
+                tracing::debug!(%error, "nats: deleting the list consumer failed; it expires by itself");
+            }
+        });
+    }
+}
+
+/// The stream sequence, the time (the server's) and the number of messages still pending of
+/// a message a consumer delivered, from its reply subject:
+/// `$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<ns>.<pending>`, or
+/// with `<domain>.<account hash>.` before the stream and a token after the pending count.
+fn ack_metadata(reply: &str) -> Option<(u64, SystemTime, u64)> {
+    let t: Vec<&str> = reply.split('.').collect();
+    let at = match t.len() {
+        9 => 5,
+        n if n >= 12 => 7,
+        _ => return None,
+    };
+    if t[0] != "$JS" || t[1] != "ACK" {
+        return None;
+    }
+    let seq = t[at].parse().ok()?;
+    let nanos: u64 = t[at + 2].parse().ok()?;
+    let pending = t[at + 3].parse().ok()?;
+    Some((seq, UNIX_EPOCH.checked_add(Duration::from_nanos(nanos))?, pending))
+}
+
+/// A `Nats-TTL` header as this provider writes it: whole seconds (`"30"`, or `"30s"`).
+fn parse_ttl(ttl: &str) -> Option<Duration> {
+    ttl.strip_suffix('s').unwrap_or(ttl).parse().ok().map(Duration::from_secs)
+}
+
+/// A UTC time as the server writes it (`Nats-Time-Stamp`, RFC 3339 with up to nine fractional
+/// digits and `Z`: `2025-05-01T10:00:00.123456789Z`).
+fn parse_rfc3339(s: &str) -> Option<SystemTime> {
+    let b = s.as_bytes();
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let d = b.get(r)?;
+        d.iter()
+            .all(u8::is_ascii_digit)
+            .then(|| d.iter().fold(0i64, |n, c| n * 10 + i64::from(c - b'0')))
+    };
+    let seps = [(4, b'-'), (7, b'-'), (10, b'T'), (13, b':'), (16, b':')];
+    if seps.iter().any(|&(i, c)| b.get(i) != Some(&c)) {
+        return None;
+    }
+    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hh, mm, ss) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    let rest = s.get(19..)?.strip_suffix('Z')?;
+    let nanos = match rest.strip_prefix('.') {
+        None if rest.is_empty() => 0,
+        Some(f) if (1..=9).contains(&f.len()) && f.bytes().all(|c| c.is_ascii_digit()) => {
+            f.parse::<u32>().ok()? * 10u32.pow(9 - u32::try_from(f.len()).ok()?)
+        }
+        _ => return None,
+    };
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 || ss > 60 {
+        return None;
+    }
+    // Days since the epoch of a proleptic Gregorian date (H. Hinnant's days_from_civil).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = u64::try_from(days * 86_400 + hh * 3600 + mm * 60 + ss).ok()?;
+    UNIX_EPOCH.checked_add(Duration::new(secs, nanos))
 }
 
 /// Builds a [`NatsLockProvider`].
@@ -215,6 +336,8 @@ impl NatsLockProviderBuilder {
                 purge: format!("{api}.STREAM.PURGE.{stream}"),
                 info: format!("{api}.STREAM.INFO.{stream}"),
                 create: format!("{api}.STREAM.CREATE.{stream}"),
+                consumer_create: format!("{api}.CONSUMER.CREATE.{stream}"),
+                consumer_delete: format!("{api}.CONSUMER.DELETE.{stream}"),
                 client: self.client,
                 bucket: self.bucket,
                 stream,
@@ -253,6 +376,8 @@ struct Inner {
     purge: String,
     info: String,
     create: String,
+    consumer_create: String,
+    consumer_delete: String,
     /// `locked_by`, the time limit, whose clock judges expiry and this instance's clock.
     settings: Settings,
     /// Per subject, the sequence of the last lock message a direct get found there (and its
@@ -447,10 +572,15 @@ impl Inner {
         self.settings.client_now().map(unix_micros)
     }
 
-    /// The message of a held lock: `locked_by`, and in client time `lock_until` and
-    /// `locked_at` (µs since the epoch).
-    fn record(&self, until_us: Option<i64>, at_us: Option<i64>) -> Vec<u8> {
+    /// The message of a held lock: `locked_by`, the acquisition's fencing token when the
+    /// message is not the acquiring one (an extension, the at-least remainder: the acquiring
+    /// message's sequence is its token), and in client time `lock_until` and `locked_at` (µs
+    /// since the epoch).
+    fn record(&self, token: Option<u64>, until_us: Option<i64>, at_us: Option<i64>) -> Vec<u8> {
         let mut v = json!({ "locked_by": self.settings.locked_by() });
+        if let Some(token) = token {
+            v[F_TOKEN] = json!(token);
+        }
         if let (Some(until), Some(at)) = (until_us, at_us) {
             v["lock_until_us"] = json!(until);
             v["locked_at_us"] = json!(at);
@@ -459,7 +589,8 @@ impl Inner {
     }
 
     /// A conditional publish of a lock message held for `hold` (server TTL, or `lock_until` in
-    /// the message in client time).
+    /// the message in client time); `token`: the acquisition's, when this is not the acquiring
+    /// message.
     async fn publish(
         &self,
         operation: &'static str,
@@ -467,6 +598,7 @@ impl Inner {
         expected: u64,
         hold: Duration,
         at_us: Option<i64>,
+        token: Option<u64>,
     ) -> Result<Publish> {
         let mut h = HeaderMap::new();
         h.insert(H_EXPECTED, expected.to_string().as_str());
@@ -476,11 +608,11 @@ impl Inner {
                 // "1500ms" expired after 1.25 s), which could end a lock before its lease.
                 let secs = duration_secs_ceil(hold.min(MAX_DURATION)).max(1);
                 h.insert(H_TTL, secs.to_string().as_str());
-                self.record(None, None)
+                self.record(token, None, None)
             }
             Some(at) => {
                 let until = at.saturating_add(duration_micros(hold));
-                self.record(Some(until), Some(at))
+                self.record(token, Some(until), Some(at))
             }
         };
         let m = match self.request(operation, subject.to_owned(), Some(h), payload).await {
@@ -614,6 +746,241 @@ impl Inner {
         )))
     }
 
+    /// The record of lock `name` in the last message of its key (`None`: a tombstone, no
+    /// record): stream sequence `seq`, stored at `time` by the server's clock.
+    fn info(
+        &self,
+        name: &str,
+        seq: u64,
+        time: Option<SystemTime>,
+        headers: Option<&HeaderMap>,
+        payload: &[u8],
+    ) -> Option<LockInfo> {
+        let header = |h: &str| headers.and_then(|m| m.get(h)).map(|v| v.as_str());
+        if header(H_MARKER_REASON).is_some()
+            || header(H_KV_OPERATION).is_some_and(|op| op == "DEL" || op == "PURGE")
+        {
+            return None;
+        }
+        // A lock message is `{"locked_by": …}`; anything else (a value put by hand) holds the
+        // name as well (as try_lock judges it), with no holder, acquisition its sequence.
+        let v = serde_json::from_slice::<Value>(payload).ok();
+        let field = |f: &str| v.as_ref().and_then(|v| v.get(f));
+        let locked_by = field("locked_by").and_then(Value::as_str);
+        let token = locked_by.map(|_| field(F_TOKEN).and_then(Value::as_u64).unwrap_or(seq));
+        let until_us = field("lock_until_us").and_then(Value::as_i64);
+        let (held, locked_at, lock_until) = match (self.now_us(), until_us) {
+            // Client time: the stored lease, by this instance's clock (as try_lock judges it).
+            (Some(now), Some(until)) => (
+                until > now,
+                field("locked_at_us").and_then(Value::as_i64).map(from_unix_micros),
+                Some(from_unix_micros(until)),
+            ),
+            // Server time: stored means held (the server removes the message at its TTL); the
+            // message's time and TTL, both the server's.
+            _ => {
+                let ttl = header(H_TTL).and_then(parse_ttl);
+                (true, time, time.zip(ttl).and_then(|(t, d)| t.checked_add(d)))
+            }
+        };
+        let acquisition = token.unwrap_or(seq).to_string();
+        let mut info = LockInfo::new(name, acquisition, held, self.settings.time_source())
+            .with_fencing_token(token);
+        if let Some(by) = locked_by {
+            info = info.with_locked_by(by);
+        }
+        if let Some(at) = locked_at {
+            info = info.with_locked_at(at);
+        }
+        if let Some(until) = lock_until {
+            info = info.with_lock_until(until);
+        }
+        Some(info)
+    }
+
+    /// One direct get of `subject`'s last message: its sequence and the record of lock `name`
+    /// (`None`: no message, or a tombstone).
+    async fn read(
+        &self,
+        operation: &'static str,
+        name: &str,
+        subject: &str,
+    ) -> Result<Option<(u64, LockInfo)>> {
+        let get = format!("{}.{subject}", self.direct_get);
+        let m = match self.request(operation, get, None, Vec::new()).await {
+            Ok(m) => m,
+            Err(e) => return Err(self.classify_no_responders(e).await),
+        };
+        if let Some(status) = m.status {
+            if status.as_u16() == 404 {
+                return Ok(None);
+            }
+            return Err(Error::backend(
+                BACKEND,
+                format!("direct get: status {status} {}", m.description.unwrap_or_default()),
+            ));
+        }
+        let h = m.headers.as_ref();
+        let header = |name: &str| h.and_then(|h| h.get(name)).map(|v| v.as_str());
+        let seq = header(H_SEQUENCE)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| json_err("direct get", b"(no Nats-Sequence header)"))?;
+        let time = header(H_TIMESTAMP).and_then(parse_rfc3339);
+        Ok(self.info(name, seq, time, h, &m.payload).map(|info| (seq, info)))
+    }
+
+    /// One page of [`LockProvider::list`]: an ephemeral consumer (in memory, no acks, flow
+    /// controlled) delivers the last message of every key; the smallest `limit` + 1 names after
+    /// `cursor` under `prefix` are kept.
+    async fn list(
+        self: &Arc<Self>,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<LockPage> {
+        if self.client.connection_state() != ConnState::Connected {
+            return Err(Error::unavailable(
+                BACKEND,
+                "not connected to the NATS server (the client reconnects in the background)",
+            ));
+        }
+        let inbox = self.client.new_inbox();
+        let mut sub = self
+            .client
+            .subscribe(inbox.clone())
+            .await
+            .map_err(|e| Error::unavailable(BACKEND, e))?;
+        let body = json!({
+            "stream_name": self.stream,
+            "config": {
+                "description": "shedlock list",
+                "deliver_subject": inbox,
+                "deliver_policy": "last_per_subject",
+                "filter_subject": format!("{}>", self.subject_prefix),
+                "ack_policy": "none",
+                "replay_policy": "instant",
+                "flow_control": true,
+                "idle_heartbeat": 1_000_000_000u64,
+                "inactive_threshold": 10_000_000_000u64,
+                "mem_storage": true,
+                "num_replicas": 1,
+            }
+        });
+        let m = match self
+            .request("list", self.consumer_create.clone(), None, body.to_string().into_bytes())
+            .await
+        {
+            Ok(m) => m,
+            Err(e) => return Err(self.classify_no_responders(e).await),
+        };
+        let v: Value = serde_json::from_slice(&m.payload)
+            .map_err(|_| json_err("consumer create", &m.payload))?;
+        match api_error(&v) {
+            None => {}
+            Some((ERR_STREAM_NOT_FOUND, _)) => return Err(self.missing_bucket()),
+            Some((code, desc)) => {
+                return Err(Error::backend(
+                    BACKEND,
+                    format!("consumer create: {desc} (err_code {code})"),
+                ));
+            }
+        }
+        let consumer = v
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| json_err("consumer create", &m.payload))?;
+        let _delete = DeleteConsumer {
+            inner: Arc::clone(self),
+            subject: format!("{}.{consumer}", self.consumer_delete),
+        };
+        let mut pending = v.get("num_pending").and_then(Value::as_u64).unwrap_or(0);
+        // The smallest names seen so far, at most one more than the page (which tells whether
+        // another page follows).
+        let mut page: BTreeMap<String, LockInfo> = BTreeMap::new();
+        while pending > 0 {
+            let msg = std::future::poll_fn(|cx| Pin::new(&mut sub).poll_next(cx))
+                .await
+                .ok_or_else(|| Error::unavailable(BACKEND, "the list subscription was closed"))?;
+            if let Some(status) = msg.status {
+                if status.as_u16() != 100 {
+                    return Err(Error::unavailable(
+                        BACKEND,
+                        format!(
+                            "the list consumer stopped: status {status} {}",
+                            msg.description.unwrap_or_default()
+                        ),
+                    ));
+                }
+                // Flow control asks for an answer on its reply subject; a heartbeat may name
+                // a stalled flow control to answer.
+                let stalled = msg.headers.as_ref().and_then(|h| h.get(H_CONSUMER_STALLED));
+                let answer = match (&msg.reply, stalled) {
+                    (Some(reply), _) => Some(reply.to_string()),
+                    (None, Some(s)) => Some(s.as_str().to_owned()),
+                    (None, None) => None,
+                };
+                if let Some(to) = answer {
+                    self.client
+                        .publish(to, Vec::new().into())
+                        .await
+                        .map_err(|e| Error::unavailable(BACKEND, e))?;
+                }
+                continue;
+            }
+            let Some((seq, time, left)) = msg.reply.as_deref().and_then(ack_metadata) else {
+                return Err(Error::backend(
+                    BACKEND,
+                    format!("a listed message without its metadata (reply {:?})", msg.reply),
+                ));
+            };
+            pending = left;
+            let key = msg.subject.as_str().strip_prefix(self.subject_prefix.as_str());
+            // A key no lock name maps to (put by other tools) holds no lock: not listed.
+            let Some(name) = key.and_then(name_for) else {
+                tracing::debug!(subject = %msg.subject, "nats list: a key that is no lock's, skipped");
+                continue;
+            };
+            if !name.starts_with(prefix) || cursor.is_some_and(|c| name.as_str() <= c) {
+                continue;
+            }
+            if page.len() > limit && page.last_key_value().is_some_and(|(last, _)| name > *last) {
+                continue;
+            }
+            let headers = msg.headers.as_ref();
+            if let Some(info) = self.info(&name, seq, Some(time), headers, &msg.payload) {
+                page.insert(name, info);
+                if page.len() > limit + 1 {
+                    page.pop_last();
+                }
+            }
+        }
+        let more = page.len() > limit;
+        let records: Vec<LockInfo> = page.into_values().take(limit).collect();
+        let next = if more { records.last().map(|r| r.name.clone()) } else { None };
+        Ok(LockPage::new(records, next))
+    }
+
+    /// [`LockProvider::force_release`] after the name check, without the time limit.
+    async fn force_release(&self, seen: &LockInfo) -> Result<ForceRelease> {
+        let subject = self.subject(&seen.name);
+        for _ in 0..FORCE_RELEASE_ATTEMPTS {
+            let Some((seq, info)) = self.read("force_release", &seen.name, &subject).await? else {
+                return Ok(ForceRelease::Changed(None));
+            };
+            if info.acquisition != seen.acquisition {
+                return Ok(ForceRelease::Changed(Some(info)));
+            }
+            if self.purge_up_to("force_release", &subject, seq).await? > 0 {
+                return Ok(ForceRelease::Released(info));
+            }
+            // A newer message (the holder's extension, or a release) replaced it: look again.
+        }
+        Err(Error::unavailable(
+            BACKEND,
+            "the lock's message was replaced under every attempt to release it; try again",
+        ))
+    }
+
     async fn try_lock(self: &Arc<Self>, config: &LockConfig) -> Result<Option<Lock>> {
         check_lock_name(BACKEND, config.name(), Some(MAX_NAME_LEN), false)?;
         let subject = self.subject(config.name());
@@ -626,7 +993,8 @@ impl Inner {
             self.checked.get_or_try_init(|| self.check_bucket()).await?;
             // One publish that only an empty subject accepts: a fresh key, one whose lock was
             // released (purged) or expired (the server removed it).
-            let last_seq = match self.publish("try_lock", &subject, 0, at_most, at_us).await? {
+            let last_seq = match self.publish("try_lock", &subject, 0, at_most, at_us, None).await?
+            {
                 Publish::Stored(seq) => return Ok(Some(seq)),
                 Publish::WrongLast(n) => n,
             };
@@ -638,7 +1006,10 @@ impl Inner {
                     return Ok(None);
                 }
                 // Client time: a lock seen before whose lock_until has passed. Take it over.
-                return match self.publish("try_lock", &subject, last_seq, at_most, at_us).await? {
+                return match self
+                    .publish("try_lock", &subject, last_seq, at_most, at_us, None)
+                    .await?
+                {
                     Publish::Stored(seq) => Ok(Some(seq)),
                     Publish::WrongLast(_) => Ok(None),
                 };
@@ -653,7 +1024,7 @@ impl Inner {
                         seq = m.seq,
                         "taking a free lock key over its last message"
                     );
-                    match self.publish("try_lock", &subject, m.seq, at_most, at_us).await? {
+                    match self.publish("try_lock", &subject, m.seq, at_most, at_us, None).await? {
                         Publish::Stored(seq) => Ok(Some(seq)),
                         Publish::WrongLast(_) => Ok(None),
                     }
@@ -663,7 +1034,7 @@ impl Inner {
                     Ok(None)
                 }
                 // Removed in between (expired or released): free again.
-                None => match self.publish("try_lock", &subject, 0, at_most, at_us).await? {
+                None => match self.publish("try_lock", &subject, 0, at_most, at_us, None).await? {
                     Publish::Stored(seq) => Ok(Some(seq)),
                     Publish::WrongLast(_) => Ok(None),
                 },
@@ -724,7 +1095,8 @@ impl LockHandle for NatsHandle {
             };
             match keep {
                 Some((hold, at_us)) => {
-                    inner.publish("unlock", &self.subject, self.rev, hold, at_us).await?;
+                    let token = Some(self.token);
+                    inner.publish("unlock", &self.subject, self.rev, hold, at_us, token).await?;
                 }
                 None => {
                     inner.purge_up_to("unlock", &self.subject, self.rev).await?;
@@ -748,7 +1120,14 @@ impl LockHandle for NatsHandle {
         }
         with_timeout(Operation::Extend.label(), inner.settings.timeout(), async {
             match inner
-                .publish("extend", &self.subject, self.rev, config.lock_at_most_for(), at_us)
+                .publish(
+                    "extend",
+                    &self.subject,
+                    self.rev,
+                    config.lock_at_most_for(),
+                    at_us,
+                    Some(self.token),
+                )
                 .await?
             {
                 Publish::Stored(seq) => {
@@ -792,6 +1171,7 @@ impl LockProvider for NatsLockProvider {
             })
             .with_max_name_len(Some(MAX_NAME_LEN))
             .with_check(true)
+            .with_inspection(true, true, true)
     }
 
     fn backend_name(&self) -> &'static str {
@@ -804,6 +1184,56 @@ impl LockProvider for NatsLockProvider {
         with_timeout(check.label(), self.inner.settings.timeout(), self.inner.check_bucket())
             .instrument(check.span(BACKEND, ""))
             .await
+    }
+
+    /// One direct get of the key's last message. A lock message is held while it is stored (the
+    /// server removes it at its TTL) in server time, while its stored `lock_until` is ahead of
+    /// this instance's clock in client time; a tombstone is no record. The acquisition is the
+    /// fencing token (the acquiring message's stream sequence, kept in every later message).
+    async fn inspect(&self, name: &str) -> Result<Option<LockInfo>> {
+        check_lock_name(BACKEND, name, Some(MAX_NAME_LEN), false)?;
+        let inner = &self.inner;
+        let read = async {
+            let last = inner.read("inspect", name, &inner.subject(name)).await?;
+            Ok(last.map(|(_, info)| info))
+        };
+        with_timeout(Operation::Inspect.label(), inner.settings.timeout(), read)
+            .instrument(Operation::Inspect.span(BACKEND, name))
+            .await
+    }
+
+    /// The bucket's keys are not ordered by the server: an ephemeral consumer delivers the last
+    /// message of every key once, and the page keeps the `limit` smallest names after the
+    /// cursor that start with `prefix` (memory: one page). Each page reads every key of the
+    /// bucket; the cursor is the last name of the page.
+    async fn list(&self, prefix: &str, cursor: Option<&str>, limit: usize) -> Result<LockPage> {
+        if !prefix.is_empty() {
+            check_lock_name(BACKEND, prefix, Some(MAX_NAME_LEN), false)?;
+        }
+        let inner = &self.inner;
+        let list = inner.list(prefix, cursor, page_limit(limit));
+        with_timeout(Operation::List.label(), inner.settings.timeout(), list)
+            .instrument(Operation::List.span(BACKEND, prefix))
+            .await
+    }
+
+    /// A direct get, then a purge of the key up to the message read if it is still the
+    /// acquisition seen: the purge removes nothing once a newer message replaced it, so a lock
+    /// released and taken again is never touched. When the holder's extension replaced the
+    /// message in between, it reads again (up to 5 times).
+    async fn force_release(&self, seen: &LockInfo) -> Result<ForceRelease> {
+        let name = seen.name.as_str();
+        check_lock_name(BACKEND, name, Some(MAX_NAME_LEN), false)?;
+        let inner = &self.inner;
+        let release = inner.force_release(seen);
+        let released =
+            with_timeout(Operation::ForceRelease.label(), inner.settings.timeout(), release)
+                .instrument(Operation::ForceRelease.span(BACKEND, name))
+                .await?;
+        if let ForceRelease::Released(_) = released {
+            tracing::info!(provider = BACKEND, lock = name, acquisition = %seen.acquisition, "lock force-released");
+        }
+        Ok(released)
     }
 }
 
@@ -904,6 +1334,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn keys_no_name_maps_to_are_not_names() {
+        for key in ["a.b", "=2e", "=2D", "=", "=4", "=FF", "a b"] {
+            assert_eq!(name_for(key), None, "{key:?}");
+        }
+        assert_eq!(name_for("c30_=25/0").as_deref(), Some("c30_%/0"));
+    }
+
+    #[test]
+    fn server_times_and_reply_subjects_are_read() {
+        let t = |s: &str| parse_rfc3339(s).map(|t| t.duration_since(UNIX_EPOCH).unwrap());
+        assert_eq!(t("1970-01-01T00:00:00Z"), Some(Duration::ZERO));
+        assert_eq!(t("2000-03-01T00:00:01.5Z"), Some(Duration::new(951_868_801, 500_000_000)));
+        assert_eq!(
+            t("2025-05-01T10:00:00.123456789Z"),
+            Some(Duration::new(1_746_093_600, 123_456_789))
+        );
+        for bad in ["2025-05-01T10:00:00", "2025-05-01 10:00:00Z", "2025-13-01T10:00:00Z", ""] {
+            assert_eq!(t(bad), None, "{bad:?}");
+        }
+        let (seq, time, pending) =
+            ack_metadata("$JS.ACK.KV_b.c.1.42.1.1746093600000000000.7").unwrap();
+        assert_eq!((seq, pending), (42, 7));
+        assert_eq!(time.duration_since(UNIX_EPOCH).unwrap(), Duration::from_secs(1_746_093_600));
+        let v2 = ack_metadata("$JS.ACK.hub.ACC.KV_b.c.1.43.2.1746093600000000000.0.xyz").unwrap();
+        assert_eq!((v2.0, v2.2), (43, 0));
+        assert_eq!(ack_metadata("_INBOX.x"), None);
+        assert_eq!(parse_ttl("30"), Some(Duration::from_secs(30)));
+        assert_eq!(parse_ttl("never"), None);
+    }
+
+    #[test]
     fn keys_are_valid_subject_tokens_and_one_to_one() {
         let names = ["a", "a.b", "a=2Eb", "a b", "*", ">", "..", "ü", "a/b", "a\0", "=", "%2E"];
         let keys: std::collections::HashSet<_> = names.iter().map(|n| key_for(n)).collect();
@@ -912,6 +1373,9 @@ mod tests {
             assert!(k.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_/=".contains(&b)), "{k}");
         }
         assert_eq!(key_for("ü"), "=C3=BC");
+        for n in names {
+            assert_eq!(name_for(&key_for(n)).as_deref(), Some(n), "{n:?}");
+        }
         assert_eq!(key_for(&"\u{7f}".repeat(MAX_NAME_LEN)).len(), 3 * MAX_NAME_LEN);
     }
 }

@@ -53,9 +53,11 @@ use std::{
 };
 
 use shedlock::{
-    Acquisition, Capabilities, Error, Lease, Lock, LockConfig, LockHandle, LockProvider, Result,
+    Acquisition, Capabilities, Error, ForceRelease, Lease, Lock, LockConfig, LockHandle, LockInfo,
+    LockPage, LockProvider, Result, TimeSource,
+    inspect::page_limit,
     store::{Operation, ProviderSettings},
-    support::{check_lock_name, duration_millis_ceil, with_timeout},
+    support::{check_lock_name, duration_millis_ceil, from_unix_micros, with_timeout},
 };
 use tokio::{
     sync::{Mutex, oneshot},
@@ -115,6 +117,38 @@ pub fn key_for(name: &str) -> String {
     }
     key
 }
+
+/// The lock name of a znode name under the root, the inverse of [`key_for`]: `None` for a node
+/// that [`key_for`] makes of no name (the clock node, nodes other tools created).
+fn name_for(key: &str) -> Option<String> {
+    let hex = |b: u8| match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    };
+    let (mut bytes, mut rest) = (Vec::with_capacity(key.len()), key.as_bytes());
+    while let Some((&b, tail)) = rest.split_first() {
+        if b == b'%' {
+            let [hi, lo, tail @ ..] = tail else { return None };
+            bytes.push(hex(*hi)? << 4 | hex(*lo)?);
+            rest = tail;
+        } else {
+            bytes.push(b);
+            rest = tail;
+        }
+    }
+    let name = String::from_utf8(bytes).ok()?;
+    // One node per name: a node with an escape key_for would not write is no lock's.
+    (key_for(&name) == key).then_some(name)
+}
+
+/// How many lock nodes one read of [`LockProvider::list`] asks for at most (a multi-read of
+/// escaped names of up to 3 KiB each stays far below the server's 1 MiB packet limit).
+const LIST_BATCH: usize = 128;
+
+/// How often a forced release reads again when the name changed between its read and its
+/// delete.
+const FORCE_RELEASE_ATTEMPTS: usize = 3;
 
 /// Checks a root path: absolute, not `/` itself, no trailing `/`, no empty, `.` or `..`
 /// segment, no character ZooKeeper refuses in paths, and not under `/zookeeper` (the server's
@@ -416,6 +450,34 @@ fn decode_hold(data: &[u8]) -> Option<i64> {
     text.split('\n').next()?.parse::<i64>().ok().filter(|ms| *ms >= 0)
 }
 
+/// `locked_by` of a lock node: its second line (`None` for data this provider did not write).
+fn decode_locked_by(data: &[u8]) -> Option<&str> {
+    decode_hold(data)?;
+    std::str::from_utf8(data).ok()?.split_once('\n').map(|(_, by)| by)
+}
+
+/// The record of lock `name` in its lock node (`data`, `stat`), judged by the leader's `now`
+/// (ms since the epoch) as an acquire judges it: expired from `mtime + hold_ms`; a node whose
+/// data this provider did not write never expires. The acquisition and fencing token are the
+/// node's `czxid` (the acquiring transaction's zxid; extensions and the at-least rewrite keep it).
+fn record(name: &str, data: &[u8], stat: &Stat, now: i64) -> LockInfo {
+    let millis = |ms: i64| from_unix_micros(ms.saturating_mul(1000));
+    let hold = decode_hold(data);
+    let until = hold.map(|ms| stat.mtime.saturating_add(ms));
+    let held = until.is_none_or(|until| until > now);
+    let token = hold.and_then(|_| u64::try_from(stat.czxid).ok());
+    let mut info = LockInfo::new(name, stat.czxid.to_string(), held, TimeSource::Server)
+        .with_locked_at(millis(stat.mtime))
+        .with_fencing_token(token);
+    if let Some(until) = until {
+        info = info.with_lock_until(millis(until));
+    }
+    if let Some(by) = decode_locked_by(data) {
+        info = info.with_locked_by(by);
+    }
+    info
+}
+
 fn persistent() -> CreateOptions<'static> {
     CreateMode::Persistent.with_acls(Acls::anyone_all())
 }
@@ -572,12 +634,24 @@ impl Inner {
     /// costs one round trip.
     /// Without `clock`, only the read (`now` is then `None`).
     async fn look(&self, client: &Client, p: &Paths, clock: bool) -> Result<Look> {
+        let snap = self.snapshot(client, &[&p.name, &p.lock], clock).await?;
+        let mut nodes = snap.nodes.into_iter();
+        let name = nodes.next().flatten().map(|(_, stat)| stat);
+        let lock = nodes.next().flatten().map(|(data, stat)| (decode_hold(&data), stat));
+        Ok(Look { now: snap.now, sent: snap.sent, name, lock })
+    }
+
+    /// The leader's now (with `clock`: the clock node's new `mtime`) and the nodes at `paths` as
+    /// one consistent read (`None` for a missing node), pipelined: both requests leave before
+    /// either answer is awaited, so this costs one round trip.
+    async fn snapshot(&self, client: &Client, paths: &[&str], clock: bool) -> Result<Snapshot> {
         for _ in 0..2 {
             let sent = Instant::now();
             let clock = clock.then(|| client.set_data(&self.clock_path, b"", None));
             let mut reader = client.new_multi_reader();
-            reader.add_get_data(&p.name).map_err(|e| self.map(e))?;
-            reader.add_get_data(&p.lock).map_err(|e| self.map(e))?;
+            for path in paths {
+                reader.add_get_data(path).map_err(|e| self.map(e))?;
+            }
             let read = reader.commit();
             let (clock, read) = tokio::join!(
                 async {
@@ -597,34 +671,131 @@ impl Inner {
                 }
                 Some(Err(e)) => return Err(self.map(e)),
             };
-            let mut read = read.map_err(|e| self.map(e))?.into_iter();
-            let name = match read.next() {
-                Some(MultiReadResult::Data { stat, .. }) => Some(stat),
-                Some(MultiReadResult::Error { err: zookeeper_client::Error::NoNode }) => None,
-                Some(MultiReadResult::Error { err }) => return Err(self.map(err)),
-                other => {
-                    return Err(Error::backend(
-                        BACKEND,
-                        format!("unexpected read answer {other:?}"),
-                    ));
-                }
-            };
-            let lock = match read.next() {
-                Some(MultiReadResult::Data { data, stat }) => Some((decode_hold(&data), stat)),
-                Some(MultiReadResult::Error { err: zookeeper_client::Error::NoNode }) => None,
-                Some(MultiReadResult::Error { err }) => return Err(self.map(err)),
-                other => {
-                    return Err(Error::backend(
-                        BACKEND,
-                        format!("unexpected read answer {other:?}"),
-                    ));
-                }
-            };
-            return Ok(Look { now, sent, name, lock });
+            let mut nodes = Vec::with_capacity(paths.len());
+            for answer in read.map_err(|e| self.map(e))? {
+                nodes.push(match answer {
+                    MultiReadResult::Data { data, stat } => Some((data, stat)),
+                    MultiReadResult::Error { err: zookeeper_client::Error::NoNode } => None,
+                    MultiReadResult::Error { err } => return Err(self.map(err)),
+                    other => {
+                        return Err(Error::backend(
+                            BACKEND,
+                            format!("unexpected read answer {other:?}"),
+                        ));
+                    }
+                });
+            }
+            if nodes.len() != paths.len() {
+                return Err(Error::backend(
+                    BACKEND,
+                    format!("{} answers to a read of {} nodes", nodes.len(), paths.len()),
+                ));
+            }
+            return Ok(Snapshot { now, sent, nodes });
         }
         Err(Error::backend(
             BACKEND,
             format!("the clock node {} keeps disappearing", self.clock_path),
+        ))
+    }
+
+    /// [`LockProvider::inspect`] after the name check, without the time limit.
+    async fn inspect(&self, name: &str) -> Result<Option<LockInfo>> {
+        let client = self.client().await?;
+        let p = self.paths(name);
+        let snap = self.snapshot(&client, &[&p.lock], true).await?;
+        let now = snap.leader_now()?;
+        Ok(snap
+            .nodes
+            .into_iter()
+            .next()
+            .flatten()
+            .map(|(data, stat)| record(name, &data, &stat, now)))
+    }
+
+    /// [`LockProvider::list`] after the prefix check, without the time limit: the root's
+    /// children (one answer holding them all: ZooKeeper's API has no paging), decoded, filtered
+    /// by the prefix, sorted; then their lock nodes, in batches, until the page and one more
+    /// record are found (name nodes without a lock node hold no record).
+    async fn list(&self, prefix: &str, cursor: Option<&str>, limit: usize) -> Result<LockPage> {
+        let client = self.client().await?;
+        let children = match client.list_children(&self.root).await {
+            Ok(c) => c,
+            Err(zookeeper_client::Error::NoNode) => Vec::new(),
+            Err(e) => return Err(self.map(e)),
+        };
+        let mut names: Vec<String> = children
+            .iter()
+            .filter_map(|key| name_for(key))
+            .filter(|n| n.starts_with(prefix) && cursor.is_none_or(|c| n.as_str() > c))
+            .collect();
+        names.sort_unstable();
+        let mut records = Vec::new();
+        let mut rest = names.as_slice();
+        while !rest.is_empty() && records.len() <= limit {
+            let take = (limit + 1 - records.len()).min(LIST_BATCH).min(rest.len());
+            let (batch, tail) = rest.split_at(take);
+            rest = tail;
+            let paths: Vec<String> = batch.iter().map(|n| self.paths(n).lock).collect();
+            let refs: Vec<&str> = paths.iter().map(String::as_str).collect();
+            let snap = self.snapshot(&client, &refs, true).await?;
+            let now = snap.leader_now()?;
+            for (name, node) in batch.iter().zip(snap.nodes) {
+                if let Some((data, stat)) = node {
+                    records.push(record(name, &data, &stat, now));
+                }
+            }
+        }
+        let more = records.len() > limit;
+        records.truncate(limit);
+        let next = if more { records.last().map(|r| r.name.clone()) } else { None };
+        Ok(LockPage::new(records, next))
+    }
+
+    /// [`LockProvider::force_release`] after the name check, without the time limit: a read of
+    /// the name and lock nodes (with the leader's now), then, if the lock node is still the
+    /// acquisition seen (its `czxid`), one transaction: `check` the name node's version read
+    /// (no acquisition since) and `delete` the lock node.
+    async fn force_release(&self, seen: &LockInfo) -> Result<ForceRelease> {
+        let client = self.client().await?;
+        let p = self.paths(&seen.name);
+        for _ in 0..FORCE_RELEASE_ATTEMPTS {
+            let snap = self.snapshot(&client, &[&p.name, &p.lock], true).await?;
+            let now = snap.leader_now()?;
+            let mut nodes = snap.nodes.into_iter();
+            let name_node = nodes.next().flatten();
+            let Some((data, stat)) = nodes.next().flatten() else {
+                return Ok(ForceRelease::Changed(None));
+            };
+            let info = record(&seen.name, &data, &stat, now);
+            if info.acquisition != seen.acquisition {
+                return Ok(ForceRelease::Changed(Some(info)));
+            }
+            let Some((_, name_stat)) = name_node else {
+                return Err(Error::backend(
+                    BACKEND,
+                    format!("the lock node {} has no name node", p.lock),
+                ));
+            };
+            let mut w = client.new_multi_writer();
+            let built = (|| {
+                w.add_check_version(&p.name, name_stat.version)?;
+                w.add_delete(&p.lock, None)
+            })();
+            built.map_err(|e| self.map(e))?;
+            use zookeeper_client::Error as Z;
+            match w.commit().await {
+                Ok(_) => return Ok(ForceRelease::Released(info)),
+                // Released, or acquired again, in between: look again.
+                Err(MultiWriteError::OperationFailed {
+                    source: Z::NoNode | Z::BadVersion, ..
+                }) => {}
+                Err(e) => return Err(self.map(multi_source(e))),
+            }
+        }
+        Err(Error::unavailable(
+            BACKEND,
+            "the lock changed under every attempt to release it; try again",
         ))
     }
 
@@ -762,6 +933,22 @@ async fn watch_session(
                 return;
             }
         }
+    }
+}
+
+/// The answer of [`Inner::snapshot`].
+struct Snapshot {
+    /// The leader's now, in ms since the epoch (`None`: not asked).
+    now: Option<i64>,
+    /// When the requests were sent: the leader stamped `now` after this instant.
+    sent: Instant,
+    /// Each node asked for, in order: its data and stat, `None` when missing.
+    nodes: Vec<Option<(Vec<u8>, Stat)>>,
+}
+
+impl Snapshot {
+    fn leader_now(&self) -> Result<i64> {
+        self.now.ok_or_else(|| Error::backend(BACKEND, "a read without the leader's time"))
     }
 }
 
@@ -919,6 +1106,7 @@ impl LockProvider for ZooKeeperLockProvider {
             .with_granularity(Duration::from_millis(1))
             .with_max_name_len(Some(MAX_NAME_LEN))
             .with_check(true)
+            .with_inspection(true, true, true)
     }
 
     fn backend_name(&self) -> &'static str {
@@ -936,6 +1124,49 @@ impl LockProvider for ZooKeeperLockProvider {
         with_timeout(Operation::Check.label(), inner.timeout, read)
             .instrument(Operation::Check.span(BACKEND, ""))
             .await
+    }
+
+    /// The lock node, read together with a write of the clock node (its new `mtime` is the
+    /// leader's now, which judges whether the lock is held), pipelined: one round trip. The
+    /// acquisition is the lock node's `czxid`.
+    async fn inspect(&self, name: &str) -> Result<Option<LockInfo>> {
+        check_lock_name(BACKEND, name, Some(MAX_NAME_LEN), false)?;
+        let inner = &self.inner;
+        with_timeout(Operation::Inspect.label(), inner.timeout, inner.inspect(name))
+            .instrument(Operation::Inspect.span(BACKEND, name))
+            .await
+    }
+
+    /// `getChildren` of the root (ZooKeeper answers with all the children at once), filtered
+    /// by the prefix as a value on the decoded names and sorted here; then the lock nodes of the
+    /// page, each batch read together with a clock write. The cursor is the last name of the
+    /// page.
+    async fn list(&self, prefix: &str, cursor: Option<&str>, limit: usize) -> Result<LockPage> {
+        if !prefix.is_empty() {
+            check_lock_name(BACKEND, prefix, Some(MAX_NAME_LEN), false)?;
+        }
+        let inner = &self.inner;
+        let list = inner.list(prefix, cursor, page_limit(limit));
+        with_timeout(Operation::List.label(), inner.timeout, list)
+            .instrument(Operation::List.span(BACKEND, prefix))
+            .await
+    }
+
+    /// A read of the name and lock nodes, then, if the lock node is still the acquisition seen,
+    /// a transaction that checks the name node's version and deletes the lock node. The holder
+    /// that lost it fails its next extend (`LockLost`); its unlock changes nothing.
+    async fn force_release(&self, seen: &LockInfo) -> Result<ForceRelease> {
+        let name = seen.name.as_str();
+        check_lock_name(BACKEND, name, Some(MAX_NAME_LEN), false)?;
+        let inner = &self.inner;
+        let released =
+            with_timeout(Operation::ForceRelease.label(), inner.timeout, inner.force_release(seen))
+                .instrument(Operation::ForceRelease.span(BACKEND, name))
+                .await?;
+        if let ForceRelease::Released(_) = released {
+            tracing::info!(provider = BACKEND, lock = name, acquisition = %seen.acquisition, "lock force-released");
+        }
+        Ok(released)
     }
 }
 
@@ -1032,7 +1263,47 @@ mod tests {
     #[test]
     fn lock_data_round_trips_and_rounds_up() {
         assert_eq!(decode_hold(&encode(Duration::from_micros(1500), "h/1")), Some(3));
+        assert_eq!(
+            decode_locked_by(&encode(Duration::from_micros(1500), "h/1\nx")),
+            Some("h/1\nx")
+        );
         assert_eq!(decode_hold(b"junk"), None);
+        assert_eq!(decode_locked_by(b"junk\nx"), None);
+    }
+
+    #[test]
+    fn node_names_decode_to_the_names_they_were_made_of_and_others_to_none() {
+        for n in ["a", "a.b", "a%2Eb", "a b", "/", "..", "ü", "c30_%/0", "%"] {
+            assert_eq!(name_for(&key_for(n)).as_deref(), Some(n), "{n:?}");
+        }
+        for key in [".clock", "%2e", "%2D", "%", "%4", "a.b", "%FF"] {
+            assert_eq!(name_for(key), None, "{key:?}");
+        }
+    }
+
+    #[test]
+    fn records_are_judged_by_the_leaders_now() {
+        let stat = Stat {
+            czxid: 42,
+            mzxid: 42,
+            pzxid: 42,
+            ctime: 1_000,
+            mtime: 1_000,
+            version: 0,
+            cversion: 0,
+            aversion: 0,
+            ephemeral_owner: 7,
+            data_length: 0,
+            num_children: 0,
+        };
+        let data = encode(Duration::from_millis(99), "me");
+        let held = record("n", &data, &stat, 1_099);
+        assert!(held.held);
+        assert_eq!((held.acquisition.as_str(), held.fencing_token), ("42", Some(42)));
+        assert_eq!(held.locked_by.as_deref(), Some("me"));
+        assert!(!record("n", &data, &stat, 1_100).held, "expired at mtime + hold_ms");
+        let foreign = record("n", b"junk", &stat, i64::MAX);
+        assert!(foreign.held && foreign.lock_until.is_none() && foreign.fencing_token.is_none());
     }
 }
 

@@ -356,3 +356,50 @@ async fn a_server_gone_after_connecting_is_unavailable_and_the_message_says_why(
     proxy.cut_all();
     assert_named(&p, "the server gone", GONE).await;
 }
+
+#[tokio::test]
+async fn inspection_sees_the_at_least_remainder_as_the_same_acquisition_and_force_release_ends_it()
+{
+    let shared = prefix();
+    let (p, other) = (provider(&shared).await, provider(&shared).await);
+    let lock = p.try_lock(&cfg("least", 30_000, 20_000)).await.unwrap().expect("free");
+    let seen = other.inspect("least").await.unwrap().expect("a record");
+    lock.unlock().await.unwrap();
+    // Within lock_at_least_for the key lives on a short lease: still held, still this acquisition.
+    let rest = other.inspect("least").await.unwrap().expect("kept for at-least");
+    assert!(rest.held);
+    assert_eq!(
+        (rest.acquisition.as_str(), rest.fencing_token),
+        (seen.acquisition.as_str(), seen.fencing_token)
+    );
+    match other.force_release(&rest).await.unwrap() {
+        shedlock::ForceRelease::Released(r) => assert_eq!(r.acquisition, seen.acquisition),
+        x => panic!("{x:?}"),
+    }
+    assert!(other.inspect("least").await.unwrap().is_none());
+    other
+        .try_lock(&cfg("least", 30_000, 0))
+        .await
+        .unwrap()
+        .expect("free at once")
+        .unlock()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_key_under_the_prefix_that_no_provider_wrote_is_a_backend_error_not_a_panic() {
+    let p = provider(&prefix()).await;
+    let mut c = p.client();
+    c.put(p.key("foreign"), vec![0xff, 0xfe], None).await.unwrap();
+    let mut bad_key = p.key("x");
+    bad_key.push(0xff);
+    c.put(bad_key, "someone", None).await.unwrap();
+    assert!(matches!(p.inspect("foreign").await, Err(Error::Backend { .. })));
+    assert!(matches!(p.list("", None, 10).await, Err(Error::Backend { .. })));
+    // A page that does not reach the bad keys is answered.
+    let locked = p.try_lock(&cfg("a", 30_000, 0)).await.unwrap().expect("free");
+    let page = p.list("a", None, 10).await.unwrap();
+    assert_eq!(page.records.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["a"]);
+    locked.unlock().await.unwrap();
+}

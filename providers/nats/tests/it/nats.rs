@@ -569,3 +569,74 @@ async fn a_server_gone_after_connecting_is_unavailable_and_the_message_says_why(
         .collect();
     assert_named(&p, "the server gone", &lost).await;
 }
+
+/// `nats kv put` of a plain value (no TTL, not a lock message).
+async fn kv_put(c: &Client, subject: String, value: &str) {
+    let m = raw(c, subject, HeaderMap::new(), value).await;
+    assert!(!String::from_utf8_lossy(&m.payload).contains("error"));
+}
+
+#[tokio::test]
+async fn list_decodes_escaped_keys_pages_by_name_and_skips_keys_no_name_maps_to() {
+    let (a, b) = two_nodes().await;
+    // Names whose keys are escaped (`.`, space, `=`, `*`, `>`, non-ASCII), and one that is
+    // another's escaped form: each is listed under its own name, once, in name order.
+    let names = ["p.a", "p a", "p=2E", "p*", "p>", "pü", "p_%/x", "p"];
+    let mut held = Vec::new();
+    for n in names {
+        held.push(a.try_lock(&cfg(n, 30_000, 0)).await.unwrap().expect("free"));
+    }
+    let c = client().await;
+    // Keys other tools wrote, which no lock name maps to: not listed, and no error.
+    kv_put(&c, format!("$KV.{}.p=2e", a.bucket()), "x").await;
+    kv_put(&c, format!("$KV.{}.p.dotted", a.bucket()), "x").await;
+    let mut listed = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = b.list("p", cursor.as_deref(), 3).await.unwrap();
+        assert!(page.records.len() <= 3);
+        listed.extend(page.records.into_iter().map(|r| r.name));
+        match page.next {
+            Some(n) => cursor = Some(n),
+            None => break,
+        }
+    }
+    let mut expected: Vec<&str> = names.to_vec();
+    expected.sort_unstable();
+    assert_eq!(listed, expected, "every name once, in name order, pages of 3");
+    let only = b.list("p=", None, 10).await.unwrap();
+    assert_eq!(only.records.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["p=2E"]);
+    assert!(b.list("nothing", None, 10).await.unwrap().records.is_empty());
+    for l in held {
+        l.unlock().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn inspect_reports_server_times_and_a_hand_put_value_can_be_seen_and_force_released() {
+    let (a, b) = two_nodes().await;
+    let lock = a.try_lock(&cfg("timed", 30_000, 0)).await.unwrap().expect("free");
+    let info = b.inspect("timed").await.unwrap().expect("held");
+    let (at, until) = (info.locked_at.expect("locked_at"), info.lock_until.expect("lock_until"));
+    assert_eq!(until.duration_since(at).unwrap(), Duration::from_secs(30), "the message's TTL");
+    let skew = at.duration_since(std::time::SystemTime::now() - Duration::from_secs(60));
+    assert!(skew.is_ok_and(|d| d < Duration::from_secs(120)), "a server time near now: {at:?}");
+    assert!(info.locked_by.is_some_and(|by| !by.is_empty()));
+    lock.unlock().await.unwrap();
+
+    // A value put by hand holds the name: inspected as held, no holder, and an operator can
+    // release it.
+    let c = client().await;
+    kv_put(&c, a.subject_for("manual"), "not json").await;
+    assert!(a.try_lock(&cfg("manual", 30_000, 0)).await.unwrap().is_none());
+    let seen = b.inspect("manual").await.unwrap().expect("a record");
+    assert!(seen.held && seen.locked_by.is_none() && seen.fencing_token.is_none(), "{seen:?}");
+    assert!(matches!(b.force_release(&seen).await.unwrap(), shedlock::ForceRelease::Released(_)));
+    a.try_lock(&cfg("manual", 30_000, 0)).await.unwrap().expect("free").unlock().await.unwrap();
+
+    // A tombstone (`nats kv del`) is no record.
+    let l = a.try_lock(&cfg("gone", 30_000, 0)).await.unwrap().expect("free");
+    kv_del(&c, &a, "gone").await;
+    assert_eq!(b.inspect("gone").await.unwrap(), None);
+    drop(l);
+}

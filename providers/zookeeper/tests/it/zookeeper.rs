@@ -233,3 +233,72 @@ async fn an_extend_dropped_in_flight_does_not_stop_the_unlock_from_freeing_the_n
     lock.unlock().await.unwrap();
     assert!(other.try_lock(&c).await.unwrap().is_some(), "the unlock left the name held");
 }
+
+#[tokio::test]
+async fn list_skips_released_names_and_foreign_nodes_and_pages_past_many_stale_names() {
+    let cs = connect_string().await;
+    let root = root();
+    let p = common::provider(&cs, &root);
+    let admin = common::admin(&cs).await;
+    // 140 released names (their name nodes stay, without lock nodes): more than one read batch
+    // of lock nodes, before and between the held ones.
+    for i in 0..140 {
+        let l = p.try_lock(&cfg(&format!("job/{i:03}"), 60_000, 0)).await.unwrap().expect("free");
+        l.unlock().await.unwrap();
+    }
+    let held_names = ["job/000x", "job/139x", "job%", "job.a"];
+    let mut held = Vec::new();
+    for n in held_names {
+        held.push(p.try_lock(&cfg(n, 60_000, 0)).await.unwrap().expect("free"));
+    }
+    // Nodes no lock name maps to (the clock node is one): not listed, no error.
+    let open =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    admin.create(&format!("{root}/foreign.node"), b"", &open).await.unwrap();
+    admin.create(&format!("{root}/job%2f"), b"", &open).await.unwrap();
+
+    let mut listed = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..10 {
+        let page = p.list("job", cursor.as_deref(), 3).await.unwrap();
+        assert!(page.records.len() <= 3 && page.records.iter().all(|r| r.held), "{page:?}");
+        listed.extend(page.records.into_iter().map(|r| r.name));
+        match page.next {
+            Some(n) => cursor = Some(n),
+            None => break,
+        }
+    }
+    let mut expected = held_names.to_vec();
+    expected.sort_unstable();
+    assert_eq!(listed, expected);
+    // The prefix is a value: `job%` is one name, not a pattern (its node is `job%25`).
+    let only = p.list("job%", None, 10).await.unwrap();
+    assert_eq!(only.records.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["job%"]);
+    assert_eq!(only.next, None);
+    for l in held {
+        l.unlock().await.unwrap();
+    }
+    assert!(p.list("", None, 1000).await.unwrap().records.is_empty(), "all released");
+}
+
+#[tokio::test]
+async fn inspection_reports_the_leaders_times_and_the_at_least_remainder_as_the_same_acquisition() {
+    let cs = connect_string().await;
+    let root = root();
+    let (p, other) = (common::provider(&cs, &root), common::provider(&cs, &root));
+    let lock = p.try_lock(&cfg("least", 60_000, 20_000)).await.unwrap().expect("free");
+    let seen = other.inspect("least").await.unwrap().expect("held");
+    let (at, until) = (seen.locked_at.unwrap(), seen.lock_until.unwrap());
+    assert_eq!(until.duration_since(at).unwrap(), Duration::from_millis(60_001), "mtime + hold_ms");
+    lock.unlock().await.unwrap();
+    let rest = other.inspect("least").await.unwrap().expect("kept for at-least");
+    assert!(rest.held);
+    assert_eq!((&rest.acquisition, rest.fencing_token), (&seen.acquisition, seen.fencing_token));
+    assert!(rest.lock_until.unwrap() < until, "the rest of at-least, not at-most");
+    match other.force_release(&rest).await.unwrap() {
+        shedlock::ForceRelease::Released(r) => assert_eq!(r.acquisition, seen.acquisition),
+        x => panic!("{x:?}"),
+    }
+    assert_eq!(other.inspect("least").await.unwrap(), None);
+    other.try_lock(&cfg("least", 60_000, 0)).await.unwrap().expect("free").unlock().await.unwrap();
+}
