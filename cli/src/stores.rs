@@ -140,8 +140,7 @@ pub(crate) async fn nats(url: &str, password: Option<String>, args: &StoreArgs) 
     let timeout = args.timeout();
     let mut options = async_nats::ConnectOptions::new()
         .connection_timeout(timeout)
-        .request_timeout(Some(timeout))
-        .retry_on_initial_connect();
+        .request_timeout(Some(timeout));
     options = match (a.user, password) {
         (Some(user), Some(p)) => options.user_and_password(user.to_owned(), p),
         (None, Some(token)) => options.token(token),

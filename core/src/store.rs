@@ -173,6 +173,33 @@ impl Operation {
     pub fn timed_out(self, after: Duration) -> Error {
         Error::Timeout { operation: self.label(), after }
     }
+
+    /// Runs `fut` as this operation of `provider` on `lock` (the lock name; empty for `check`,
+    /// the prefix for `list`): inside its [`span`](Self::span), bounded by `timeout` (on expiry
+    /// the future is dropped and the answer is this operation's [`Error::Timeout`]). What
+    /// [`StoreProvider`] does around each store call, for a provider that implements
+    /// [`LockProvider`] itself.
+    pub async fn run<T>(
+        self,
+        provider: &'static str,
+        lock: &str,
+        timeout: Option<Duration>,
+        fut: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        crate::support::with_timeout(self.label(), timeout, fut)
+            .instrument(self.span(provider, lock))
+            .await
+    }
+}
+
+/// Logs a successful forced release at info level (`lock force-released`, with `provider`,
+/// `lock` and `acquisition`), as every provider does after
+/// [`LockProvider::force_release`] released a lock; anything else logs nothing.
+pub fn log_forced_release(provider: &'static str, seen: &LockInfo, outcome: &ForceRelease) {
+    if let ForceRelease::Released(_) = outcome {
+        let lock = seen.name.as_str();
+        tracing::info!(provider, lock, acquisition = %seen.acquisition, "lock force-released");
+    }
 }
 
 impl fmt::Display for Operation {
@@ -908,10 +935,7 @@ impl<S: LeaseStore> LockProvider for StoreProvider<S> {
         inner.check_name(&seen.name)?;
         let fut = inner.store.force_release(seen, &inner.settings);
         let released = inner.call(Operation::ForceRelease, &seen.name, fut).await?;
-        if let ForceRelease::Released(_) = released {
-            let (backend, lock) = (inner.settings.backend, seen.name.as_str());
-            tracing::info!(provider = backend, lock, acquisition = %seen.acquisition, "lock force-released");
-        }
+        log_forced_release(inner.settings.backend, seen, &released);
         Ok(released)
     }
 }

@@ -188,10 +188,9 @@ pub fn server_from_env(backend: Backend) -> bool {
 /// The conformance options of a server-backed provider's `tests/conformance.rs`: from the
 /// environment, and, when the server's URL comes from the environment (`backend`'s variable), C25
 /// declared not applicable, since such a server is not ours to restart ([`server_hooks`] offers no
-/// restart hook then); C30 and C31 declared unsupported where the provider does not implement
-/// inspection yet.
+/// restart hook then).
 pub fn server_options(backend: Backend) -> Options {
-    let options = expect_no_inspection_yet(backend, Options::from_env());
+    let options = Options::from_env();
     if !server_from_env(backend) {
         return options;
     }
@@ -202,18 +201,6 @@ pub fn server_options(backend: Backend) -> Options {
             backend.env_var()
         ),
     )
-}
-
-/// The providers that do not implement inspection (C30, C31) yet: they declare both checks
-/// unsupported until they do, with that reason in their reports.
-fn expect_no_inspection_yet(backend: Backend, options: Options) -> Options {
-    let not_yet = [
-    ];
-    if !not_yet.contains(&backend) {
-        return options;
-    }
-    let why = "inspection (inspect, list, force_release) is not implemented by this provider yet";
-    options.expect_unsupported("C30", why).expect_unsupported("C31", why)
 }
 
 /// One suite of a provider's conformance binary on `backend`'s server

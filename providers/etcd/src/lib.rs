@@ -56,11 +56,10 @@ use shedlock::{
     Acquisition, Capabilities, Error, ForceRelease, Lock, LockConfig, LockHandle, LockInfo,
     LockPage, LockProvider, Result, TimeSource,
     inspect::page_limit,
-    store::{Operation, ProviderSettings},
+    store::{Operation, ProviderSettings, log_forced_release},
     support::{check_lock_name, duration_secs_ceil, with_timeout},
 };
 use tokio::time::Instant;
-use tracing::Instrument;
 
 const BACKEND: &str = "etcd";
 
@@ -632,10 +631,9 @@ impl LockProvider for EtcdLockProvider {
         let key = self.key(config.name());
         let ttl = ttl_secs(config.lock_at_most_for());
         let acquisition = Acquisition::begin(config);
-        let acquired =
-            with_timeout(Operation::TryLock.label(), self.inner.timeout, self.acquire(&key, ttl))
-                .instrument(Operation::TryLock.span(BACKEND, config.name()))
-                .await?;
+        let acquired = Operation::TryLock
+            .run(BACKEND, config.name(), self.inner.timeout, self.acquire(&key, ttl))
+            .await?;
         let Some((lease, revision)) = acquired else {
             tracing::trace!(lock = %config.name(), "etcd: held elsewhere");
             return Ok(None);
@@ -687,9 +685,7 @@ impl LockProvider for EtcdLockProvider {
             .await
             .map_err(Failure::into_error)
         };
-        with_timeout(Operation::Check.label(), self.inner.timeout, read)
-            .instrument(Operation::Check.span(BACKEND, ""))
-            .await
+        Operation::Check.run(BACKEND, "", self.inner.timeout, read).await
     }
 
     /// One linearizable read of the lock's key. A key exists only while its lease lives (the
@@ -708,9 +704,7 @@ impl LockProvider for EtcdLockProvider {
             .map_err(Failure::into_error)?;
             resp.take_kvs().first().map(|kv| record(name, kv)).transpose()
         };
-        with_timeout(Operation::Inspect.label(), self.inner.timeout, read)
-            .instrument(Operation::Inspect.span(BACKEND, name))
-            .await
+        Operation::Inspect.run(BACKEND, name, self.inner.timeout, read).await
     }
 
     /// One linearizable range read of the keys `<key prefix><prefix>…` after the cursor's key,
@@ -763,9 +757,7 @@ impl LockProvider for EtcdLockProvider {
             let next = if more { records.last().map(|r| r.name.clone()) } else { None };
             Ok(LockPage::new(records, next))
         };
-        with_timeout(Operation::List.label(), self.inner.timeout, read)
-            .instrument(Operation::List.span(BACKEND, prefix))
-            .await
+        Operation::List.run(BACKEND, prefix, self.inner.timeout, read).await
     }
 
     /// One transaction: `create_revision(key) = seen → delete(key)` (answering the deleted key),
@@ -803,12 +795,9 @@ impl LockProvider for EtcdLockProvider {
             };
             g.kvs().first().map(|kv| record(name, kv)).transpose().map(ForceRelease::Changed)
         };
-        let released = with_timeout(Operation::ForceRelease.label(), self.inner.timeout, release)
-            .instrument(Operation::ForceRelease.span(BACKEND, name))
-            .await?;
-        if let ForceRelease::Released(_) = released {
-            tracing::info!(provider = BACKEND, lock = name, acquisition = %seen.acquisition, "lock force-released");
-        }
+        let released =
+            Operation::ForceRelease.run(BACKEND, name, self.inner.timeout, release).await?;
+        log_forced_release(BACKEND, seen, &released);
         Ok(released)
     }
 }
@@ -971,16 +960,12 @@ impl EtcdHandle {
 impl LockHandle for EtcdHandle {
     async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
         let timeout = self.provider.inner.timeout;
-        with_timeout(Operation::Unlock.label(), timeout, self.release(config))
-            .instrument(Operation::Unlock.span(BACKEND, config.name()))
-            .await
+        Operation::Unlock.run(BACKEND, config.name(), timeout, self.release(config)).await
     }
 
     async fn extend(&mut self, config: &LockConfig) -> Result<()> {
         let timeout = self.provider.inner.timeout;
-        with_timeout(Operation::Extend.label(), timeout, self.prolong(config))
-            .instrument(Operation::Extend.span(BACKEND, config.name()))
-            .await
+        Operation::Extend.run(BACKEND, config.name(), timeout, self.prolong(config)).await
     }
 
     fn fencing_token(&self) -> Option<u64> {

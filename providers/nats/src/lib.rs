@@ -57,7 +57,7 @@ use shedlock::{
     Acquisition, Capabilities, Error, ForceRelease, Lock, LockConfig, LockHandle, LockInfo,
     LockPage, LockProvider, Result,
     inspect::page_limit,
-    store::{Operation, ProviderSettings, Settings},
+    store::{Operation, ProviderSettings, Settings, log_forced_release},
     support::{
         MAX_DURATION, check_lock_name, duration_micros, duration_secs_ceil, from_unix_micros,
         unix_micros, with_timeout,
@@ -987,61 +987,67 @@ impl Inner {
         let at_most = config.lock_at_most_for();
         let acquisition = Acquisition::begin(config);
         let at_us = self.now_us();
-        let won = with_timeout(Operation::TryLock.label(), self.settings.timeout(), async {
-            // Once per provider: the bucket exists and is fit for locks (one request, on the
-            // first call only; a failure is not remembered, so the next call checks again).
-            self.checked.get_or_try_init(|| self.check_bucket()).await?;
-            // One publish that only an empty subject accepts: a fresh key, one whose lock was
-            // released (purged) or expired (the server removed it).
-            let last_seq = match self.publish("try_lock", &subject, 0, at_most, at_us, None).await?
-            {
-                Publish::Stored(seq) => return Ok(Some(seq)),
-                Publish::WrongLast(n) => n,
-            };
-            // The subject holds message `last_seq`. Known to be a live lock: held, and no
-            // second round trip.
-            if let Some(until) = self.known_lock(&subject, last_seq) {
-                let expired = matches!((until, self.now_us()), (Some(u), Some(now)) if u <= now);
-                if !expired {
-                    return Ok(None);
-                }
-                // Client time: a lock seen before whose lock_until has passed. Take it over.
-                return match self
-                    .publish("try_lock", &subject, last_seq, at_most, at_us, None)
-                    .await?
-                {
-                    Publish::Stored(seq) => Ok(Some(seq)),
-                    Publish::WrongLast(_) => Ok(None),
-                };
-            }
-            // Otherwise look at it: a live lock is held (and remembered); a tombstone left by
-            // an operator (`nats kv del`), a server marker, or in client time an expired lock,
-            // leaves the key free: take it over, owner-checked by its sequence.
-            match self.last(&subject).await? {
-                Some(m) if self.is_free(&m) => {
-                    tracing::debug!(
-                        subject,
-                        seq = m.seq,
-                        "taking a free lock key over its last message"
-                    );
-                    match self.publish("try_lock", &subject, m.seq, at_most, at_us, None).await? {
+        let won = Operation::TryLock
+            .run(BACKEND, config.name(), self.settings.timeout(), async {
+                // Once per provider: the bucket exists and is fit for locks (one request, on the
+                // first call only; a failure is not remembered, so the next call checks again).
+                self.checked.get_or_try_init(|| self.check_bucket()).await?;
+                // One publish that only an empty subject accepts: a fresh key, one whose lock was
+                // released (purged) or expired (the server removed it).
+                let last_seq =
+                    match self.publish("try_lock", &subject, 0, at_most, at_us, None).await? {
+                        Publish::Stored(seq) => return Ok(Some(seq)),
+                        Publish::WrongLast(n) => n,
+                    };
+                // The subject holds message `last_seq`. Known to be a live lock: held, and no
+                // second round trip.
+                if let Some(until) = self.known_lock(&subject, last_seq) {
+                    let expired =
+                        matches!((until, self.now_us()), (Some(u), Some(now)) if u <= now);
+                    if !expired {
+                        return Ok(None);
+                    }
+                    // Client time: a lock seen before whose lock_until has passed. Take it over.
+                    return match self
+                        .publish("try_lock", &subject, last_seq, at_most, at_us, None)
+                        .await?
+                    {
                         Publish::Stored(seq) => Ok(Some(seq)),
                         Publish::WrongLast(_) => Ok(None),
+                    };
+                }
+                // Otherwise look at it: a live lock is held (and remembered); a tombstone left by
+                // an operator (`nats kv del`), a server marker, or in client time an expired lock,
+                // leaves the key free: take it over, owner-checked by its sequence.
+                match self.last(&subject).await? {
+                    Some(m) if self.is_free(&m) => {
+                        tracing::debug!(
+                            subject,
+                            seq = m.seq,
+                            "taking a free lock key over its last message"
+                        );
+                        match self
+                            .publish("try_lock", &subject, m.seq, at_most, at_us, None)
+                            .await?
+                        {
+                            Publish::Stored(seq) => Ok(Some(seq)),
+                            Publish::WrongLast(_) => Ok(None),
+                        }
+                    }
+                    Some(m) => {
+                        self.remember_lock(&subject, m.seq, m.lock_until_us);
+                        Ok(None)
+                    }
+                    // Removed in between (expired or released): free again.
+                    None => {
+                        match self.publish("try_lock", &subject, 0, at_most, at_us, None).await? {
+                            Publish::Stored(seq) => Ok(Some(seq)),
+                            Publish::WrongLast(_) => Ok(None),
+                        }
                     }
                 }
-                Some(m) => {
-                    self.remember_lock(&subject, m.seq, m.lock_until_us);
-                    Ok(None)
-                }
-                // Removed in between (expired or released): free again.
-                None => match self.publish("try_lock", &subject, 0, at_most, at_us, None).await? {
-                    Publish::Stored(seq) => Ok(Some(seq)),
-                    Publish::WrongLast(_) => Ok(None),
-                },
-            }
-        })
-        .instrument(Operation::TryLock.span(BACKEND, config.name()))
-        .await?;
+            })
+            .await?;
         let Some(seq) = won else { return Ok(None) };
         let handle = NatsHandle {
             inner: self.clone(),
@@ -1076,36 +1082,38 @@ struct NatsHandle {
 impl LockHandle for NatsHandle {
     async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
         let inner = &self.inner;
-        with_timeout(Operation::Unlock.label(), inner.settings.timeout(), async {
-            let at_least = config.lock_at_least_for();
-            // While lock_at_least_for lasts, republish (owner-checked) to hold the key until it
-            // ends; after it, remove the message. A stale holder's republish fails the sequence
-            // check and its purge finds a newer message: nothing changes either way.
-            let keep = match self.at_us {
-                // Client time: `lock_until` = the stored locked_at + lock_at_least_for.
-                Some(at) => {
-                    let until = at.saturating_add(duration_micros(at_least));
-                    (until > inner.now_us().unwrap_or(i64::MAX)).then_some((at_least, Some(at)))
+        Operation::Unlock
+            .run(BACKEND, config.name(), inner.settings.timeout(), async {
+                let at_least = config.lock_at_least_for();
+                // While lock_at_least_for lasts, republish (owner-checked) to hold the key until it
+                // ends; after it, remove the message. A stale holder's republish fails the sequence
+                // check and its purge finds a newer message: nothing changes either way.
+                let keep = match self.at_us {
+                    // Client time: `lock_until` = the stored locked_at + lock_at_least_for.
+                    Some(at) => {
+                        let until = at.saturating_add(duration_micros(at_least));
+                        (until > inner.now_us().unwrap_or(i64::MAX)).then_some((at_least, Some(at)))
+                    }
+                    // Server time: a TTL of what remains, counted from the acquire's answer.
+                    None => at_least
+                        .checked_sub(self.since.elapsed())
+                        .filter(|d| !d.is_zero())
+                        .map(|d| (d, None)),
+                };
+                match keep {
+                    Some((hold, at_us)) => {
+                        let token = Some(self.token);
+                        inner
+                            .publish("unlock", &self.subject, self.rev, hold, at_us, token)
+                            .await?;
+                    }
+                    None => {
+                        inner.purge_up_to("unlock", &self.subject, self.rev).await?;
+                    }
                 }
-                // Server time: a TTL of what remains, counted from the acquire's answer.
-                None => at_least
-                    .checked_sub(self.since.elapsed())
-                    .filter(|d| !d.is_zero())
-                    .map(|d| (d, None)),
-            };
-            match keep {
-                Some((hold, at_us)) => {
-                    let token = Some(self.token);
-                    inner.publish("unlock", &self.subject, self.rev, hold, at_us, token).await?;
-                }
-                None => {
-                    inner.purge_up_to("unlock", &self.subject, self.rev).await?;
-                }
-            }
-            Ok(())
-        })
-        .instrument(Operation::Unlock.span(BACKEND, config.name()))
-        .await
+                Ok(())
+            })
+            .await
     }
 
     async fn extend(&mut self, config: &LockConfig) -> Result<()> {
@@ -1118,31 +1126,34 @@ impl LockHandle for NatsHandle {
         {
             return Err(Error::LockLost { name: config.name().to_owned() });
         }
-        with_timeout(Operation::Extend.label(), inner.settings.timeout(), async {
-            match inner
-                .publish(
-                    "extend",
-                    &self.subject,
-                    self.rev,
-                    config.lock_at_most_for(),
-                    at_us,
-                    Some(self.token),
-                )
-                .await?
-            {
-                Publish::Stored(seq) => {
-                    self.rev = seq;
-                    self.since = Instant::now();
-                    self.at_us = at_us;
-                    self.until_us = at_us
-                        .map(|at| at.saturating_add(duration_micros(config.lock_at_most_for())));
-                    Ok(())
+        Operation::Extend
+            .run(BACKEND, config.name(), inner.settings.timeout(), async {
+                match inner
+                    .publish(
+                        "extend",
+                        &self.subject,
+                        self.rev,
+                        config.lock_at_most_for(),
+                        at_us,
+                        Some(self.token),
+                    )
+                    .await?
+                {
+                    Publish::Stored(seq) => {
+                        self.rev = seq;
+                        self.since = Instant::now();
+                        self.at_us = at_us;
+                        self.until_us = at_us.map(|at| {
+                            at.saturating_add(duration_micros(config.lock_at_most_for()))
+                        });
+                        Ok(())
+                    }
+                    Publish::WrongLast(_) => {
+                        Err(Error::LockLost { name: config.name().to_owned() })
+                    }
                 }
-                Publish::WrongLast(_) => Err(Error::LockLost { name: config.name().to_owned() }),
-            }
-        })
-        .instrument(Operation::Extend.span(BACKEND, config.name()))
-        .await
+            })
+            .await
     }
 
     fn fencing_token(&self) -> Option<u64> {
@@ -1197,9 +1208,7 @@ impl LockProvider for NatsLockProvider {
             let last = inner.read("inspect", name, &inner.subject(name)).await?;
             Ok(last.map(|(_, info)| info))
         };
-        with_timeout(Operation::Inspect.label(), inner.settings.timeout(), read)
-            .instrument(Operation::Inspect.span(BACKEND, name))
-            .await
+        Operation::Inspect.run(BACKEND, name, inner.settings.timeout(), read).await
     }
 
     /// The bucket's keys are not ordered by the server: an ephemeral consumer delivers the last
@@ -1212,9 +1221,7 @@ impl LockProvider for NatsLockProvider {
         }
         let inner = &self.inner;
         let list = inner.list(prefix, cursor, page_limit(limit));
-        with_timeout(Operation::List.label(), inner.settings.timeout(), list)
-            .instrument(Operation::List.span(BACKEND, prefix))
-            .await
+        Operation::List.run(BACKEND, prefix, inner.settings.timeout(), list).await
     }
 
     /// A direct get, then a purge of the key up to the message read if it is still the
@@ -1227,12 +1234,8 @@ impl LockProvider for NatsLockProvider {
         let inner = &self.inner;
         let release = inner.force_release(seen);
         let released =
-            with_timeout(Operation::ForceRelease.label(), inner.settings.timeout(), release)
-                .instrument(Operation::ForceRelease.span(BACKEND, name))
-                .await?;
-        if let ForceRelease::Released(_) = released {
-            tracing::info!(provider = BACKEND, lock = name, acquisition = %seen.acquisition, "lock force-released");
-        }
+            Operation::ForceRelease.run(BACKEND, name, inner.settings.timeout(), release).await?;
+        log_forced_release(BACKEND, seen, &released);
         Ok(released)
     }
 }

@@ -56,7 +56,7 @@ use shedlock::{
     Acquisition, Capabilities, Error, ForceRelease, Lease, Lock, LockConfig, LockHandle, LockInfo,
     LockPage, LockProvider, Result, TimeSource,
     inspect::page_limit,
-    store::{Operation, ProviderSettings},
+    store::{Operation, ProviderSettings, log_forced_release},
     support::{check_lock_name, duration_millis_ceil, from_unix_micros, with_timeout},
 };
 use tokio::{
@@ -1121,9 +1121,7 @@ impl LockProvider for ZooKeeperLockProvider {
             let client = inner.client().await?;
             client.check_stat(&inner.root).await.map(drop).map_err(|e| inner.map(e))
         };
-        with_timeout(Operation::Check.label(), inner.timeout, read)
-            .instrument(Operation::Check.span(BACKEND, ""))
-            .await
+        Operation::Check.run(BACKEND, "", inner.timeout, read).await
     }
 
     /// The lock node, read together with a write of the clock node (its new `mtime` is the
@@ -1132,9 +1130,7 @@ impl LockProvider for ZooKeeperLockProvider {
     async fn inspect(&self, name: &str) -> Result<Option<LockInfo>> {
         check_lock_name(BACKEND, name, Some(MAX_NAME_LEN), false)?;
         let inner = &self.inner;
-        with_timeout(Operation::Inspect.label(), inner.timeout, inner.inspect(name))
-            .instrument(Operation::Inspect.span(BACKEND, name))
-            .await
+        Operation::Inspect.run(BACKEND, name, inner.timeout, inner.inspect(name)).await
     }
 
     /// `getChildren` of the root (ZooKeeper answers with all the children at once), filtered
@@ -1147,9 +1143,7 @@ impl LockProvider for ZooKeeperLockProvider {
         }
         let inner = &self.inner;
         let list = inner.list(prefix, cursor, page_limit(limit));
-        with_timeout(Operation::List.label(), inner.timeout, list)
-            .instrument(Operation::List.span(BACKEND, prefix))
-            .await
+        Operation::List.run(BACKEND, prefix, inner.timeout, list).await
     }
 
     /// A read of the name and lock nodes, then, if the lock node is still the acquisition seen,
@@ -1159,13 +1153,10 @@ impl LockProvider for ZooKeeperLockProvider {
         let name = seen.name.as_str();
         check_lock_name(BACKEND, name, Some(MAX_NAME_LEN), false)?;
         let inner = &self.inner;
-        let released =
-            with_timeout(Operation::ForceRelease.label(), inner.timeout, inner.force_release(seen))
-                .instrument(Operation::ForceRelease.span(BACKEND, name))
-                .await?;
-        if let ForceRelease::Released(_) = released {
-            tracing::info!(provider = BACKEND, lock = name, acquisition = %seen.acquisition, "lock force-released");
-        }
+        let released = Operation::ForceRelease
+            .run(BACKEND, name, inner.timeout, inner.force_release(seen))
+            .await?;
+        log_forced_release(BACKEND, seen, &released);
         Ok(released)
     }
 }
