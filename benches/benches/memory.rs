@@ -63,6 +63,10 @@ fn main() {
         async move { Arc::new(MemoryLockProvider::new(&server)) as Arc<dyn LockProvider> }
     });
     zoo.b3(node.clone());
+    zoo.b4(|| {
+        let server = server.clone();
+        async move { Arc::new(MemoryLockProvider::new(&server)) as Arc<dyn LockProvider> }
+    });
     zoo.no_round_trips("in-process: no backend round trips");
     zoo.note("the reference model: its raw floor is a bare map operation, so B1's ratio measures the provider's bookkeeping (owner ids, clock reads, the lock handle), not a backend");
     zoo.finish();

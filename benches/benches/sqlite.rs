@@ -86,6 +86,10 @@ fn main() {
             as Arc<dyn LockProvider>
     });
     zoo.b3(provider.clone());
+    zoo.b4(|| async move {
+        Arc::new(SqliteLockProvider::builder(pool(file_ref).await).build().unwrap())
+            as Arc<dyn LockProvider>
+    });
     zoo.no_round_trips("embedded: no network round trips (every instance shares one file)");
     zoo.note("B2's contenders are separate pools on one database file: SQLite serialises their writes, so the curve shows its single-writer lock, not a network");
     zoo.finish();

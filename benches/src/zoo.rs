@@ -104,6 +104,15 @@ impl Size {
         }
     }
 
+    /// B4: instance counts, job counts and ticks per (instances, jobs).
+    fn b4(self) -> (&'static [usize], &'static [usize], usize) {
+        match self {
+            Size::Test => (&[1, 4], &[1, 10], 1),
+            Size::Quick => (&[1, 8, 32], &[1, 100], 2),
+            Size::Full => (HERD_INSTANCES, HERD_JOBS, 3),
+        }
+    }
+
     fn round_trip_samples(self) -> usize {
         match self {
             Size::Test => 2,
@@ -117,6 +126,16 @@ impl Size {
 pub const CONTENDERS: &[usize] = &[1, 4, 16, 64];
 /// B3's names.
 pub const B3_NAMES: usize = 1000;
+/// B2's paced variant: each contender tries once per this period.
+pub const PACE: Duration = Duration::from_millis(10);
+/// B4's fleet sizes: instances of one service, each its own client or pool.
+pub const HERD_INSTANCES: &[usize] = &[1, 8, 32, 128];
+/// B4's job counts: names due at the same tick.
+pub const HERD_JOBS: &[usize] = &[1, 100, 1000];
+/// B4's `lock_at_least_for`: what keeps an instance that decides late from running a job the
+/// winner already ran at this tick (ShedLock's advice for a herd); longer than any tick's
+/// decisions here, so every tick has exactly one winner per job.
+pub const HERD_AT_LEAST: Duration = Duration::from_secs(3);
 /// B3's acquires in flight at once (one instance).
 pub const B3_IN_FLIGHT: usize = 16;
 /// `lock_at_most_for` of every measured lock: far longer than any run, so that nothing expires
@@ -283,10 +302,13 @@ impl<'rt> Zoo<'rt> {
         row.insert("b1_extras".into(), Value::Array(extras));
     }
 
-    /// **B2**: 1, 4, 16 and 64 contenders, each its own instance from `make` (its own client or
-    /// pool), race for one name for a fixed time; a winner releases at once and tries again.
-    /// Reports successful acquisitions per second, attempts per second and the p99 attempt
-    /// latency per contender count.
+    /// **B2, a stress test (not a workload)**: 1, 4, 16 and 64 contenders, each its own instance
+    /// from `make` (its own client or pool), race for one name for a fixed time in tight loops;
+    /// a winner releases at once and tries again. No scheduler does this: it finds where the
+    /// backend's contention handling breaks down. Reports successful acquisitions per second,
+    /// attempts per second and the p99 attempt latency per contender count; and beside it the
+    /// **paced** variant, in which each contender tries once every [`PACE`] (each at its own
+    /// phase), as schedulers firing often would.
     ///
     /// # Panics
     /// If a call fails, or two contenders hold the name at once.
@@ -373,11 +395,21 @@ impl<'rt> Zoo<'rt> {
                 lat.p99
             );
             self.row.insert(format!("b2_acq_per_s_{n}"), round(acq, 0));
+            let paced = self.rt.block_on(paced(&nodes[..n], run_for));
+            println!(
+                "  B2 {n:>2} contenders, paced every {} ms: {:>9.0} acquisitions/s  attempt p99 \
+                 {:>9.1} µs",
+                PACE.as_millis(),
+                paced.0,
+                paced.1
+            );
             rows.push(json!({
                 "contenders": n,
                 "acq_per_s": round(acq, 0),
                 "attempts_per_s": round(att, 0),
                 "attempt_p99_us": round(lat.p99, 1),
+                "paced_acq_per_s": round(paced.0, 0),
+                "paced_attempt_p99_us": round(paced.1, 1),
             }));
         }
         self.row.insert("b2".into(), Value::Array(rows));
@@ -476,6 +508,122 @@ impl<'rt> Zoo<'rt> {
         self.row.insert("round_trips_background".into(), round(r.background, 2));
     }
 
+    /// **B4, the herd**: a fleet of `N` instances of one service (each its own instance from
+    /// `make`: its own client or pool), every one of them trying every one of `J` jobs at the
+    /// same cron tick, for a few ticks, as schedulers do: each job's `try_lock` is its own task,
+    /// all started at the tick; a winner runs its (empty) task and unlocks at once, its record
+    /// kept until [`HERD_AT_LEAST`] so that late deciders find the job done; the next tick
+    /// comes once that has passed. Per (N, J): the time from the tick to the last decision (p50
+    /// and p99 over ticks), the winners' task start latency (from the tick to the winning
+    /// `try_lock`'s answer, p50 and p99 over every winner), provider calls per tick (N × J
+    /// `try_lock` and J `unlock`; round trips per call are the row's own figure), and exactly J
+    /// winners per tick, checked. A combination whose calls fail (a server out of connections,
+    /// say) is reported with its error instead of figures. Then the growth: decision time per
+    /// 100 instances (at the largest J) and per 100 jobs (at the largest N), fitted by least
+    /// squares.
+    ///
+    /// # Panics
+    /// If a tick has more than one winner for a job (two instances ran it).
+    #[allow(clippy::expect_used, clippy::panic)]
+    pub fn b4<F, Fut>(&mut self, mut make: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Arc<dyn LockProvider>>,
+    {
+        let (counts, jobs, ticks) = self.size.b4();
+        let max = counts.iter().copied().max().unwrap_or(1);
+        let nodes: Vec<Arc<dyn LockProvider>> = self.rt.block_on(async {
+            let mut v = Vec::with_capacity(max);
+            for _ in 0..max {
+                v.push(make().await);
+            }
+            v
+        });
+        let granularity = nodes[0].capabilities().granularity;
+        let mut rows = Vec::new();
+        for &n in counts {
+            for &j in jobs {
+                let base = unique(&format!("b4-{n}x{j}"));
+                let configs: Arc<Vec<LockConfig>> = Arc::new(
+                    (0..j)
+                        .map(|i| {
+                            LockConfig::new(format!("{base}-{i}"), AT_MOST, HERD_AT_LEAST)
+                                .expect("a valid lock config")
+                        })
+                        .collect(),
+                );
+                let mut decide = Vec::with_capacity(ticks);
+                let mut starts = Vec::new();
+                let mut failure: Option<String> = None;
+                for tick in 0..ticks {
+                    let out = self.rt.block_on(herd_tick(&nodes[..n], &configs));
+                    match out {
+                        Ok((last, winner_starts, winners)) => {
+                            assert!(
+                                winners.iter().all(|&w| w == 1),
+                                "B4 {n}×{j}, tick {tick}: a job had {:?} winners, not 1",
+                                winners.iter().find(|&&w| w != 1)
+                            );
+                            decide.push(last);
+                            starts.extend(winner_starts);
+                        }
+                        Err(e) => {
+                            failure = Some(e);
+                            break;
+                        }
+                    }
+                    // The winners' records end HERD_AT_LEAST after their acquisition (plus
+                    // the backend's granularity): the next tick finds every job free.
+                    if tick + 1 < ticks {
+                        std::thread::sleep(
+                            HERD_AT_LEAST + granularity + Duration::from_millis(100),
+                        );
+                    }
+                }
+                let calls = n * j + j;
+                if let Some(e) = failure {
+                    println!("  B4 {n:>3} instances × {j:>4} jobs: FAILED: {e}");
+                    rows.push(json!({"instances": n, "jobs": j, "error": e}));
+                    continue;
+                }
+                let d = latency(decide);
+                let w = latency(starts);
+                println!(
+                    "  B4 {n:>3} instances × {j:>4} jobs: decided in p50 {:>10.1} µs  p99 {:>10.1} µs; \
+                     winner starts p50 {:>10.1} µs  p99 {:>10.1} µs; {calls} calls/tick",
+                    d.p50, d.p99, w.p50, w.p99
+                );
+                rows.push(json!({
+                    "instances": n,
+                    "jobs": j,
+                    "ticks": ticks,
+                    "decide_p50_us": round(d.p50, 1),
+                    "decide_p99_us": round(d.p99, 1),
+                    "winner_start_p50_us": round(w.p50, 1),
+                    "winner_start_p99_us": round(w.p99, 1),
+                    "calls_per_tick": calls,
+                }));
+            }
+        }
+        let growth = herd_growth(&rows);
+        println!(
+            "  B4 growth: {} µs per 100 instances (at {} jobs), {} µs per 100 jobs (at {} \
+             instances)",
+            growth.per_100_instances.map_or("n/a".into(), |v| format!("{v:.0}")),
+            jobs.last().copied().unwrap_or(0),
+            growth.per_100_jobs.map_or("n/a".into(), |v| format!("{v:.0}")),
+            counts.last().copied().unwrap_or(0),
+        );
+        self.row.insert("b4".into(), Value::Array(rows));
+        self.row.insert(
+            "b4_growth".into(),
+            json!({
+                "decide_us_per_100_instances": growth.per_100_instances.map(|v| round(v, 0)),
+                "decide_us_per_100_jobs": growth.per_100_jobs.map(|v| round(v, 0)),
+            }),
+        );
+    }
+
     /// B2, B3 and the round trips of a networked provider: `node` builds an instance (its own
     /// client or pool) from a server URL, given `url` for B2's contenders and `url` with its
     /// address swapped for the proxy's for the round trips; B3 runs on `provider`.
@@ -491,6 +639,7 @@ impl<'rt> Zoo<'rt> {
     {
         self.b2(|| node(url.to_owned()));
         self.b3(provider);
+        self.b4(|| node(url.to_owned()));
         self.round_trips(upstream, |a| node(shedlock_test_support::url_via(url, a)));
     }
 
@@ -520,6 +669,136 @@ impl<'rt> Zoo<'rt> {
     }
 }
 
+/// B2's paced variant on `nodes` for `run_for`: each contender tries once every [`PACE`], at
+/// its own phase, a winner unlocking at once. Successful acquisitions per second and the p99
+/// attempt latency (µs).
+#[allow(clippy::expect_used, clippy::panic)]
+async fn paced(nodes: &[Arc<dyn LockProvider>], run_for: Duration) -> (f64, f64) {
+    let config = cfg(&unique(&format!("b2p-{}", nodes.len())));
+    let held = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let deadline = started + run_for;
+    let mut tasks = Vec::with_capacity(nodes.len());
+    for (k, p) in nodes.iter().enumerate() {
+        let (p, config, held) = (p.clone(), config.clone(), held.clone());
+        let phase = PACE * u32::try_from(k).unwrap_or(0) / u32::try_from(nodes.len()).unwrap_or(1);
+        tasks.push(tokio::spawn(async move {
+            let mut ticks = tokio::time::interval_at((started + phase).into(), PACE);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let (mut wins, mut lat) = (0u64, Vec::new());
+            loop {
+                ticks.tick().await;
+                if Instant::now() >= deadline {
+                    break;
+                }
+                let s = Instant::now();
+                let got = p.try_lock(&config).await.expect("try_lock");
+                lat.push(s.elapsed());
+                if let Some(lock) = got {
+                    assert!(!held.swap(true, Ordering::SeqCst), "two contenders held the name");
+                    wins += 1;
+                    held.store(false, Ordering::SeqCst);
+                    lock.unlock().await.expect("unlock");
+                }
+            }
+            (wins, lat)
+        }));
+    }
+    let (mut wins, mut lat) = (0u64, Vec::new());
+    for t in tasks {
+        let (w, l) = t.await.expect("a paced contender");
+        wins += w;
+        lat.extend(l);
+    }
+    (wins as f64 / started.elapsed().as_secs_f64(), latency(lat).p99)
+}
+
+/// One B4 tick: every instance tries every job at once, each `try_lock` its own task, a winner
+/// unlocking at once. Answers the time from the tick to the last decision, each winner's time
+/// from the tick to its lock, and the winners per job; or the first error.
+async fn herd_tick(
+    nodes: &[Arc<dyn LockProvider>],
+    configs: &Arc<Vec<LockConfig>>,
+) -> Result<(Duration, Vec<Duration>, Vec<usize>), String> {
+    let tick = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for node in nodes {
+        for (i, config) in configs.iter().enumerate() {
+            let (node, config) = (node.clone(), config.clone());
+            tasks.spawn(async move {
+                let got = node.try_lock(&config).await.map_err(|e| e.to_string())?;
+                let decided = tick.elapsed();
+                let won = match got {
+                    Some(lock) => {
+                        // The job runs (nothing to do) and releases; the record stays until
+                        // lock_at_least_for.
+                        lock.unlock().await.map_err(|e| e.to_string())?;
+                        true
+                    }
+                    None => false,
+                };
+                Ok::<_, String>((i, won, decided))
+            });
+        }
+    }
+    let mut last = Duration::ZERO;
+    let mut starts = Vec::new();
+    let mut winners = vec![0usize; configs.len()];
+    let mut error = None;
+    while let Some(joined) = tasks.join_next().await {
+        match joined.map_err(|e| e.to_string()).and_then(|r| r) {
+            Ok((i, won, decided)) => {
+                last = last.max(decided);
+                if won {
+                    winners[i] += 1;
+                    starts.push(decided);
+                }
+            }
+            Err(e) => {
+                error.get_or_insert(e);
+            }
+        }
+    }
+    match error {
+        Some(e) => Err(e),
+        None => Ok((last, starts, winners)),
+    }
+}
+
+/// B4's growth: the least-squares slope of the decision time (p50) in instances, at the largest
+/// job count, and in jobs, at the largest instance count, each per 100.
+struct Growth {
+    per_100_instances: Option<f64>,
+    per_100_jobs: Option<f64>,
+}
+
+fn herd_growth(rows: &[Value]) -> Growth {
+    let get = |r: &Value, k: &str| r.get(k).and_then(Value::as_f64);
+    let ok: Vec<&Value> = rows.iter().filter(|r| r.get("error").is_none()).collect();
+    let max_of = |k: &str| ok.iter().filter_map(|r| get(r, k)).fold(f64::NAN, f64::max);
+    let (max_n, max_j) = (max_of("instances"), max_of("jobs"));
+    let points = |fixed: &str, at: f64, x: &str| -> Vec<(f64, f64)> {
+        ok.iter()
+            .filter(|r| get(r, fixed) == Some(at))
+            .filter_map(|r| Some((get(r, x)?, get(r, "decide_p50_us")?)))
+            .collect()
+    };
+    Growth {
+        per_100_instances: slope(&points("jobs", max_j, "instances")).map(|s| s * 100.0),
+        per_100_jobs: slope(&points("instances", max_n, "jobs")).map(|s| s * 100.0),
+    }
+}
+
+/// The least-squares slope of `points`; `None` with fewer than two distinct x.
+fn slope(points: &[(f64, f64)]) -> Option<f64> {
+    let n = points.len() as f64;
+    let (mx, my) =
+        (points.iter().map(|p| p.0).sum::<f64>() / n, points.iter().map(|p| p.1).sum::<f64>() / n);
+    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    (points.len() >= 2 && sxx > 0.0).then(|| sxy / sxx)
+}
+
 /// `$SHEDLOCK_BENCH_OUT`, else `target/bench` of the workspace.
 pub fn out_dir() -> PathBuf {
     match std::env::var_os("SHEDLOCK_BENCH_OUT") {
@@ -531,6 +810,26 @@ pub fn out_dir() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_herd_slope_is_the_least_squares_fit_in_each_dimension() {
+        assert_eq!(slope(&[(1.0, 10.0), (2.0, 12.0), (3.0, 14.0)]), Some(2.0));
+        assert_eq!(slope(&[(5.0, 1.0)]), None);
+        assert_eq!(slope(&[(5.0, 1.0), (5.0, 2.0)]), None);
+        let row = |n: u64, j: u64, d: f64| json!({"instances": n, "jobs": j, "decide_p50_us": d});
+        let rows = [
+            row(1, 1, 100.0),
+            row(1, 100, 300.0),
+            row(8, 1, 170.0),
+            row(8, 100, 1000.0),
+            json!({"instances": 32, "jobs": 100, "error": "too many connections"}),
+        ];
+        let g = herd_growth(&rows);
+        // At 100 jobs: 300 µs at 1 instance, 1 000 µs at 8: 100 µs per instance.
+        assert_eq!(g.per_100_instances, Some(10_000.0));
+        // At 8 instances: 170 µs at 1 job, 1 000 µs at 100: 830 / 99 µs per job.
+        assert!((g.per_100_jobs.unwrap() - 83_000.0 / 99.0).abs() < 1e-6);
+    }
 
     #[test]
     fn nearest_rank_percentiles_of_a_hundred_samples_are_the_50th_and_99th() {

@@ -1,8 +1,8 @@
 //! `cargo xtask bench`: runs the zoo's benchmarks (`benches/`, one bench target per provider,
 //! with the peer crates), then merges the rows they wrote into a summary under
-//! `<target dir>/bench/`: `summary.md`, `summary.json` and `summary.svg` (B1 p50/p99 per
-//! provider; B2 acquisitions per second against contenders). `--record` copies the three into
-//! `benches/`.
+//! `<target dir>/bench/`: `summary.md`, `summary.json`, `summary.svg` (B1 p50/p99 per
+//! provider; B2 acquisitions per second against contenders) and `herd.svg` (B4: the decision
+//! time of a cron tick against the fleet size). `--record` copies the four into `benches/`.
 //!
 //! Each bench target starts its backend itself (`shedlock-launcher`) and fails with the
 //! launcher's install hint when it cannot. A provider's old row is deleted before its run, so a
@@ -119,6 +119,7 @@ pub fn run(args: &[String]) -> Result<u8, String> {
         ("summary.md", summary.markdown()),
         ("summary.json", summary.json()),
         ("summary.svg", summary.svg()),
+        ("herd.svg", summary.herd_svg()),
     ] {
         let path = out.join(name);
         std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -133,7 +134,7 @@ pub fn run(args: &[String]) -> Result<u8, String> {
         return Ok(1);
     }
     if record {
-        for name in ["summary.md", "summary.json", "summary.svg"] {
+        for name in ["summary.md", "summary.json", "summary.svg", "herd.svg"] {
             let to = root().join("benches").join(name);
             std::fs::copy(out.join(name), &to).map_err(|e| format!("{}: {e}", to.display()))?;
             eprintln!("xtask: recorded {}", to.display());
@@ -287,23 +288,26 @@ impl<'a> Summary<'a> {
             }
         }
         s.push_str(
-            "\n## B2: contention on one name, B3: 1 000 names\n\nB2: successful acquisitions \
-             per second from N contenders, each its own instance (client or pool), racing for \
-             one name; the winner releases at once. B3: one instance acquires 1 000 names (16 \
-             in flight), then releases them all; cycles per second.\n\n",
+            "\n## B2: contention on one name (a stress test), B3: 1 000 names\n\nB2 is a stress \
+             test, not a workload: N contenders, each its own instance (client or pool), race \
+             for one name in tight loops, the winner releasing at once; no scheduler does this, \
+             and the curve shows where a backend's contention handling gives out. Beside it, \
+             **paced**: each contender tries once every 10 ms at its own phase, as frequent \
+             schedulers would. B3: one instance acquires 1 000 names (16 in flight), then \
+             releases them all; cycles per second. The workload fleets run is B4.\n\n",
         );
         s.push_str("| provider |");
         for n in CONTENDERS {
             let _ = write!(s, " B2 acq/s ×{n} |");
         }
         s.push_str(
-            " B2 attempts/s ×64 | B2 attempt p99 µs ×64 | backend calls/s ×1 → ×64 | B3 \
-             cycles/s |\n|---|",
+            " B2 attempts/s ×64 | B2 attempt p99 µs ×64 | backend calls/s ×1 → ×64 | paced \
+             acq/s ×64 | paced attempt p99 µs ×64 | B3 cycles/s |\n|---|",
         );
         for _ in CONTENDERS {
             s.push_str("---|");
         }
-        s.push_str("---|---|---|---|\n");
+        s.push_str("---|---|---|---|---|---|\n");
         for (p, v) in &self.rows {
             let _ = write!(s, "| {p} |");
             for n in CONTENDERS {
@@ -316,12 +320,15 @@ impl<'a> Summary<'a> {
             };
             let _ = writeln!(
                 s,
-                " {} | {} | {calls} | {} |",
+                " {} | {} | {calls} | {} | {} | {} |",
                 cell(at64.and_then(|r| num(r, "attempts_per_s"))),
                 cell(at64.and_then(|r| num(r, "attempt_p99_us"))),
+                cell(at64.and_then(|r| num(r, "paced_acq_per_s"))),
+                cell(at64.and_then(|r| num(r, "paced_attempt_p99_us"))),
                 cell(num(v, "b3_cycles_per_s")),
             );
         }
+        s.push_str(&self.herd());
         s.push_str("\n## Targets\n\n");
         for line in self.targets() {
             let _ = writeln!(s, "- {line}");
@@ -333,6 +340,66 @@ impl<'a> Summary<'a> {
                     let _ = writeln!(s, "- {p}: {n}");
                 }
             }
+        }
+        s
+    }
+
+    /// B4's section: per provider and (instances, jobs), the decision time and the winners'
+    /// start latency, the calls per tick, and the fitted growth.
+    fn herd(&self) -> String {
+        let mut s = String::from(
+            "\n## B4: the cron-tick herd\n\nAt each tick every instance of a service (each its \
+             own client or pool) tries every job due at that tick, at the same instant, each \
+             job's `try_lock` its own task; the winner runs its task and unlocks, its record kept \
+             for `lock_at_least_for` (3 s) so that late deciders find the job done; a few ticks \
+             per size, exactly one winner per job and tick checked. *Decided* is the time from \
+             the tick to the last instance's answer; *winner starts* is from the tick to each \
+             winning answer. Calls per tick are provider calls (N × J `try_lock` and J \
+             `unlock`); multiply by the round trips per call above for backend requests. A size \
+             whose calls failed shows the error. Growth: the least-squares slope of the median \
+             decision time per 100 instances (at the largest job count) and per 100 jobs (at the \
+             largest fleet).\n\n| provider | instances × jobs | decided p50 ms | decided p99 \
+             ms | winner starts p50 ms | winner starts p99 ms | calls/tick |\n\
+             |---|---|---|---|---|---|---|\n",
+        );
+        let ms = |v: Option<f64>| v.map(|us| us / 1000.0);
+        let mut growth = Vec::new();
+        for (p, v) in &self.rows {
+            let Some(rows) = v.get("b4").and_then(Value::as_array) else { continue };
+            for r in rows {
+                let size = format!(
+                    "{} × {}",
+                    num(r, "instances").unwrap_or(f64::NAN),
+                    num(r, "jobs").unwrap_or(f64::NAN)
+                );
+                if let Some(e) = text(r, "error") {
+                    let _ = writeln!(s, "| {p} | {size} | failed: {e} | | | | |");
+                    continue;
+                }
+                let _ = writeln!(
+                    s,
+                    "| {p} | {size} | {} | {} | {} | {} | {} |",
+                    cell(ms(num(r, "decide_p50_us"))),
+                    cell(ms(num(r, "decide_p99_us"))),
+                    cell(ms(num(r, "winner_start_p50_us"))),
+                    cell(ms(num(r, "winner_start_p99_us"))),
+                    cell(num(r, "calls_per_tick")),
+                );
+            }
+            if let Some(g) = v.get("b4_growth") {
+                growth.push(format!(
+                    "- {p}: {} ms per 100 instances, {} ms per 100 jobs",
+                    cell(ms(num(g, "decide_us_per_100_instances"))),
+                    cell(ms(num(g, "decide_us_per_100_jobs")))
+                ));
+            }
+        }
+        if growth.is_empty() {
+            s.push_str("| (not measured in this run) | | | | | | |\n");
+        } else {
+            s.push_str("\nGrowth of the median decision time:\n\n");
+            s.push_str(&growth.join("\n"));
+            s.push('\n');
         }
         s
     }
@@ -533,6 +600,98 @@ impl<'a> Summary<'a> {
     }
 }
 
+impl Summary<'_> {
+    /// B4: the median time from a tick to its last decision (ms, log scale) against the number
+    /// of instances (log scale), one line per provider, at each provider's largest job count.
+    fn herd_svg(&self) -> String {
+        const W: f64 = 720.0;
+        const H: f64 = 460.0;
+        let (x0, x1, y0, y1) = (80.0, 560.0, 50.0, H - 60.0);
+        let mut series: Vec<(&str, f64, Vec<(f64, f64)>)> = Vec::new();
+        for (p, v) in &self.rows {
+            let Some(rows) = v.get("b4").and_then(Value::as_array) else { continue };
+            let ok: Vec<&Value> = rows.iter().filter(|r| r.get("error").is_none()).collect();
+            let jobs = ok.iter().filter_map(|r| num(r, "jobs")).fold(f64::NAN, f64::max);
+            let mut pts: Vec<(f64, f64)> = ok
+                .iter()
+                .filter(|r| num(r, "jobs") == Some(jobs))
+                .filter_map(|r| Some((num(r, "instances")?, num(r, "decide_p50_us")? / 1000.0)))
+                .filter(|(_, d)| *d > 0.0)
+                .collect();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            if !pts.is_empty() {
+                series.push((p, jobs, pts));
+            }
+        }
+        let all: Vec<f64> = series.iter().flat_map(|s| s.2.iter().map(|p| p.1)).collect();
+        let yhi = all.iter().copied().fold(1.0, f64::max).log10().ceil();
+        let ylo = all.iter().copied().fold(1e9, f64::min).log10().floor().min(yhi - 1.0);
+        let xhi = series.iter().flat_map(|s| s.2.iter().map(|p| p.0)).fold(2.0, f64::max).log2();
+        let x_of = |n: f64| x0 + n.log2() / xhi * (x1 - x0);
+        let y_of = |d: f64| y1 - (d.log10() - ylo) / (yhi - ylo) * (y1 - y0);
+        let mut s = format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" \
+             viewBox=\"0 0 {W} {H}\" font-family=\"sans-serif\" font-size=\"11\">\n\
+             <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+             <text x=\"{x0}\" y=\"24\" font-size=\"14\" font-weight=\"bold\">B4: a cron tick's \
+             median decision time, ms (log), against instances (log), at each provider's \
+             largest job count</text>\n"
+        );
+        let mut d = ylo;
+        while d <= yhi {
+            let y = y_of(10f64.powf(d));
+            let _ = writeln!(
+                s,
+                "<line x1=\"{x0}\" y1=\"{y:.1}\" x2=\"{x1}\" y2=\"{y:.1}\" stroke=\"#ddd\"/>\
+                 <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+                x0 - 4.0,
+                y + 4.0,
+                cell(Some(10f64.powf(d)))
+            );
+            d += 1.0;
+        }
+        let mut n: f64 = 1.0;
+        while n.log2() <= xhi + 1e-9 {
+            let x = x_of(n);
+            let _ = writeln!(
+                s,
+                "<line x1=\"{x:.1}\" y1=\"{y0}\" x2=\"{x:.1}\" y2=\"{y1}\" stroke=\"#eee\"/>\
+                 <text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{n}</text>",
+                y1 + 14.0
+            );
+            n *= 2.0;
+        }
+        const COLORS: [&str; 12] = [
+            "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+            "#bcbd22", "#17becf", "#393b79", "#637939",
+        ];
+        for (i, (p, jobs, pts)) in series.iter().enumerate() {
+            let c = COLORS[i % COLORS.len()];
+            let path: Vec<String> =
+                pts.iter().map(|(n, d)| format!("{:.1},{:.1}", x_of(*n), y_of(*d))).collect();
+            let _ = writeln!(
+                s,
+                "<polyline points=\"{}\" fill=\"none\" stroke=\"{c}\" stroke-width=\"2\"/>",
+                path.join(" ")
+            );
+            if let Some((n, d)) = pts.last() {
+                let _ = writeln!(
+                    s,
+                    "<text x=\"{:.1}\" y=\"{:.1}\" fill=\"{c}\">{p} ({jobs} jobs)</text>",
+                    x_of(*n) + 6.0,
+                    y_of(*d) + 4.0
+                );
+            }
+        }
+        if series.is_empty() {
+            let _ =
+                writeln!(s, "<text x=\"{x0}\" y=\"{:.1}\">not measured</text>", (y0 + y1) / 2.0);
+        }
+        s.push_str("</svg>\n");
+        s
+    }
+}
+
 /// Calls the backend answered per second in B2 at `n` contenders: every attempt, plus the
 /// release of every win.
 fn calls_per_s(v: &Value, n: u64) -> Option<f64> {
@@ -586,5 +745,30 @@ mod tests {
         assert!(md.contains("**not measured** (failed or not run): nats"), "{md}");
         assert!(md.contains("| redis | 100 | 150 | 95.2 | 1.05 |"), "{md}");
         assert!(s.svg().starts_with("<svg") && s.svg().contains(">postgres<"));
+        assert!(md.contains("| (not measured in this run) |"), "{md}");
+    }
+
+    #[test]
+    fn the_herd_section_shows_each_size_its_failures_and_the_growth_and_plots_the_largest_jobs() {
+        let known: Vec<String> = ["postgres"].map(String::from).into();
+        let mut v = row("postgres", 1.2, None, (10.0, 20.0));
+        v["b4"] = json!([
+            {"instances": 1, "jobs": 100, "decide_p50_us": 2000.0, "decide_p99_us": 2500.0,
+             "winner_start_p50_us": 900.0, "winner_start_p99_us": 1500.0, "calls_per_tick": 200},
+            {"instances": 8, "jobs": 100, "decide_p50_us": 9000.0, "decide_p99_us": 9500.0,
+             "winner_start_p50_us": 1000.0, "winner_start_p99_us": 2000.0, "calls_per_tick": 900},
+            {"instances": 128, "jobs": 100, "error": "too many connections"},
+        ]);
+        v["b4_growth"] =
+            json!({"decide_us_per_100_instances": 100000.0, "decide_us_per_100_jobs": null});
+        let mut rows = BTreeMap::new();
+        rows.insert("postgres".into(), v);
+        let s = Summary::new(&rows, &known);
+        let md = s.markdown();
+        assert!(md.contains("| postgres | 8 × 100 | 9.00 | 9.50 | 1.00 | 2.00 | 900 |"), "{md}");
+        assert!(md.contains("| postgres | 128 × 100 | failed: too many connections |"), "{md}");
+        assert!(md.contains("- postgres: 100 ms per 100 instances, – ms per 100 jobs"), "{md}");
+        let svg = s.herd_svg();
+        assert!(svg.starts_with("<svg") && svg.contains(">postgres (100 jobs)<"), "{svg}");
     }
 }
