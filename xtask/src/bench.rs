@@ -607,7 +607,9 @@ impl Summary<'_> {
         const W: f64 = 720.0;
         const H: f64 = 460.0;
         let (x0, x1, y0, y1) = (80.0, 560.0, 50.0, H - 60.0);
-        let mut series: Vec<(&str, f64, Vec<(f64, f64)>)> = Vec::new();
+        // (provider, its largest job count, (instances, median decision ms) points).
+        type Series<'s> = (&'s str, f64, Vec<(f64, f64)>);
+        let mut series: Vec<Series> = Vec::new();
         for (p, v) in &self.rows {
             let Some(rows) = v.get("b4").and_then(Value::as_array) else { continue };
             let ok: Vec<&Value> = rows.iter().filter(|r| r.get("error").is_none()).collect();
