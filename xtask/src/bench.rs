@@ -609,7 +609,7 @@ impl Summary<'_> {
         let (x0, x1, y0, y1) = (80.0, 560.0, 50.0, H - 60.0);
         // (provider, its largest job count, (instances, median decision ms) points).
         type Series<'s> = (&'s str, f64, Vec<(f64, f64)>);
-        let mut series: Vec<Series> = Vec::new();
+        let mut series: Vec<Series<'_>> = Vec::new();
         for (p, v) in &self.rows {
             let Some(rows) = v.get("b4").and_then(Value::as_array) else { continue };
             let ok: Vec<&Value> = rows.iter().filter(|r| r.get("error").is_none()).collect();
