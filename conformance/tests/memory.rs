@@ -93,6 +93,11 @@ fn main() -> std::process::ExitCode {
             "C28",
             "the memory backend lives in the test process: node processes cannot share it (the \
              toy, the memory model behind a TCP server, runs C28)",
+        )
+        .expect_not_applicable(
+            "C29",
+            "the memory backend lives in the test process: a node process to freeze cannot \
+             share it (the toy runs C29)",
         );
     shedlock_conformance::harness(options, || async { Ok(Memory { server: MemoryServer::new() }) })
 }
