@@ -92,12 +92,18 @@ fn main() -> std::process::ExitCode {
             .expect_not_applicable("C24", "SQLite is embedded: no network address to cut")
             .expect_not_applicable("C25", "SQLite is embedded: no server to restart")
     };
-    let database_time = options().expect_not_applicable(
-        "C28",
-        "SQLite is embedded: its database time is read inside each node process, which \
+    let database_time = options()
+        .expect_not_applicable(
+            "C28",
+            "SQLite is embedded: its database time is read inside each node process, which \
          libfaketime would skew; the processes sharing a database file share one host clock, \
          so per-process offsets cannot happen (the client-time mode runs C28)",
-    );
+        )
+        .expect_not_applicable(
+            "C29",
+            "this mode offers node processes no environment (so that C28 cannot start any); the \
+         client-time mode runs C29 on the same kind of database file",
+        );
     shedlock_conformance::harness_suites(vec![
         SuiteSpec::new("sqlite", database_time, || Sqlite::new(false)),
         SuiteSpec::new("sqlite-client-time", options(), || Sqlite::new(true)),
