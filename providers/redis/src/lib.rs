@@ -315,6 +315,9 @@ struct RedisStore<C> {
     scripts: Scripts,
     /// ShedLock's key layout and value format, no fencing.
     compat: bool,
+    /// [`RedisLockProviderBuilder::wait_for_replicas`]: the replicas that must acknowledge an
+    /// acquisition, and how long to wait for them.
+    wait: Option<(u32, Duration)>,
 }
 
 /// Locks in Redis, Valkey or Redis Cluster. Cheap to clone; clones share the connection.
@@ -352,6 +355,7 @@ pub struct RedisLockProviderBuilder<C> {
     environment: Option<String>,
     settings: ProviderSettings,
     compat: bool,
+    wait: Option<(u32, Duration)>,
 }
 
 impl<C> fmt::Debug for RedisLockProviderBuilder<C> {
@@ -361,6 +365,7 @@ impl<C> fmt::Debug for RedisLockProviderBuilder<C> {
             .field("environment", &self.environment)
             .field("settings", &self.settings)
             .field("shedlock_compatible", &self.compat)
+            .field("wait_for_replicas", &self.wait)
             .finish_non_exhaustive()
     }
 }
@@ -423,6 +428,26 @@ impl<C: RedisConnection> RedisLockProviderBuilder<C> {
         self
     }
 
+    /// Counts an acquisition only once `replicas` replicas acknowledged it (Redis `WAIT`),
+    /// waiting at most `timeout` (at least 1 ms) for them. Replication is asynchronous: a lock
+    /// granted by a master that fails before the grant reaches a replica is lost on fail-over,
+    /// and the promoted replica grants it again. With this setting `try_lock` sends `WAIT
+    /// replicas timeout` after a successful acquire (one more round trip), and when fewer
+    /// replicas acknowledged it in time it releases the lock (owner-checked) and answers
+    /// [`Error::Unavailable`], saying how many did. Off by default.
+    ///
+    /// What remains: `WAIT` makes the grant durable on `replicas` replicas, not a consensus.
+    /// A fail-over that promotes a replica which had not acknowledged it can still lose it
+    /// (pick `replicas` = all replicas of a master to close that), and a master cut off from
+    /// the majority keeps accepting writes for up to `cluster-node-timeout` unless the server
+    /// runs with `min-replicas-to-write` (see the README). On Redis Cluster the client routes
+    /// `WAIT` to every master and answers the smallest count, so every master must have
+    /// `replicas` replicas connected.
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.wait = Some((replicas, timeout.max(Duration::from_millis(1))));
+        self
+    }
+
     /// Checks the settings, loads the scripts into the server (every master on a cluster) and
     /// runs one of them, so that a server without Lua, or a user whom an ACL denies `EVALSHA`
     /// or the key pattern, is an [`Error::Setup`] now instead of at the first lock.
@@ -453,6 +478,7 @@ impl<C: RedisConnection> RedisLockProviderBuilder<C> {
             prefix,
             scripts: Scripts::new(self.compat),
             compat: self.compat,
+            wait: self.wait,
         };
         let provider = RedisLockProvider { inner: StoreProvider::new(store, settings) };
         // Loads the scripts and proves the connection answers (LeaseStore::check).
@@ -478,7 +504,9 @@ fn map_err(e: RedisError) -> Error {
                     | ServerErrorKind::BusyLoading
                     | ServerErrorKind::ReadOnly
             )
-        );
+        )
+        // A master that lost its replicas under `min-replicas-to-write` refuses writes.
+        || text.contains("NOREPLICAS");
     if unavailable {
         return Error::Unavailable { backend: BACKEND, source: Box::new(e) };
     }
@@ -530,6 +558,7 @@ impl RedisLockProvider<redis::aio::ConnectionManager> {
             environment: None,
             settings: ProviderSettings::new(),
             compat: false,
+            wait: None,
         }
     }
 }
@@ -806,21 +835,15 @@ impl<C: RedisConnection> LeaseStore for RedisStore<C> {
     }
 
     async fn acquire(&self, req: &Request<'_>) -> Result<Option<Granted<Held>>> {
-        let key = self.key(req.name());
-        if self.compat {
-            let value = shedlock_value(req.owner().locked_by());
-            if !self.take_compat(req, &value).await? {
-                return Ok(None);
-            }
-            let px = duration_millis_ceil(req.lock_at_most_for()).max(1);
-            return Ok(Some(Granted::new(Held { key, value, px })));
+        let Some((held, token)) = self.grant(req).await? else { return Ok(None) };
+        if let Some((replicas, timeout)) = self.wait {
+            self.replicated(req, &held, replicas, timeout).await?;
         }
-        let owner = format!("{}|{}", req.owner().hex(), req.owner().locked_by());
-        let Some((token, at)) = self.take(req, &owner).await? else {
-            return Ok(None);
-        };
-        let held = Held { key, value: format!("{owner}|{token}|{at}"), px: 0 };
-        Ok(Some(Granted::new(held).with_fencing_token(token)))
+        let granted = Granted::new(held);
+        Ok(Some(match token {
+            Some(t) => granted.with_fencing_token(t),
+            None => granted,
+        }))
     }
 
     async fn release(&self, req: &Request<'_>, held: &mut Held) -> Result<()> {
@@ -1092,6 +1115,67 @@ fn unescape(escaped: &str) -> Option<String> {
     }
     out.push_str(rest);
     Some(out)
+}
+
+impl<C: RedisConnection> RedisStore<C> {
+    /// The acquire itself (one script): the lock granted to this owner, or `None`.
+    async fn grant(&self, req: &Request<'_>) -> Result<Option<(Held, Option<u64>)>> {
+        let key = self.key(req.name());
+        if self.compat {
+            let value = shedlock_value(req.owner().locked_by());
+            if !self.take_compat(req, &value).await? {
+                return Ok(None);
+            }
+            let px = duration_millis_ceil(req.lock_at_most_for()).max(1);
+            return Ok(Some((Held { key, value, px }, None)));
+        }
+        let owner = format!("{}|{}", req.owner().hex(), req.owner().locked_by());
+        let Some((token, at)) = self.take(req, &owner).await? else {
+            return Ok(None);
+        };
+        let held = Held { key, value: format!("{owner}|{token}|{at}"), px: 0 };
+        Ok(Some((held, Some(token))))
+    }
+
+    /// `WAIT replicas timeout` after a grant ([`RedisLockProviderBuilder::wait_for_replicas`]):
+    /// `Ok` when enough replicas acknowledged it; otherwise the lock is released
+    /// (owner-checked) and the answer is [`Error::Unavailable`], saying how many did.
+    async fn replicated(
+        &self,
+        req: &Request<'_>,
+        held: &Held,
+        replicas: u32,
+        timeout: Duration,
+    ) -> Result<()> {
+        // On the connection that wrote the lock: the replicas that have every write it sent so
+        // far, this grant included.
+        let mut conn = self.conn.clone();
+        let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        let acked: redis::RedisResult<i64> =
+            redis::cmd("WAIT").arg(replicas).arg(ms).query_async(&mut conn).await;
+        let why = match acked {
+            Ok(n) if n >= i64::from(replicas) => return Ok(()),
+            Ok(n) => format!("{n} of {replicas} replica(s) acknowledged it within {ms} ms"),
+            Err(e) => format!("WAIT failed ({e})"),
+        };
+        // Released at once (no lock_at_least_for: the lock was never the caller's).
+        let args: &[&str] = if self.compat {
+            &[&held.value, "0", &held.px.to_string()]
+        } else {
+            &[&held.value, "0"]
+        };
+        let released: redis::RedisResult<i64> =
+            self.scripts.unlock.run(&mut conn, &[&held.key], args).await;
+        tracing::debug!(lock = %req.name(), %why, released = released.is_ok(), "redis acquire not replicated");
+        let after = match released {
+            Ok(_) => "released".to_owned(),
+            Err(e) => format!("its release failed too ({e}): it expires after lock_at_most_for"),
+        };
+        Err(Error::Unavailable {
+            backend: BACKEND,
+            source: format!("the lock was granted, but {why} (wait_for_replicas); {after}").into(),
+        })
+    }
 }
 
 type RedisResult = redis::RedisResult<Option<(String, String)>>;

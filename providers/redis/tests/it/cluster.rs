@@ -235,3 +235,22 @@ async fn list_returns_each_lock_on_every_master_once_in_pages_and_never_a_fence_
         l.unlock().await.unwrap();
     }
 }
+
+/// On the shared cluster every master has a replica: an acquire with `wait_for_replicas(1)`
+/// counts once the replica acknowledged it, and the lock works as any other.
+#[tokio::test]
+async fn an_acquire_acknowledged_by_a_replica_counts_on_the_cluster() {
+    let url = shedlock_test_support::url(Backend::RedisCluster, "Redis Cluster").await;
+    let prefix = format!("{}:", shedlock_test_support::unique("wait"));
+    let p = RedisLockProvider::builder(common::cluster_connection(&url).await.unwrap())
+        .key_prefix(&prefix)
+        .wait_for_replicas(1, Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
+    let lock = p.try_lock(&cfg("job", 60_000, 0)).await.unwrap().expect("a free name");
+    assert!(lock.fencing_token().is_some());
+    assert!(p.try_lock(&cfg("job", 60_000, 0)).await.unwrap().is_none(), "held");
+    lock.unlock().await.unwrap();
+    p.try_lock(&cfg("job", 60_000, 0)).await.unwrap().expect("released").unlock().await.unwrap();
+}

@@ -209,3 +209,28 @@ async fn a_server_gone_after_connecting_is_unavailable_and_the_message_says_why(
     proxy.cut_all();
     assert_named(&p, "the server gone", GONE).await;
 }
+
+/// `wait_for_replicas` on a server without replicas: `WAIT` answers 0, so the grant does not
+/// count: the caller gets `Unavailable` saying so, and the key is released at once (a plain
+/// provider takes the name), in both modes.
+#[tokio::test]
+async fn an_acquire_no_replica_acknowledged_is_released_and_unavailable() {
+    for compat in [false, true] {
+        let prefix = format!("{}:", unique("wait"));
+        let builder = RedisLockProvider::builder(common::manager(&url().await).await.unwrap())
+            .key_prefix(&prefix)
+            .wait_for_replicas(1, Duration::from_millis(50));
+        let waiting = if compat { builder.shedlock_compatible() } else { builder }.build().await;
+        let waiting = waiting.unwrap();
+        let err = waiting.try_lock(&cfg("job", 60_000, 0)).await.unwrap_err();
+        let Error::Unavailable { source, .. } = &err else { panic!("{err:?}") };
+        assert!(source.to_string().contains("0 of 1 replica(s)"), "{source}");
+        assert!(source.to_string().contains("released"), "{source}");
+        let plain = RedisLockProvider::builder(common::manager(&url().await).await.unwrap())
+            .key_prefix(&prefix);
+        let plain = if compat { plain.shedlock_compatible() } else { plain }.build().await.unwrap();
+        let lock = plain.try_lock(&cfg("job", 60_000, 0)).await.unwrap();
+        assert!(lock.is_some(), "the unreplicated grant was left behind (compat: {compat})");
+        lock.unwrap().unlock().await.unwrap();
+    }
+}
