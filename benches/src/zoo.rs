@@ -1,7 +1,9 @@
 //! The zoo's measurements, shared by every provider's benchmark: B1 (an uncontended cycle beside
 //! the raw backend operations and a peer crate, interleaved), B2 (contention on one name from 1,
-//! 4, 16 and 64 instances), B3 (1 000 distinct names) and the round trips per operation, counted
-//! through the conformance kit's fault proxy. Each run writes one row,
+//! 4, 16 and 64 instances, in tight loops and paced), B3 (1 000 distinct names), B4 (the
+//! cron-tick herd), the footprint (connections per instance, idle and after a herd tick;
+//! resident memory per held lock) and the round trips per operation, counted through the
+//! conformance kit's fault proxy. Each run writes one row,
 //! `<out>/<provider>.json`, which `cargo xtask bench` merges into the summary.
 //!
 //! Three sizes:
@@ -428,8 +430,12 @@ impl<'rt> Zoo<'rt> {
         let configs: Arc<Vec<LockConfig>> =
             Arc::new((0..names).map(|i| cfg(&format!("{base}-{i}"))).collect());
         let mut rates = Vec::with_capacity(rounds);
-        for _ in 0..rounds {
+        // Footprint: resident memory before the first round's acquisitions and once all its
+        // names are held (the client side only: the backend's memory is its own).
+        let mut rss_held: Option<(u64, u64)> = None;
+        for round_no in 0..rounds {
             let elapsed = self.rt.block_on(async {
+                let rss_before = resident_bytes();
                 let started = Instant::now();
                 let mut tasks = Vec::with_capacity(B3_IN_FLIGHT);
                 for t in 0..B3_IN_FLIGHT {
@@ -445,6 +451,11 @@ impl<'rt> Zoo<'rt> {
                 let mut all = Vec::with_capacity(names);
                 for t in tasks {
                     all.push(t.await.expect("an acquiring task"));
+                }
+                if round_no == 0
+                    && let (Some(before), Some(after)) = (rss_before, resident_bytes())
+                {
+                    rss_held = Some((before, after));
                 }
                 let mut tasks = Vec::with_capacity(all.len());
                 for held in all {
@@ -466,6 +477,18 @@ impl<'rt> Zoo<'rt> {
         println!("  B3 {names} names: {median:.0} cycles/s (median of {rounds})");
         self.row.insert("b3_cycles_per_s".into(), round(median, 0));
         self.row.insert("b3_names".into(), json!(names));
+        if let Some((before, after)) = rss_held {
+            let grew = after.saturating_sub(before);
+            println!(
+                "  footprint: {} KiB more resident while holding {names} names ({:.0} bytes per \
+                 held lock)",
+                grew / 1024,
+                grew as f64 / names as f64
+            );
+            self.row.insert("rss_held_names".into(), json!(names));
+            self.row.insert("rss_growth_held_bytes".into(), json!(grew));
+            self.row.insert("rss_per_held_lock_bytes".into(), round(grew as f64 / names as f64, 0));
+        }
     }
 
     /// Round trips per acquire and per release, counted by the conformance kit's fault proxy
@@ -532,13 +555,23 @@ impl<'rt> Zoo<'rt> {
     {
         let (counts, jobs, ticks) = self.size.b4();
         let max = counts.iter().copied().max().unwrap_or(1);
+        let sockets_before = open_sockets();
         let nodes: Vec<Arc<dyn LockProvider>> = self.rt.block_on(async {
             let mut v = Vec::with_capacity(max);
             for _ in 0..max {
                 v.push(make().await);
             }
+            // One lock cycle each, so that lazily connecting clients have connected.
+            let warm = cfg(&unique("b4-warm"));
+            for p in &v {
+                if let Some(l) = p.try_lock(&warm).await.expect("try_lock") {
+                    l.unlock().await.expect("unlock");
+                }
+            }
             v
         });
+        let sockets_idle = open_sockets();
+        let mut sockets_busy: Option<usize> = None;
         let granularity = nodes[0].capabilities().granularity;
         let mut rows = Vec::new();
         for &n in counts {
@@ -557,6 +590,9 @@ impl<'rt> Zoo<'rt> {
                 let mut failure: Option<String> = None;
                 for tick in 0..ticks {
                     let out = self.rt.block_on(herd_tick(&nodes[..n], &configs));
+                    if n == max && j == jobs.last().copied().unwrap_or(0) && tick == 0 {
+                        sockets_busy = open_sockets();
+                    }
                     match out {
                         Ok((last, winner_starts, winners)) => {
                             assert!(
@@ -614,6 +650,22 @@ impl<'rt> Zoo<'rt> {
             growth.per_100_jobs.map_or("n/a".into(), |v| format!("{v:.0}")),
             counts.last().copied().unwrap_or(0),
         );
+        if let (Some(before), Some(idle)) = (sockets_before, sockets_idle) {
+            let per = |after: usize| after.saturating_sub(before) as f64 / max as f64;
+            let busy = sockets_busy.map(per);
+            println!(
+                "  footprint: {:.2} connections per idle instance, {} after a tick of {max} \
+                 instances × {} jobs",
+                per(idle),
+                busy.map_or("n/a".into(), |b| format!("{b:.2}")),
+                jobs.last().copied().unwrap_or(0)
+            );
+            self.row.insert("connections_per_idle_instance".into(), round(per(idle), 2));
+            self.row.insert(
+                "connections_per_instance_after_herd".into(),
+                busy.map_or(Value::Null, |b| round(b, 2)),
+            );
+        }
         self.row.insert("b4".into(), Value::Array(rows));
         self.row.insert(
             "b4_growth".into(),
@@ -711,6 +763,28 @@ async fn paced(nodes: &[Arc<dyn LockProvider>], run_for: Duration) -> (f64, f64)
         lat.extend(l);
     }
     (wins as f64 / started.elapsed().as_secs_f64(), latency(lat).p99)
+}
+
+/// The sockets this process has open (`/proc/self/fd` entries that are sockets): a provider
+/// instance's connections, counted from the client's side. `None` off Linux.
+fn open_sockets() -> Option<usize> {
+    let dir = std::fs::read_dir("/proc/self/fd").ok()?;
+    Some(
+        dir.flatten()
+            .filter(|e| {
+                std::fs::read_link(e.path())
+                    .is_ok_and(|t| t.to_string_lossy().starts_with("socket:"))
+            })
+            .count(),
+    )
+}
+
+/// This process's resident memory in bytes (`/proc/self/statm`, 4 KiB pages). `None` off
+/// Linux.
+fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
 }
 
 /// One B4 tick: every instance tries every job at once, each `try_lock` its own task, a winner

@@ -401,6 +401,45 @@ impl<'a> Summary<'a> {
             s.push_str(&growth.join("\n"));
             s.push('\n');
         }
+        s.push_str(&self.footprint());
+        s
+    }
+
+    /// The footprint section: connections per instance and the resident memory of held locks.
+    fn footprint(&self) -> String {
+        let mut s = String::from(
+            "\n## Footprint\n\nConnections a provider instance keeps open, counted as this \
+             process's sockets (`/proc/self/fd`): after one lock cycle (idle), and after a B4 \
+             tick of the largest fleet and job count. Resident memory this process gains while \
+             one instance holds B3's 1 000 names (the client's side; the backend's memory is its \
+             own), and per held lock.\n\n| provider | connections per idle instance | \
+             connections per instance after a herd tick | resident KiB holding 1 000 names | \
+             resident bytes per held lock |\n|---|---|---|---|---|\n",
+        );
+        let mut any = false;
+        for (p, v) in &self.rows {
+            let cells = [
+                num(v, "connections_per_idle_instance"),
+                num(v, "connections_per_instance_after_herd"),
+                num(v, "rss_growth_held_bytes").map(|b| b / 1024.0),
+                num(v, "rss_per_held_lock_bytes"),
+            ];
+            if cells.iter().all(Option::is_none) {
+                continue;
+            }
+            any = true;
+            let _ = writeln!(
+                s,
+                "| {p} | {} | {} | {} | {} |",
+                cell(cells[0]),
+                cell(cells[1]),
+                cell(cells[2]),
+                cell(cells[3])
+            );
+        }
+        if !any {
+            s.push_str("| (not measured in this run) | | | | |\n");
+        }
         s
     }
 
@@ -763,6 +802,10 @@ mod tests {
         ]);
         v["b4_growth"] =
             json!({"decide_us_per_100_instances": 100000.0, "decide_us_per_100_jobs": null});
+        v["connections_per_idle_instance"] = json!(1.0);
+        v["connections_per_instance_after_herd"] = json!(10.0);
+        v["rss_growth_held_bytes"] = json!(2_048_000.0);
+        v["rss_per_held_lock_bytes"] = json!(2048.0);
         let mut rows = BTreeMap::new();
         rows.insert("postgres".into(), v);
         let s = Summary::new(&rows, &known);
@@ -770,6 +813,7 @@ mod tests {
         assert!(md.contains("| postgres | 8 × 100 | 9.00 | 9.50 | 1.00 | 2.00 | 900 |"), "{md}");
         assert!(md.contains("| postgres | 128 × 100 | failed: too many connections |"), "{md}");
         assert!(md.contains("- postgres: 100 ms per 100 instances, – ms per 100 jobs"), "{md}");
+        assert!(md.contains("| postgres | 1.00 | 10.0 | 2000 | 2048 |"), "{md}");
         let svg = s.herd_svg();
         assert!(svg.starts_with("<svg") && svg.contains(">postgres (100 jobs)<"), "{svg}");
     }
