@@ -894,19 +894,40 @@ impl Inner {
         };
         let lock = acquisition.grant(handle).await?;
         let lease = lock.lease().clone();
-        tokio::spawn(watch_session(watcher, session_timeout, lease, session_gone, stopped));
+        let lost_after = lost_after_disconnect(session_timeout, self.connection_timeout);
+        tokio::spawn(watch_session(watcher, lost_after, lease, session_gone, stopped));
         Ok(Some(lock))
     }
 }
 
-/// Reports a held lock lost as soon as its session is known to be gone, without waiting for an
-/// extend: when the session reaches a terminal state (expired, closed, authentication failed),
-/// or when the client has been disconnected for a whole session timeout (the server then
-/// expires the session and deletes the ephemeral lock node; the client itself learns "expired"
-/// only once it reconnects). Ends when the handle is dropped (unlock, or the `Lock` dropped).
+/// How long after the client reports `Disconnected` a held lock is reported lost: before the
+/// server can have expired the session, and so before another node can hold the lock.
+///
+/// The server expires a session `session` after it last heard from it. The client notices a
+/// silent connection only after its connection timeout (`connection`, by default 2/5 of the
+/// session timeout) plus one tick of its timer (1/20 of the session timeout, or 1/8 of a
+/// configured connection timeout up to 3/5 of the session's), counted from the last answer it
+/// received. This delay is half of what is left of the session then: the other half is the
+/// margin for a timer that fires late (a loaded machine, a process paused) and for the server
+/// having heard the client a little before its last answer arrived. A connection that fails at
+/// once (reset, refused) is noticed earlier, and the lock is then reported lost earlier still.
+fn lost_after_disconnect(session: Duration, connection: Option<Duration>) -> Duration {
+    let (detect, tick) = match connection {
+        Some(c) if !c.is_zero() && c <= session * 3 / 5 => (c, c / 8),
+        _ => (session * 2 / 5, session / 20),
+    };
+    session.saturating_sub(detect + tick) / 2
+}
+
+/// Reports a held lock lost as soon as its session is known to be gone, or could be, without
+/// waiting for an extend: when the session reaches a terminal state (expired, closed,
+/// authentication failed), or when the client has been disconnected for `lost_after` (see
+/// [`lost_after_disconnect`]: by then the server may expire the session and delete the
+/// ephemeral lock node; the client itself learns "expired" only once it reconnects). Ends when
+/// the handle is dropped (unlock, or the `Lock` dropped).
 async fn watch_session(
     mut watcher: StateWatcher,
-    session_timeout: Duration,
+    lost_after: Duration,
     lease: Lease,
     gone: Arc<AtomicBool>,
     mut stopped: oneshot::Receiver<()>,
@@ -923,10 +944,11 @@ async fn watch_session(
         tokio::select! {
             _ = &mut stopped => return,
             _ = watcher.changed() => {}
-            () = tokio::time::sleep(session_timeout), if disconnected => {
+            () = tokio::time::sleep(lost_after), if disconnected => {
                 tracing::warn!(
-                    ?session_timeout,
-                    "disconnected from ZooKeeper for a whole session timeout; lock lost"
+                    ?lost_after,
+                    "disconnected from ZooKeeper for as long as the server may keep the \
+                     session; lock lost"
                 );
                 gone.store(true, Ordering::Release);
                 lease.report_lost();
@@ -1210,6 +1232,29 @@ impl ZooKeeperLockProvider {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_disconnected_lock_is_lost_before_the_server_can_expire_its_session() {
+        let ms = Duration::from_millis;
+        // Defaults: noticed after 2/5 + 1/20 of the session; lost half-way through the rest.
+        assert_eq!(lost_after_disconnect(ms(10_000), None), ms(2_750));
+        // A configured connection timeout: noticed after it plus 1/8 of it.
+        assert_eq!(lost_after_disconnect(ms(10_000), Some(ms(4_000))), ms(2_750));
+        assert_eq!(lost_after_disconnect(ms(10_000), Some(ms(2_000))), ms(3_875));
+        // One above 3/5 of the session is the client's default again.
+        assert_eq!(lost_after_disconnect(ms(10_000), Some(ms(9_000))), ms(2_750));
+        for session in [1_000, 1_500, 10_000, 40_000] {
+            for connection in [None, Some(ms(1)), Some(ms(session / 3)), Some(ms(session))] {
+                let after = lost_after_disconnect(ms(session), connection);
+                let noticed_by = match connection {
+                    Some(c) if c <= ms(session) * 3 / 5 => c + c / 8,
+                    _ => ms(session) * 9 / 20,
+                };
+                // Half of the rest is left as margin.
+                assert!(noticed_by + after * 2 <= ms(session), "{session} {connection:?}");
+            }
+        }
+    }
 
     #[test]
     fn keys_are_valid_znode_names_and_one_to_one() {

@@ -38,6 +38,14 @@ async fn a_lock_whose_session_expired_is_reported_lost_and_freed_and_the_provide
     let c = cfg("job", 60_000, 0);
     let mut lock = holder.try_lock(&c).await.unwrap().expect("free");
     let lost = lock.lost_signal();
+    // When the holder learnt it lost the lock, on the clock the takeover is timed by.
+    let lost_at = tokio::spawn({
+        let lost = lost.clone();
+        async move {
+            lost.lost().await;
+            Instant::now()
+        }
+    });
     assert!(other.try_lock(&c).await.unwrap().is_none(), "held");
 
     // The holder is cut off from the server: its session expires there (no heartbeats), and
@@ -45,9 +53,10 @@ async fn a_lock_whose_session_expired_is_reported_lost_and_freed_and_the_provide
     proxy.set_refusing(true).await.unwrap();
     proxy.cut_all();
     let start = Instant::now();
-    let taken = loop {
+    let (taken, taken_call) = loop {
+        let call = Instant::now();
         if let Some(l) = other.try_lock(&c).await.unwrap() {
-            break l;
+            break (l, call);
         }
         assert!(start.elapsed() < Duration::from_secs(10), "the expired session kept its lock");
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -55,15 +64,26 @@ async fn a_lock_whose_session_expired_is_reported_lost_and_freed_and_the_provide
     let freed_after = start.elapsed();
     eprintln!("the cut-off holder's lock was freed by its session expiry after {freed_after:?}");
     assert!(freed_after < Duration::from_secs(5), "{freed_after:?}");
-    // Still cut off, the holder knows: disconnected for a whole session timeout (1.5 s) means
-    // its session is gone, so its lost signal has fired without any call, long before
-    // lock_at_most_for (60 s). The client notices the cut within its own timeouts (about a
-    // session timeout), hence up to 2 session timeouts plus slack from the cut.
-    tokio::time::timeout(Duration::from_secs(5), lost.lost())
+    // Still cut off, the holder knows, without any call and long before lock_at_most_for
+    // (60 s): its lost signal fired before the server could expire its session, so before the
+    // other node's successful try_lock even started (the server expires it 1.5 s after it last
+    // heard the holder; the signal fires half-way through what is left of that once the client
+    // notices the cut, here at once).
+    let lost_at = tokio::time::timeout(Duration::from_secs(5), lost_at)
         .await
-        .expect("the lost signal fired while cut off, without an extend");
+        .expect("the lost signal fired while cut off, without an extend")
+        .unwrap();
     assert!(lock.is_lost());
-    eprintln!("the holder's lost signal fired after {:?}", start.elapsed());
+    eprintln!(
+        "the holder's lost signal fired after {:?}, {:?} before the takeover call started",
+        lost_at - start,
+        taken_call.saturating_duration_since(lost_at)
+    );
+    assert!(
+        lost_at <= taken_call,
+        "the holder learnt of its loss {:?} after the other node's successful call started",
+        lost_at - taken_call
+    );
 
     // Back on line: the extend reports the loss too (the lock is known lost; nothing is sent),
     // unlock is a no-op, and the new holder keeps the lock.
@@ -97,6 +117,58 @@ async fn a_lock_whose_session_expired_is_reported_lost_and_freed_and_the_provide
     let l = holder.try_lock(&cfg("after", 60_000, 0)).await.unwrap().expect("free");
     l.unlock().await.unwrap();
     taken.unlock().await.unwrap();
+}
+
+/// A silent partition (the holder's traffic held, nothing reset): the client notices only
+/// through its own timeouts, after 2/5 of the session timeout and a tick; its lost signal must
+/// still fire before the server can expire the session, so before another node's successful
+/// `try_lock` starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silently_partitioned_holder_learns_its_loss_before_anyone_can_take_the_lock() {
+    let cs = connect_string().await;
+    let proxy = FaultProxy::start(cs.parse().unwrap()).await.unwrap();
+    let root = root();
+    let holder = ZooKeeperLockProvider::builder(proxy.addr().to_string())
+        .root(&root)
+        .session_timeout(Duration::from_millis(1500))
+        .operation_timeout(Some(Duration::from_secs(3)))
+        .build()
+        .unwrap();
+    let other = common::provider(&cs, &root);
+    let c = cfg("job", 60_000, 0);
+    let lock = holder.try_lock(&c).await.unwrap().expect("free");
+    let lost_at = tokio::spawn({
+        let lost = lock.lost_signal();
+        async move {
+            lost.lost().await;
+            Instant::now()
+        }
+    });
+    proxy.set_stalled(true);
+    let start = Instant::now();
+    let taken_call = loop {
+        let call = Instant::now();
+        if let Some(l) = other.try_lock(&c).await.unwrap() {
+            l.unlock().await.unwrap();
+            break call;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "the partitioned session kept it");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let lost_at = tokio::time::timeout(Duration::from_secs(5), lost_at).await.unwrap().unwrap();
+    eprintln!(
+        "silent partition: lost signal after {:?}, takeover call started after {:?}",
+        lost_at - start,
+        taken_call - start
+    );
+    assert!(
+        lost_at <= taken_call,
+        "the partitioned holder learnt of its loss {:?} after the other node's successful call \
+         started",
+        lost_at - taken_call
+    );
+    proxy.set_stalled(false);
+    drop(lock);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
