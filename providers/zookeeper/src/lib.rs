@@ -895,7 +895,9 @@ impl Inner {
         let lock = acquisition.grant(handle).await?;
         let lease = lock.lease().clone();
         let lost_after = lost_after_disconnect(session_timeout, self.connection_timeout);
-        tokio::spawn(watch_session(watcher, lost_after, lease, session_gone, stopped));
+        let watch =
+            watch_session(watcher, lost_after, session_timeout, lease, session_gone, stopped);
+        tokio::spawn(watch);
         Ok(Some(lock))
     }
 }
@@ -922,16 +924,24 @@ fn lost_after_disconnect(session: Duration, connection: Option<Duration>) -> Dur
 /// Reports a held lock lost as soon as its session is known to be gone, or could be, without
 /// waiting for an extend: when the session reaches a terminal state (expired, closed,
 /// authentication failed), or when the client has been disconnected for `lost_after` (see
-/// [`lost_after_disconnect`]: by then the server may expire the session and delete the
-/// ephemeral lock node; the client itself learns "expired" only once it reconnects). Ends when
-/// the handle is dropped (unlock, or the `Lock` dropped).
+/// [`lost_after_disconnect`]: soon the server may expire the session and delete the ephemeral
+/// lock node; the client itself learns "expired" only once it reconnects). The session counts
+/// as gone (`gone`: unlock and extend then know there is nothing to release) only once it is
+/// terminated, or disconnected for a whole `session_timeout`, when the server has surely
+/// expired it; until then an unlock still tries to delete the node (an error while
+/// disconnected, the delete once reconnected within the session). Ends when the handle is
+/// dropped (unlock, or the `Lock` dropped).
 async fn watch_session(
     mut watcher: StateWatcher,
     lost_after: Duration,
+    session_timeout: Duration,
     lease: Lease,
     gone: Arc<AtomicBool>,
     mut stopped: oneshot::Receiver<()>,
 ) {
+    // When the current disconnection was noticed, and whether the loss was reported.
+    let mut since: Option<Instant> = None;
+    let mut reported = false;
     loop {
         let state = watcher.state();
         if state.is_terminated() {
@@ -940,19 +950,28 @@ async fn watch_session(
             lease.report_lost();
             return;
         }
-        let disconnected = matches!(state, SessionState::Disconnected);
+        if matches!(state, SessionState::Disconnected) {
+            since.get_or_insert_with(Instant::now);
+        } else {
+            since = None;
+        }
+        let next = since.map(|s| s + if reported { session_timeout } else { lost_after });
+        let far = Instant::now() + Duration::from_secs(3600);
         tokio::select! {
             _ = &mut stopped => return,
             _ = watcher.changed() => {}
-            () = tokio::time::sleep(lost_after), if disconnected => {
+            () = tokio::time::sleep_until(next.unwrap_or(far)), if next.is_some() => {
+                if reported {
+                    gone.store(true, Ordering::Release);
+                    return;
+                }
                 tracing::warn!(
                     ?lost_after,
                     "disconnected from ZooKeeper for as long as the server may keep the \
                      session; lock lost"
                 );
-                gone.store(true, Ordering::Release);
                 lease.report_lost();
-                return;
+                reported = true;
             }
         }
     }
