@@ -60,8 +60,8 @@ mod c31_force_release;
 
 pub use crate::node::LIBFAKETIME_ENV;
 pub use crate::node::{
-    NODE_ENV, NodeAcq, NodeCall, NodeLog, NodeSpec, RUN_ID_ENV, monotonic_ns,
-    node_main_if_requested,
+    HolderLog, HolderReady, HolderWrite, NODE_ENV, NodeAcq, NodeCall, NodeLog, NodeSpec,
+    PausedHolder, RUN_ID_ENV, monotonic_ns, node_main_if_requested,
 };
 pub use c01_lock_is_held::c01_lock_is_held;
 pub use c02_no_double_hold::c02_no_double_hold;
