@@ -40,6 +40,7 @@ pub struct SuiteSpec {
     name: String,
     options: Options,
     plan: Plan,
+    faults: Vec<crate::faults::FaultPlan>,
 }
 
 enum Plan {
@@ -89,14 +90,31 @@ impl SuiteSpec {
             })
         });
         let node: NodeMain = Box::new(move || checks::node_main_if_requested(move || for_node()));
-        Self { name, options, plan: Plan::Run { setup, node } }
+        Self { name, options, plan: Plan::Run { setup, node }, faults: Vec::new() }
+    }
+
+    /// Adds a fault scenario ([`faults`](crate::faults)) whose node processes build this
+    /// suite's factory: one more test, `<suite>::faults::<scenario>`, which runs the scenario
+    /// for [`FAULTS_SECS_ENV`](crate::faults::FAULTS_SECS_ENV) seconds (default
+    /// [`SHORT_SECS`](crate::faults::SHORT_SECS)) and fails on an overlap the plan does not
+    /// expect. It is reported ignored, with the reason, where network namespaces cannot be made
+    /// (not Linux, not root).
+    #[must_use]
+    pub fn with_faults(mut self, plan: crate::faults::FaultPlan) -> Self {
+        self.faults.push(plan);
+        self
     }
 
     /// A suite that cannot run here (its backend is absent, or skipped on request), and says
     /// why: each of its tests is reported *ignored* with the reason, no report file is
     /// written, and the binary's summary counts them as ignored — never as passed.
     pub fn skipped(name: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self { name: name.into(), options: Options::new(), plan: Plan::Skip(reason.into()) }
+        Self {
+            name: name.into(),
+            options: Options::new(),
+            plan: Plan::Skip(reason.into()),
+            faults: Vec::new(),
+        }
     }
 
     /// The suite's name.
@@ -203,7 +221,12 @@ where
         })
     });
     let node: NodeMain = Box::new(|| None);
-    let suite = SuiteSpec { name: String::new(), options, plan: Plan::Run { setup, node } };
+    let suite = SuiteSpec {
+        name: String::new(),
+        options,
+        plan: Plan::Run { setup, node },
+        faults: Vec::new(),
+    };
     exit_code(run_trials(Arguments::from_args(), vec![suite], false))
 }
 
@@ -302,8 +325,35 @@ fn run_trials(
     let mut trials = Vec::new();
     let mut runs: Vec<(String, Arc<Shared>, usize)> = Vec::new();
     for suite in suites {
-        let SuiteSpec { name, options, plan } = suite;
+        let SuiteSpec { name, options, plan, faults } = suite;
         let test_name = |base: String| if prefixed { format!("{name}::{base}") } else { base };
+        let skip_faults = match &plan {
+            Plan::Skip(why) => Some(why.clone()),
+            Plan::Run { .. } if faults.is_empty() => None,
+            Plan::Run { .. } => crate::faults::net::unavailable(),
+        };
+        for plan in faults {
+            let test = test_name(format!("faults::{}", plan.name()));
+            if let Some(why) = &skip_faults {
+                let why = why.clone();
+                trials.push(
+                    Trial::test(test, move || Err(Failed::from(why))).with_ignored_flag(true),
+                );
+                continue;
+            }
+            let suite_name = name.clone();
+            trials.push(Trial::test(test, move || {
+                let exe = std::env::current_exe().map_err(|e| Failed::from(e.to_string()))?;
+                let secs = std::env::var(crate::faults::FAULTS_SECS_ENV)
+                    .ok()
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(crate::faults::SHORT_SECS);
+                let report = crate::faults::run_scenario(&plan, &suite_name, &exe, secs)
+                    .map_err(Failed::from)?;
+                println!("\n{}", report.to_markdown());
+                if report.passed() { Ok(()) } else { Err(Failed::from(report.verdict)) }
+            }));
+        }
         let mut names: Vec<String> = checks::catalogue()
             .iter()
             // A soak run ([`Options::soak_for`]) is only its checks.

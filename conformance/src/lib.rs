@@ -184,6 +184,7 @@ pub mod tools;
 mod check;
 pub mod checks;
 mod factory;
+pub mod faults;
 mod figures;
 mod harness;
 mod node;

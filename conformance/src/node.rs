@@ -61,6 +61,11 @@ pub struct NodeSpec {
     /// lasts (see [`PausedHolder`]).
     #[serde(default)]
     pub paused_holder: Option<PausedHolder>,
+    /// A fault scenario's node ([`faults`](crate::faults)): the contended workload, each
+    /// acquisition worked under in slices while its lease is valid, reported as a
+    /// [`FaultLog`](crate::faults::FaultLog).
+    #[serde(default)]
+    pub faults: bool,
 }
 
 /// What a C29 node does: takes [`name`](Self::name) for `at_most_ms`, tells the parent (the
@@ -259,6 +264,11 @@ where
         let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
         rt.block_on(async {
             let factory = setup().await?;
+            if spec.faults {
+                let log = crate::faults::run_fault_node(&factory, &spec).await?;
+                std::fs::write(&spec.out, serde_json::to_vec(&log)?)?;
+                return Ok(());
+            }
             if let Some(holder) = &spec.paused_holder {
                 let log = run_paused_holder(&factory, &spec, holder).await?;
                 std::fs::write(&spec.out, serde_json::to_vec(&log)?)?;

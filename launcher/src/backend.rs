@@ -1,6 +1,10 @@
 //! The backends of the zoo and their names.
 
-use std::{fmt, str::FromStr};
+use std::{
+    fmt,
+    net::{Ipv4Addr, SocketAddr},
+    str::FromStr,
+};
 
 use crate::LaunchError;
 
@@ -217,25 +221,29 @@ impl Backend {
 
     /// The URL of this backend when its client ports are `ports` on 127.0.0.1 (one per node).
     pub(crate) fn url_for_ports(self, ports: &[u16]) -> String {
-        let first = ports.first().copied().unwrap_or(0);
+        let addrs: Vec<SocketAddr> =
+            ports.iter().map(|&p| SocketAddr::from((Ipv4Addr::LOCALHOST, p))).collect();
+        self.url_for_addrs(&addrs)
+    }
+
+    /// The URL of this backend when its nodes' client addresses are `addrs` (one per node).
+    pub(crate) fn url_for_addrs(self, addrs: &[SocketAddr]) -> String {
+        let first = addrs.first().copied().unwrap_or(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)));
+        let join = |scheme: &str| {
+            addrs.iter().map(|a| format!("{scheme}{a}")).collect::<Vec<_>>().join(",")
+        };
         match self {
-            Backend::Postgres => format!("postgres://postgres@127.0.0.1:{first}/postgres"),
-            Backend::MariaDb => format!("mysql://root@127.0.0.1:{first}/shedlock"),
+            Backend::Postgres => format!("postgres://postgres@{first}/postgres"),
+            Backend::MariaDb => format!("mysql://root@{first}/shedlock"),
             Backend::Sqlite => String::new(),
-            Backend::Redis | Backend::Valkey => format!("redis://127.0.0.1:{first}"),
-            Backend::RedisCluster => {
-                ports.iter().map(|p| format!("redis://127.0.0.1:{p}")).collect::<Vec<_>>().join(",")
-            }
-            Backend::Memcached => format!("memcache://127.0.0.1:{first}"),
-            Backend::Nats => format!("nats://127.0.0.1:{first}"),
-            Backend::MongoDb => format!("mongodb://127.0.0.1:{first}/?directConnection=true"),
-            Backend::DynamoDb | Backend::S3 | Backend::Etcd => format!("http://127.0.0.1:{first}"),
-            Backend::EtcdCluster => {
-                ports.iter().map(|p| format!("http://127.0.0.1:{p}")).collect::<Vec<_>>().join(",")
-            }
-            Backend::ZooKeeper | Backend::ZooKeeperEnsemble => {
-                ports.iter().map(|p| format!("127.0.0.1:{p}")).collect::<Vec<_>>().join(",")
-            }
+            Backend::Redis | Backend::Valkey => format!("redis://{first}"),
+            Backend::RedisCluster => join("redis://"),
+            Backend::Memcached => format!("memcache://{first}"),
+            Backend::Nats => format!("nats://{first}"),
+            Backend::MongoDb => format!("mongodb://{first}/?directConnection=true"),
+            Backend::DynamoDb | Backend::S3 | Backend::Etcd => format!("http://{first}"),
+            Backend::EtcdCluster => join("http://"),
+            Backend::ZooKeeper | Backend::ZooKeeperEnsemble => join(""),
         }
     }
 }

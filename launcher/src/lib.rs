@@ -49,7 +49,7 @@ pub use backend::Backend;
 pub use error::{LaunchError, ServerOutput};
 pub use locate::{backends_dir, which, workspace_root};
 pub use native::PG_PASSWORD_ROLE;
-pub use options::{LaunchOptions, Via};
+pub use options::{LaunchOptions, Placement, Via};
 pub use service::{DetachedService, Mode, Service};
 
 /// The backends listed in `SHEDLOCK_SKIP_BACKENDS` (comma or space separated names, or `all`).

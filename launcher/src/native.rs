@@ -11,14 +11,28 @@ use std::{
 use nix::sys::signal::Signal;
 
 use crate::{
-    Backend, LaunchError,
+    Backend, LaunchError, Placement,
     locate::{Programs, system_user},
     probe::Probe,
     process::{NodeSpec, shell_quote},
 };
 
-fn local(port: u16) -> SocketAddr {
-    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port))
+/// Where each node runs: its placement's address, or 127.0.0.1.
+#[derive(Clone, Copy)]
+struct Hosts<'a>(&'a [Placement]);
+
+impl<'a> Hosts<'a> {
+    fn ip(self, i: usize) -> Ipv4Addr {
+        self.0.get(i).map_or(Ipv4Addr::LOCALHOST, |p| p.ip)
+    }
+
+    fn at(self, i: usize, port: u16) -> SocketAddr {
+        SocketAddr::V4(SocketAddrV4::new(self.ip(i), port))
+    }
+
+    fn netns(self, i: usize) -> Option<&'a str> {
+        self.0.get(i).map(|p| p.netns.as_str())
+    }
 }
 
 pub(crate) fn is_root() -> bool {
@@ -137,7 +151,10 @@ fn require_password_for_test_role(backend: Backend, hba: &Path) -> Result<(), La
     let rule = format!(
         "host all {PG_PASSWORD_ROLE} 127.0.0.1/32 scram-sha-256\nhost all {PG_PASSWORD_ROLE} ::1/128 scram-sha-256\n"
     );
-    std::fs::write(hba, rule + &rules).map_err(io(backend, step()))
+    // Clients in the network namespaces of a placed launch (LaunchOptions::placement) come
+    // from 10.0.0.0/8; an unplaced server listens on 127.0.0.1 only, so this admits no one else.
+    let placed = "host all all 10.0.0.0/8 trust\n";
+    std::fs::write(hba, rule + &rules + placed).map_err(io(backend, step()))
 }
 
 /// One-time preparation (initdb, mariadb-install-db) in the service directory `dir`.
@@ -190,7 +207,15 @@ pub(crate) fn prepare(
                 cmd.arg("--user=mysql");
             }
             run(backend, &mut cmd, &m.join("install-db.log"))?;
-            write(backend, &m.join("init.sql"), "CREATE DATABASE IF NOT EXISTS shedlock;\n")
+            // root from the namespaces of a placed launch (10.0.0.0/8); an unplaced server
+            // listens on 127.0.0.1 only, so this admits no one else.
+            write(
+                backend,
+                &m.join("init.sql"),
+                "CREATE DATABASE IF NOT EXISTS shedlock;\n\
+                 CREATE USER IF NOT EXISTS 'root'@'10.%';\n\
+                 GRANT ALL PRIVILEGES ON *.* TO 'root'@'10.%' WITH GRANT OPTION;\n",
+            )
         }
         _ => Ok(()),
     }
@@ -203,8 +228,24 @@ pub(crate) fn nodes(
     programs: &Programs,
     dir: &Path,
     ports: &[u16],
+    placement: &[Placement],
+) -> Result<Vec<NodeSpec>, LaunchError> {
+    let hosts = Hosts(placement);
+    let specs = nodes_at(backend, programs, dir, ports, hosts)?;
+    Ok(specs.into_iter().enumerate().map(|(i, s)| s.in_netns(hosts.netns(i))).collect())
+}
+
+fn nodes_at(
+    backend: Backend,
+    programs: &Programs,
+    dir: &Path,
+    ports: &[u16],
+    hosts: Hosts<'_>,
 ) -> Result<Vec<NodeSpec>, LaunchError> {
     let port = |i: usize| ports.get(i).copied().unwrap_or(0);
+    let local = |p: u16| hosts.at(0, p);
+    let ip0 = hosts.ip(0).to_string();
+    let ip0 = ip0.as_str();
     let spec = match programs {
         Programs::Sqlite => return Ok(Vec::new()),
         Programs::Postgres { postgres, .. } => {
@@ -219,7 +260,7 @@ pub(crate) fn nodes(
                 .arg(pg.as_os_str())
                 .args([
                     "-c",
-                    "listen_addresses=127.0.0.1",
+                    &format!("listen_addresses={ip0}"),
                     "-c",
                     "fsync=off",
                     "-c",
@@ -239,7 +280,7 @@ pub(crate) fn nodes(
                 .arg("--no-defaults")
                 .arg(format!("--datadir={}", m.join("data").display()))
                 .arg(format!("--port={}", port(0)))
-                .arg("--bind-address=127.0.0.1")
+                .arg(format!("--bind-address={ip0}"))
                 .arg(format!("--socket={}", m.join("sock").display()))
                 .arg(format!("--pid-file={}", m.join("pid").display()))
                 .arg(format!("--init-file={}", m.join("init.sql").display()))
@@ -262,7 +303,7 @@ pub(crate) fn nodes(
             NodeSpec::new(server, d.join("server.log"), Probe::Redis(local(port(0))))
                 .arg("--port")
                 .arg(port(0).to_string())
-                .args(["--bind", "127.0.0.1", "--dir"])
+                .args(["--bind", ip0, "--dir"])
                 .arg(d.as_os_str())
                 // An append-only file (not fsynced) keeps the data across restart().
                 .args(["--save", "", "--appendonly", "yes", "--appendfsync", "no"])
@@ -273,7 +314,7 @@ pub(crate) fn nodes(
             fresh_dir(backend, &d)?;
             let mut s =
                 NodeSpec::new(server, d.join("server.log"), Probe::Memcached(local(port(0))))
-                    .args(["-l", "127.0.0.1", "-p"])
+                    .args(["-l", ip0, "-p"])
                     .arg(port(0).to_string())
                     .args(["-U", "0", "-m", "64"])
                     .cwd(&d);
@@ -291,7 +332,7 @@ pub(crate) fn nodes(
                 d.join("server.log"),
                 Probe::Nats { client: local(port(0)), monitor: local(port(1)) },
             )
-            .args(["-a", "127.0.0.1", "-p"])
+            .args(["-a", ip0, "-p"])
             .arg(port(0).to_string())
             .arg("-m")
             .arg(port(1).to_string())
@@ -303,7 +344,7 @@ pub(crate) fn nodes(
             let d = dir.join("mongo");
             fresh_dir(backend, &d)?;
             NodeSpec::new(server, d.join("server.log"), Probe::MongoDb(local(port(0))))
-                .args(["--host", "127.0.0.1", "--port"])
+                .args(["--host", ip0, "--port"])
                 .arg(port(0).to_string())
                 .arg("--storage-path")
                 .arg(d.join("data").as_os_str())
@@ -315,7 +356,7 @@ pub(crate) fn nodes(
             fresh_dir(backend, &d)?;
             NodeSpec::new(node, d.join("server.log"), Probe::DynamoDb(local(port(0))))
                 .arg(script.as_os_str())
-                .args(["--host", "127.0.0.1", "--port"])
+                .args(["--host", ip0, "--port"])
                 .arg(port(0).to_string())
                 .args([
                     "--createTableMs",
@@ -333,16 +374,16 @@ pub(crate) fn nodes(
             let d = dir.join("s3");
             fresh_dir(backend, &d)?;
             NodeSpec::new(server, d.join("server.log"), Probe::S3(local(port(0))))
-                .args(["-H", "127.0.0.1", "-p"])
+                .args(["-H", ip0, "-p"])
                 .arg(port(0).to_string())
                 .cwd(&d)
         }
         Programs::RedisCluster { server, .. } => {
-            return redis_cluster_nodes(backend, server, dir, ports);
+            return redis_cluster_nodes(backend, server, dir, ports, hosts);
         }
-        Programs::Etcd { server } => return etcd_nodes(backend, server, dir, ports),
+        Programs::Etcd { server } => return etcd_nodes(backend, server, dir, ports, hosts),
         Programs::ZooKeeper { java, jar } => {
-            return zookeeper_nodes(backend, java, jar, dir, ports);
+            return zookeeper_nodes(backend, java, jar, dir, ports, hosts);
         }
     };
     Ok(vec![spec])
@@ -353,6 +394,7 @@ fn redis_cluster_nodes(
     server: &Path,
     dir: &Path,
     ports: &[u16],
+    hosts: Hosts<'_>,
 ) -> Result<Vec<NodeSpec>, LaunchError> {
     let n = backend.node_count();
     // ports: client_0..client_{n-1}, then the cluster-bus ports (not client + 10000, which
@@ -363,12 +405,12 @@ fn redis_cluster_nodes(
         .map(|i| {
             let d = dir.join(format!("redis{i}"));
             fresh_dir(backend, &d)?;
-            Ok(NodeSpec::new(server, d.join("server.log"), Probe::Redis(local(client(i))))
+            Ok(NodeSpec::new(server, d.join("server.log"), Probe::Redis(hosts.at(i, client(i))))
                 .arg("--port")
                 .arg(client(i).to_string())
                 .arg("--cluster-port")
                 .arg(bus(i).to_string())
-                .args(["--bind", "127.0.0.1", "--dir"])
+                .args(["--bind", &hosts.ip(i).to_string(), "--dir"])
                 .arg(d.as_os_str())
                 .args(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"])
                 // Fail-over within about two seconds on loopback.
@@ -445,21 +487,24 @@ fn etcd_nodes(
     server: &Path,
     dir: &Path,
     ports: &[u16],
+    hosts: Hosts<'_>,
 ) -> Result<Vec<NodeSpec>, LaunchError> {
     let n = backend.node_count();
     // ports: client_0, peer_0, client_1, peer_1, ...
     let client = |i: usize| ports.get(2 * i).copied().unwrap_or(0);
     let peer = |i: usize| ports.get(2 * i + 1).copied().unwrap_or(0);
-    let cluster =
-        (0..n).map(|i| format!("n{i}=http://127.0.0.1:{}", peer(i))).collect::<Vec<_>>().join(",");
+    let cluster = (0..n)
+        .map(|i| format!("n{i}=http://{}", hosts.at(i, peer(i))))
+        .collect::<Vec<_>>()
+        .join(",");
     let token = format!("shedlock-{}-{}", std::process::id(), client(0));
     (0..n)
         .map(|i| {
             let d = dir.join(format!("etcd{i}"));
             fresh_dir(backend, &d)?;
-            let c = format!("http://127.0.0.1:{}", client(i));
-            let p = format!("http://127.0.0.1:{}", peer(i));
-            Ok(NodeSpec::new(server, d.join("server.log"), Probe::Etcd(local(client(i))))
+            let c = format!("http://{}", hosts.at(i, client(i)));
+            let p = format!("http://{}", hosts.at(i, peer(i)));
+            Ok(NodeSpec::new(server, d.join("server.log"), Probe::Etcd(hosts.at(i, client(i))))
                 .arg("--name")
                 .arg(format!("n{i}"))
                 .arg("--data-dir")
@@ -482,6 +527,7 @@ fn zookeeper_nodes(
     jar: &Path,
     dir: &Path,
     ports: &[u16],
+    hosts: Hosts<'_>,
 ) -> Result<Vec<NodeSpec>, LaunchError> {
     let n = backend.node_count();
     // ports: client_0..client_{n-1}, then quorum/election pairs for an ensemble.
@@ -495,14 +541,21 @@ fn zookeeper_nodes(
             let data = d.join("data");
             mkdir(backend, &data)?;
             let mut cfg = format!(
-                "tickTime=500\ninitLimit=20\nsyncLimit=10\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\n\
+                "tickTime=500\ninitLimit=20\nsyncLimit=10\ndataDir={}\nclientPort={}\nclientPortAddress={}\n\
                  admin.enableServer=false\n4lw.commands.whitelist=ruok,srvr,stat,mntr\nmaxClientCnxns=0\n",
                 data.display(),
-                client(i)
+                client(i),
+                hosts.ip(i)
             );
             if n > 1 {
                 for k in 0..n {
-                    cfg.push_str(&format!("server.{}=127.0.0.1:{}:{}\n", k + 1, quorum(k), election(k)));
+                    cfg.push_str(&format!(
+                        "server.{}={}:{}:{}\n",
+                        k + 1,
+                        hosts.ip(k),
+                        quorum(k),
+                        election(k)
+                    ));
                 }
                 write(backend, &data.join("myid"), &format!("{}\n", i + 1))?;
             }
@@ -511,7 +564,7 @@ fn zookeeper_nodes(
             let mut classpath = OsString::from(jar.as_os_str());
             classpath.push(":");
             classpath.push(d.as_os_str());
-            Ok(NodeSpec::new(java, d.join("server.log"), Probe::ZooKeeper(local(client(i))))
+            Ok(NodeSpec::new(java, d.join("server.log"), Probe::ZooKeeper(hosts.at(i, client(i))))
                 .args([
                     "-Xmx256m",
                     "-XX:+UseSerialGC",

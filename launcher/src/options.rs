@@ -69,6 +69,26 @@ pub struct LaunchOptions {
     watchdog: bool,
     preferred_ports: Vec<u16>,
     backends_dir: Option<std::path::PathBuf>,
+    placement: Vec<Placement>,
+}
+
+/// Where one server process of a native launch runs: in the network namespace `netns` (a name
+/// under `/run/netns`, as `ip netns add` makes it), listening on `ip` instead of 127.0.0.1. The
+/// fault harness of `shedlock-conformance` places each node of a cluster in a namespace of its
+/// own, so that it can cut the network between them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// The namespace's name (`ip netns exec <netns> ...`).
+    pub netns: String,
+    /// The address the server listens on, reachable from the other namespaces.
+    pub ip: std::net::Ipv4Addr,
+}
+
+impl Placement {
+    /// A server in namespace `netns`, listening on `ip`.
+    pub fn new(netns: impl Into<String>, ip: std::net::Ipv4Addr) -> Self {
+        Placement { netns: netns.into(), ip }
+    }
 }
 
 impl Default for LaunchOptions {
@@ -85,6 +105,7 @@ impl Default for LaunchOptions {
             watchdog: true,
             preferred_ports: Vec::new(),
             backends_dir: None,
+            placement: Vec::new(),
         }
     }
 }
@@ -143,6 +164,14 @@ impl LaunchOptions {
         self
     }
 
+    /// Runs node `i` of a native launch as `placement[i]` says (its own network namespace and
+    /// address; the nodes past the end run on 127.0.0.1 in this namespace). Native only: a
+    /// Docker launch with a placement fails with [`LaunchError::Unsupported`](crate::LaunchError).
+    pub fn placement(mut self, placement: Vec<Placement>) -> Self {
+        self.placement = placement;
+        self
+    }
+
     /// The launch mode.
     pub fn get_via(&self) -> Via {
         self.via
@@ -166,6 +195,10 @@ impl LaunchOptions {
 
     pub(crate) fn get_backends_dir(&self) -> std::path::PathBuf {
         self.backends_dir.clone().unwrap_or_else(crate::backends_dir)
+    }
+
+    pub(crate) fn get_placement(&self) -> &[Placement] {
+        &self.placement
     }
 
     pub(crate) fn get_preferred_ports(&self) -> &[u16] {

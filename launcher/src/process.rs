@@ -25,6 +25,9 @@ pub(crate) struct NodeSpec {
     pub(crate) probe: Probe,
     /// Sent to the process group to stop the server gracefully.
     pub(crate) stop_signal: Signal,
+    /// The network namespace to run in (`ip netns exec`, which execs: the pid stays the
+    /// server's).
+    pub(crate) netns: Option<String>,
 }
 
 impl NodeSpec {
@@ -37,6 +40,7 @@ impl NodeSpec {
             log,
             probe,
             stop_signal: Signal::SIGTERM,
+            netns: None,
         }
     }
 
@@ -60,14 +64,36 @@ impl NodeSpec {
         self
     }
 
+    pub(crate) fn in_netns(mut self, netns: Option<&str>) -> Self {
+        self.netns = netns.map(str::to_owned);
+        self
+    }
+
+    /// The program and arguments as run: inside `ip netns exec <netns>` when placed.
+    fn argv(&self) -> Vec<OsString> {
+        let mut v = Vec::with_capacity(self.args.len() + 4);
+        if let Some(ns) = &self.netns {
+            v.push(OsString::from(ip_program()));
+            v.extend(["netns", "exec", ns.as_str()].map(OsString::from));
+        }
+        v.push(self.program.clone().into_os_string());
+        v.extend(self.args.iter().cloned());
+        v
+    }
+
     /// The command line, shell-quoted, for error messages.
     pub(crate) fn command_line(&self) -> String {
-        std::iter::once(self.program.as_os_str())
-            .chain(self.args.iter().map(OsString::as_os_str))
-            .map(|a| shell_quote(&a.to_string_lossy()))
-            .collect::<Vec<_>>()
-            .join(" ")
+        let argv = self.argv();
+        argv.iter().map(|a| shell_quote(&a.to_string_lossy())).collect::<Vec<_>>().join(" ")
     }
+}
+
+/// iproute2's `ip`: `/usr/sbin/ip` or `/sbin/ip` if present, else `ip` on the PATH.
+pub(crate) fn ip_program() -> &'static str {
+    ["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .unwrap_or("ip")
 }
 
 pub(crate) fn shell_quote(s: &str) -> String {
@@ -109,8 +135,9 @@ pub(crate) fn spawn(backend: &'static str, spec: &NodeSpec) -> Result<Running, L
         })?;
     let log2 =
         log.try_clone().map_err(|e| LaunchError::io(backend, "duplicating the log file", e))?;
-    let mut cmd = Command::new(&spec.program);
-    cmd.args(&spec.args)
+    let argv = spec.argv();
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..])
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(log)

@@ -349,7 +349,7 @@ impl Native {
                 ports::lease(needed)
             }
             .map_err(|e| LaunchError::io(backend.name(), "finding free loopback ports", e))?;
-            let specs = native::nodes(backend, programs, dir, lease.ports())?;
+            let specs = native::nodes(backend, programs, dir, lease.ports(), opts.get_placement())?;
             let nodes = spawn_nodes(backend, &specs)?;
             let mut native = Native {
                 dir: dir.to_path_buf(),
@@ -493,15 +493,15 @@ impl Service {
         }
         match Native::start(backend, &programs, &dir, options) {
             Ok(native) => {
-                let ports: Vec<u16> = native
+                let clients: Vec<SocketAddr> = native
                     .specs
                     .iter()
                     .take(backend.node_count())
-                    .map(|s| s.probe.addr().port())
+                    .map(|s| s.probe.addr())
                     .collect();
                 Ok(Service {
                     backend,
-                    url: backend.url_for_ports(&ports),
+                    url: backend.url_for_addrs(&clients),
                     server,
                     addrs: native.specs.iter().map(|s| s.probe.addr()).collect(),
                     mode: Mode::Native,
@@ -518,6 +518,13 @@ impl Service {
     }
 
     fn start_docker(backend: Backend, options: &LaunchOptions) -> Result<Service, LaunchError> {
+        if !options.get_placement().is_empty() {
+            return Err(LaunchError::Unsupported {
+                backend: backend.name(),
+                what: "a placement (network namespaces) with Docker: it needs native servers"
+                    .to_owned(),
+            });
+        }
         if backend == Backend::Sqlite {
             return Service::start_native(backend, options);
         }

@@ -22,6 +22,7 @@ pub use shedlock_conformance::tools::proxy::FaultProxy;
 
 #[cfg(feature = "aws")]
 pub mod aws;
+pub mod faults;
 pub mod fleet;
 pub mod unreachable;
 use shedlock_conformance::{

@@ -283,6 +283,7 @@ async fn run_rung(
             out: out.clone(),
             seed: suite.seed() ^ ((k as u64) << 8) ^ i as u64,
             paused_holder: None,
+            faults: false,
         };
         let spec_json =
             serde_json::to_string(&spec).map_err(|e| Verdict::fail(format!("node spec: {e}")))?;

@@ -275,6 +275,7 @@ fn start(
         warm_up: suite.lock_name("c29w"),
         out: out.to_owned(),
         seed: suite.seed(),
+        faults: false,
         paused_holder: Some(PausedHolder {
             name: name.to_owned(),
             ready: PathBuf::from(ready),

@@ -10,13 +10,12 @@
 mod common;
 
 use shedlock_launcher::Backend;
-use shedlock_test_support::{server_options, suite};
+use shedlock_test_support::{faults, server_options, suite};
 
 fn main() -> std::process::ExitCode {
-    shedlock_conformance::harness_suites(vec![suite(
-        Backend::Etcd,
-        "etcd",
-        server_options(Backend::Etcd),
-        common::Single::new,
-    )])
+    shedlock_conformance::harness_suites(vec![
+        suite(Backend::Etcd, "etcd", server_options(Backend::Etcd), common::Single::new)
+            // The fault scenario: the nodes' `etcd` factory on the 3-node cluster.
+            .with_faults(faults::plan("etcd-cluster", Backend::EtcdCluster, Backend::Etcd)),
+    ])
 }
