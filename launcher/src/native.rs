@@ -39,6 +39,13 @@ pub(crate) fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
+/// Redis's `protected-mode` for node `i`: on (its default) on loopback; off when placed in a
+/// namespace, where the clients come from the other namespaces of the scenario (it would answer
+/// them DENIED; nothing outside the namespaces it made can reach the address).
+fn protected(hosts: Hosts<'_>, i: usize) -> &'static str {
+    if hosts.netns(i).is_some() { "no" } else { "yes" }
+}
+
 /// How many loopback ports a native launch needs.
 pub(crate) fn ports_needed(backend: Backend) -> usize {
     match backend {
@@ -303,7 +310,7 @@ fn nodes_at(
             NodeSpec::new(server, d.join("server.log"), Probe::Redis(local(port(0))))
                 .arg("--port")
                 .arg(port(0).to_string())
-                .args(["--bind", ip0, "--dir"])
+                .args(["--bind", ip0, "--protected-mode", protected(hosts, 0), "--dir"])
                 .arg(d.as_os_str())
                 // An append-only file (not fsynced) keeps the data across restart().
                 .args(["--save", "", "--appendonly", "yes", "--appendfsync", "no"])
@@ -410,7 +417,8 @@ fn redis_cluster_nodes(
                 .arg(client(i).to_string())
                 .arg("--cluster-port")
                 .arg(bus(i).to_string())
-                .args(["--bind", &hosts.ip(i).to_string(), "--dir"])
+                .args(["--bind", &hosts.ip(i).to_string()])
+                .args(["--protected-mode", protected(hosts, i), "--dir"])
                 .arg(d.as_os_str())
                 .args(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"])
                 // Fail-over within about two seconds on loopback.

@@ -57,7 +57,10 @@ impl RunningCluster for Running {
     }
 
     fn describe(&self) -> String {
-        self.service.server().to_owned()
+        self.service.server().replace(
+            "native processes on loopback",
+            "native processes, each in its own network namespace",
+        )
     }
 
     fn server_pid(&self, i: usize) -> Option<u32> {

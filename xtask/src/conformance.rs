@@ -499,13 +499,37 @@ fn num(v: Option<&Value>) -> String {
     }
 }
 
-/// The Markdown table for a set of reports.
-fn table(reports: &[Value]) -> String {
+/// The "partition / pause" cell of `provider`: each fault scenario its suite ran
+/// (`conformance/reports/faults/*.json`), with its overlaps and acquisitions checked.
+fn faults_cell(provider: &str, faults: &[Value]) -> String {
+    let mut cells: Vec<String> = faults
+        .iter()
+        .filter(|f| f.get("suite").and_then(Value::as_str) == Some(provider))
+        .map(|f| {
+            let overlaps = f.get("overlaps").and_then(Value::as_array).map_or(0, Vec::len);
+            let mins = f.get("seconds").and_then(Value::as_f64).unwrap_or(0.0) / 60.0;
+            let mitigated =
+                if f.get("mitigation").is_some_and(|m| !m.is_null()) { ", mitigated" } else { "" };
+            format!(
+                "{}{mitigated}: {} overlap{} in {} acquisitions ({mins:.0} min)",
+                f.get("scenario").and_then(Value::as_str).unwrap_or("?"),
+                overlaps,
+                if overlaps == 1 { "" } else { "s" },
+                f.get("acquisitions").and_then(Value::as_u64).unwrap_or(0),
+            )
+        })
+        .collect();
+    cells.sort();
+    if cells.is_empty() { "—".to_owned() } else { cells.join("<br>") }
+}
+
+/// The Markdown table for a set of reports (and the fault scenarios' reports).
+fn table(reports: &[Value], faults: &[Value]) -> String {
     let mut rows: Vec<&Value> = reports.iter().collect();
     rows.sort_by_key(|r| r.get("provider").and_then(Value::as_str).unwrap_or_default().to_owned());
     let mut out = String::from(
-        "| provider | server time | extend | fencing | owner-checked | granularity | checks | acquire p50 µs | p99 µs | round trips acquire/release | skew bound ms |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| provider | server time | extend | fencing | owner-checked | granularity | checks | acquire p50 µs | p99 µs | round trips acquire/release | skew bound ms | partition / pause |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         let caps = r.get("capabilities");
@@ -516,7 +540,7 @@ fn table(reports: &[Value]) -> String {
             None => "?".to_owned(),
         };
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {}/{} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {}/{} | {} | {} |\n",
             r.get("provider").and_then(Value::as_str).unwrap_or("?"),
             yes_no(cap("server_time")),
             yes_no(cap("extend")),
@@ -529,6 +553,7 @@ fn table(reports: &[Value]) -> String {
             num(fig("round_trips_acquire")),
             num(fig("round_trips_release")),
             num(fig("skew_bound_ms")),
+            faults_cell(r.get("provider").and_then(Value::as_str).unwrap_or("?"), faults),
         ));
     }
     out
@@ -544,6 +569,12 @@ fn splice(readme: &str, table: &str) -> Result<String, String> {
     Ok(format!("{}{TABLE_START}\n{table}{}", &readme[..start], &readme[end..]))
 }
 
+/// Regenerates the README table from every JSON report in `conformance/reports/` (and
+/// `conformance/reports/faults/`); the number of provider rows.
+pub(crate) fn regenerate_readme_table() -> Result<usize, String> {
+    regenerate_readme()
+}
+
 /// Regenerates the README table from every JSON report in `conformance/reports/`.
 fn regenerate_readme() -> Result<usize, String> {
     let dir = root().join("conformance/reports");
@@ -553,10 +584,16 @@ fn regenerate_readme() -> Result<usize, String> {
             reports.push(read_json(&e.path())?);
         }
     }
+    let mut faults = Vec::new();
+    for e in std::fs::read_dir(dir.join("faults")).into_iter().flatten().flatten() {
+        if e.path().extension().is_some_and(|x| x == "json") {
+            faults.push(read_json(&e.path())?);
+        }
+    }
     let readme_path = root().join("README.md");
     let readme = std::fs::read_to_string(&readme_path)
         .map_err(|e| format!("reading {}: {e}", readme_path.display()))?;
-    let updated = splice(&readme, &table(&reports))?;
+    let updated = splice(&readme, &table(&reports, &faults))?;
     if updated != readme {
         std::fs::write(&readme_path, updated)
             .map_err(|e| format!("writing {}: {e}", readme_path.display()))?;
@@ -580,16 +617,23 @@ mod tests {
 
     #[test]
     fn the_table_has_one_sorted_row_per_report() {
-        let t = table(&[
-            report("postgres", &["pass", "fail", "unsupported", "not_applicable", "pass"]),
-            report("memory", &["pass"]),
-        ]);
+        let faults = [json!({
+            "scenario": "postgres", "suite": "postgres", "seconds": 600.0, "acquisitions": 4100,
+            "overlaps": [], "mitigation": null
+        })];
+        let t = table(
+            &[
+                report("postgres", &["pass", "fail", "unsupported", "not_applicable", "pass"]),
+                report("memory", &["pass"]),
+            ],
+            &faults,
+        );
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines.len(), 4);
-        assert!(lines[2].starts_with("| memory |"), "{t}");
+        assert!(lines[2].starts_with("| memory |") && lines[2].ends_with("| — |"), "{t}");
         assert_eq!(
             lines[3],
-            "| postgres | yes | yes | no | yes | 1 ms | 2 pass, 1 FAIL, 1 unsupported, 1 n/a | 312 | 1200 | 1/— | — |"
+            "| postgres | yes | yes | no | yes | 1 ms | 2 pass, 1 FAIL, 1 unsupported, 1 n/a | 312 | 1200 | 1/— | — | postgres: 0 overlaps in 4100 acquisitions (10 min) |"
         );
         assert!(lines[2].contains("| 1 pass |"), "{t}");
     }

@@ -19,6 +19,10 @@
 //! * `bench [--provider <a,b> | --all] [--quick] [--record] [-- <criterion args>]` — the zoo's
 //!   benchmarks (each starts its backend), then `summary.md`, `summary.json` and `summary.svg`
 //!   under `<target dir>/bench/`; `--record` copies them to `benches/` (whole zoo only).
+//! * `faults [--provider <a,b>] [--minutes N] [--record]` — the fault scenarios (partitions,
+//!   pauses, kill -9, each server and client in its own network namespace; needs root), short
+//!   by default or N minutes each; `--record` copies their reports to
+//!   `conformance/reports/faults/` and regenerates the README provider table.
 //! * `mutants [memory|toy] [--shard K/N]` — cargo-mutants on the reference provider or the
 //!   third-party example, with the conformance suite as the test (on request, not in CI).
 //! * `msrv` — every crate meant for crates.io builds (`cargo check --lib`) with the toolchain of
@@ -31,6 +35,7 @@ mod bench;
 mod compose;
 mod conformance;
 mod docs;
+mod faults;
 mod msrv;
 mod mutants;
 mod package;
@@ -60,6 +65,11 @@ const USAGE: &str = "usage: cargo xtask <command>
                                        run the benchmarks (default: the whole zoo; --quick: short
                                        runs) and write the summary to <target dir>/bench; --record
                                        copies it to benches/ (whole zoo only)
+  faults [--provider <a,b>] [--minutes N] [--record]
+                                       the fault scenarios (partitions, pauses, kill -9 in network
+                                       namespaces; root): short by default, N minutes each when given;
+                                       reports in <target dir>/conformance/faults; --record copies them
+                                       to conformance/reports/faults and regenerates the README table
   mutants [memory|toy] [--shard K/N]   cargo-mutants on a provider, judged by the conformance suite
                                        (how strong the kit is; on request, not in CI)
   package [--no-verify]                cargo package (and build) every crate meant for crates.io, with manifest checks
@@ -103,6 +113,7 @@ fn main() -> ExitCode {
         "services" => services::run(rest),
         "conformance" => conformance::run(rest),
         "bench" => bench::run(rest),
+        "faults" => faults::run(rest),
         "mutants" => mutants::run(rest),
         "package" => package::run(rest),
         "msrv" => msrv::run(rest),

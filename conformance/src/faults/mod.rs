@@ -304,6 +304,9 @@ pub(crate) async fn run_fault_node(
                     + Duration::from_millis(rng.u64(0..=spec.hold_max_ms));
                 let mut last_valid_ns = acquired_ns;
                 let ended = loop {
+                    // The time of the check is read before it: a node descheduled between
+                    // the check and the log must not stretch the execution past the check.
+                    let checked_ns = monotonic_ns();
                     let now = tokio::time::Instant::now();
                     if lost.is_lost() {
                         break "lost signal";
@@ -311,7 +314,7 @@ pub(crate) async fn run_fault_node(
                     if now >= lock.valid_until() {
                         break "lease ended";
                     }
-                    last_valid_ns = monotonic_ns();
+                    last_valid_ns = checked_ns;
                     if now >= work_until {
                         break "done";
                     }

@@ -19,7 +19,12 @@ use maria_conformance::suite;
 
 fn main() -> std::process::ExitCode {
     shedlock_conformance::harness_suites(vec![
-        suite(false, false, false),
+        // A client cut off from the one server while its lease runs out (and the others).
+        suite(false, false, false).with_faults(shedlock_test_support::faults::plan(
+            "mariadb",
+            shedlock_launcher::Backend::MariaDb,
+            shedlock_launcher::Backend::MariaDb,
+        )),
         suite(false, true, false),
         suite(false, false, true),
         suite(true, false, false),

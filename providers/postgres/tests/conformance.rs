@@ -16,7 +16,12 @@ use pg_conformance::suite;
 
 fn main() -> std::process::ExitCode {
     shedlock_conformance::harness_suites(vec![
-        suite(false, false),
+        // A client cut off from the one server while its lease runs out (and the others).
+        suite(false, false).with_faults(shedlock_test_support::faults::plan(
+            "postgres",
+            shedlock_launcher::Backend::Postgres,
+            shedlock_launcher::Backend::Postgres,
+        )),
         suite(false, true),
         suite(true, false),
     ])

@@ -18,7 +18,7 @@
 mod common;
 
 use shedlock_launcher::Backend;
-use shedlock_test_support::{expect_no_fencing, server_options, suite};
+use shedlock_test_support::{expect_no_fencing, faults, server_options, suite};
 
 fn main() -> std::process::ExitCode {
     let cluster = server_options(Backend::RedisCluster).expect_not_applicable(
@@ -36,8 +36,29 @@ fn main() -> std::process::ExitCode {
         }),
         suite(Backend::Valkey, "redis-valkey", server_options(Backend::Valkey), || {
             common::Single::new(Backend::Valkey, "Valkey", "redis-valkey")
-        }),
-        suite(Backend::RedisCluster, "redis-cluster", cluster, common::Cluster::new),
+        })
+        .with_faults(faults::plan("valkey", Backend::Valkey, Backend::Valkey)),
+        suite(Backend::RedisCluster, "redis-cluster", cluster, common::Cluster::new)
+            .with_faults(
+                faults::plan("redis-cluster", Backend::RedisCluster, Backend::RedisCluster)
+                    .overlap_expected(
+                        "asynchronous replication: a grant that has not reached the replica is \
+                         lost when the replica takes over, and a master cut off from the \
+                         majority keeps granting until cluster-node-timeout",
+                    ),
+            )
+            .with_faults(
+                faults::plan("redis-cluster-wait", Backend::RedisCluster, Backend::RedisCluster)
+                    .node_env(common::WAIT_REPLICAS_ENV, "1")
+                    .mitigation(
+                        "wait_for_replicas(1, 500 ms): a grant counts once a replica acknowledged \
+                         it (WAIT)",
+                    )
+                    .overlap_expected(
+                        "WAIT makes a grant durable on a replica, not a consensus: a master cut \
+                         off from the majority still answers until cluster-node-timeout",
+                    ),
+            ),
         suite(Backend::Redis, "redis-shedlock-compat", compat, || {
             common::Single::new_with(Backend::Redis, "Redis", "redis-shedlock-compat", true)
         }),

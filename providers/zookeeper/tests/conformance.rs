@@ -11,7 +11,7 @@
 mod common;
 
 use shedlock_launcher::Backend;
-use shedlock_test_support::{server_options, suite};
+use shedlock_test_support::{faults, server_options, suite};
 
 fn main() -> std::process::ExitCode {
     shedlock_conformance::harness_suites(vec![
@@ -23,6 +23,11 @@ fn main() -> std::process::ExitCode {
             "zookeeper-ensemble",
             server_options(Backend::ZooKeeperEnsemble),
             || common::Zk::new(Backend::ZooKeeperEnsemble),
-        ),
+        )
+        .with_faults(faults::plan(
+            "zookeeper-ensemble",
+            Backend::ZooKeeperEnsemble,
+            Backend::ZooKeeperEnsemble,
+        )),
     ])
 }

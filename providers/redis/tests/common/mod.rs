@@ -161,6 +161,10 @@ pub async fn cluster_connection(
     Ok(client.get_async_connection().await?)
 }
 
+/// Set in a fault scenario's node processes: the `redis-cluster` factory's instances wait for
+/// this many replicas to acknowledge each grant (the builder's `wait_for_replicas`).
+pub const WAIT_REPLICAS_ENV: &str = "SHEDLOCK_TEST_REDIS_WAIT_REPLICAS";
+
 /// The conformance factory for the Redis Cluster (3 masters, 3 replicas): every instance has
 /// its own cluster connection. No backend address: a cluster client follows the nodes' own
 /// addresses (MOVED/ASK), which one proxy cannot stand in front of.
@@ -189,12 +193,14 @@ impl ProviderFactory for Cluster {
     }
 
     async fn create(&self, _options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError> {
-        let p = RedisLockProvider::builder(cluster_connection(self.service.url()).await?)
+        let mut b = RedisLockProvider::builder(cluster_connection(self.service.url()).await?)
             .key_prefix(&self.prefix)
-            .operation_timeout(Some(Duration::from_secs(3)))
-            .build()
-            .await?;
-        Ok(Arc::new(p))
+            .operation_timeout(Some(Duration::from_secs(3)));
+        // The fault scenario `redis-cluster-wait` turns the WAIT mitigation on in its nodes.
+        if let Some(n) = std::env::var(WAIT_REPLICAS_ENV).ok().and_then(|v| v.parse().ok()) {
+            b = b.wait_for_replicas(n, Duration::from_millis(500));
+        }
+        Ok(Arc::new(b.build().await?))
     }
 
     fn hooks(&self) -> Hooks {
