@@ -122,6 +122,23 @@ impl Lease {
         });
     }
 
+    /// An extension with `lock_at_most_for` is about to be sent at `sent`: until it is
+    /// confirmed, the lease ends at the earlier of its current deadline and `sent +
+    /// lock_at_most_for`. A request that shortens the lock may be applied by the backend even
+    /// when its answer is lost (a timeout, a cancelled future, a cut connection), so the lease
+    /// must not go on trusting the longer deadline. It grows only with a confirmed extension
+    /// ([`extended`](Self::extended)).
+    pub(crate) fn extending(&self, sent: Instant, lock_at_most_for: Duration) {
+        let until = deadline(sent, lock_at_most_for);
+        self.state.send_if_modified(|s| {
+            if s.lost || s.released || until >= s.valid_until {
+                return false;
+            }
+            s.valid_until = until;
+            true
+        });
+    }
+
     /// Records a successful extension sent at `sent`. Returns `false`, and leaves the lease lost,
     /// when the old deadline had already passed by the time the answer came: the lock may have
     /// been free in between, so it cannot be trusted again.

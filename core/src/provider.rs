@@ -232,6 +232,9 @@ impl Lock {
             return Err(lost());
         }
         let sent = Instant::now();
+        // Shrink first, grow only once confirmed: a shortening extend whose answer never
+        // arrives may still have been applied.
+        self.lease.extending(sent, lock_at_most_for);
         match self.handle.extend(&next).await {
             Ok(()) => {}
             Err(e @ Error::LockLost { .. }) => {

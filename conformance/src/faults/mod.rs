@@ -72,6 +72,14 @@ pub trait RunningCluster: Send {
 
     /// Starts server `i` again (same address and data) and waits until it is ready. Blocking.
     fn restart(&self, i: usize) -> Result<(), BoxError>;
+
+    /// The servers that matter most right now (the leader, the masters), asked of the
+    /// cluster before each fault; the nemesis aims at them in turn. Empty (the default): it
+    /// takes [`FaultCluster::targets`] in turn. Blocking, and quick: a server that does not
+    /// answer at once (paused, cut off) is left out.
+    fn primaries(&self) -> Vec<usize> {
+        Vec::new()
+    }
 }
 
 /// One fault scenario: a backend, how long and with what, and what it may show.
@@ -99,7 +107,8 @@ impl std::fmt::Debug for FaultPlan {
 
 impl FaultPlan {
     /// The scenario `name` (its report's file name: `etcd-cluster`) on `cluster`, with 4
-    /// client nodes contending on 3 names.
+    /// client nodes contending on 6 names (enough that each master of a sharded cluster
+    /// likely owns one).
     pub fn new(name: impl Into<String>, cluster: impl FaultCluster + 'static) -> Self {
         FaultPlan {
             name: name.into(),
@@ -108,7 +117,7 @@ impl FaultPlan {
             overlap_expected: None,
             mitigation: None,
             clients: 4,
-            names: 3,
+            names: 6,
         }
     }
 
@@ -719,8 +728,13 @@ pub fn run_scenario(
     let mut i = 0usize;
     while t + fault_ns + heal_ns <= workload_end {
         let kind = FaultKind::ALL[(i + offset) % FaultKind::ALL.len()];
-        let target = targets.get((i / FaultKind::ALL.len() + i) % targets.len().max(1)).copied();
-        let target = target.unwrap_or(0);
+        let turn = i / FaultKind::ALL.len() + i;
+        let live = cluster.primaries();
+        let target = if live.is_empty() {
+            targets.get(turn % targets.len().max(1)).copied().unwrap_or(0)
+        } else {
+            live[turn % live.len()]
+        };
         sleep_until(t);
         let began = monotonic_ns();
         let client = servers; // client 0's member index

@@ -279,3 +279,63 @@ async fn a_loss_reported_by_the_provider_fires_the_signal_before_the_deadline() 
     lease.report_lost();
     assert!(!signal.is_lost(), "a released lock is not lost");
 }
+
+/// A backend whose extend requests are sent (and may be applied) but never answered.
+struct Unanswered;
+
+struct UnansweredHandle;
+
+#[async_trait]
+impl LockProvider for Unanswered {
+    async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
+        Acquisition::begin(config).grant(UnansweredHandle).await.map(Some)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new().with_owner_checked(true).with_extend(true)
+    }
+}
+
+#[async_trait]
+impl LockHandle for UnansweredHandle {
+    async fn unlock(&mut self, _config: &LockConfig) -> Result<()> {
+        Ok(())
+    }
+
+    async fn extend(&mut self, _config: &LockConfig) -> Result<()> {
+        std::future::pending().await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shortening_extend_left_unanswered_ends_the_lease_at_the_shorter_deadline() {
+    let start = Instant::now();
+    let mut lock = Unanswered.try_lock(&cfg("short")).await.unwrap().unwrap();
+    assert_eq!(lock.valid_until(), start + AT_MOST);
+    let lost = lock.lost_signal();
+    // The backend may have applied the 2 s lease; the answer never comes (the caller's time
+    // limit drops the future).
+    let r = tokio::time::timeout(
+        Duration::from_secs(1),
+        lock.extend(Duration::from_secs(2), Duration::ZERO),
+    )
+    .await;
+    assert!(r.is_err(), "the extend cannot have answered");
+    assert_eq!(lock.valid_until(), start + Duration::from_secs(2));
+    tokio::time::timeout(Duration::from_millis(1001), lost.lost())
+        .await
+        .expect("the lost signal fires at the shorter deadline, not the original one");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lengthening_extend_left_unanswered_keeps_the_old_deadline() {
+    let start = Instant::now();
+    let mut lock = Unanswered.try_lock(&cfg("long")).await.unwrap().unwrap();
+    let r = tokio::time::timeout(
+        Duration::from_secs(1),
+        lock.extend(Duration::from_secs(60), Duration::ZERO),
+    )
+    .await;
+    assert!(r.is_err());
+    assert_eq!(lock.valid_until(), start + AT_MOST, "a lease grows only once confirmed");
+}
