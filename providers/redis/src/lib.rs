@@ -85,15 +85,18 @@ pub use shedlock::store::DEFAULT_OPERATION_TIMEOUT;
 pub const MAX_NAME_LEN: usize = 4096;
 
 /// Acquire. KEYS: lock, fence. ARGV: owner (`<acquisition id>|<locked_by>`), PX in ms.
-/// Returns `{token, locked_at_µs}` when the caller holds the lock (also when this very
+/// Returns `{token, locked_at_µs, owner}` when the caller holds the lock (also when this very
 /// acquisition is retried after its answer was lost), `false` (nil) when someone else does.
+/// The owner is echoed so that the client can tell the answer is to *this* request: a reply
+/// delivered to the wrong request (a connection that lost its place in a fail-over) must never
+/// read as a grant.
 const ACQUIRE: &str = r"
 local v = redis.call('GET', KEYS[1])
 if v then
   local n = string.len(ARGV[1])
   if string.sub(v, 1, n + 1) == ARGV[1] .. '|' then
     local tok, at = string.match(string.sub(v, n + 2), '^(%d+)|(%d+)$')
-    if tok then return {tok, at} end
+    if tok then return {tok, at, ARGV[1]} end
   end
   return false
 end
@@ -104,7 +107,7 @@ local tok = string.format('%.0f', math.max(last + 1, now))
 local at = string.format('%.0f', now)
 redis.call('SET', KEYS[2], tok)
 redis.call('SET', KEYS[1], ARGV[1] .. '|' .. tok .. '|' .. at, 'PX', ARGV[2])
-return {tok, at}
+return {tok, at, ARGV[1]}
 ";
 
 /// Unlock. KEYS: lock. ARGV: the holder's value, lock_at_least_for in µs. Returns 1 when the
@@ -126,9 +129,10 @@ redis.call('DEL', KEYS[1])
 return 1
 ";
 
-/// Extend. KEYS: lock. ARGV: the holder's value, new PX in ms. Returns the new server time in
-/// µs (the value's last field, from which at-least now counts), or nil when the caller no longer
-/// holds the lock.
+/// Extend. KEYS: lock. ARGV: the holder's value, new PX in ms. Returns `{µs, value}`: the new
+/// server time in µs (the value's last field, from which at-least now counts) and the holder's
+/// value it was given (echoed, as by the acquire), or nil when the caller no longer holds the
+/// lock.
 const EXTEND: &str = r"
 local v = redis.call('GET', KEYS[1])
 if v ~= ARGV[1] then return false end
@@ -136,7 +140,7 @@ local t = redis.call('TIME')
 local at = string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2]))
 local head = string.match(v, '^(.*|)%d+$')
 redis.call('SET', KEYS[1], head .. at, 'PX', ARGV[2])
-return at
+return {at, ARGV[1]}
 ";
 
 /// ShedLock-compatible acquire. KEYS: lock. ARGV: the acquisition's value, PX in ms. ShedLock's
@@ -739,11 +743,12 @@ impl<C: RedisConnection> RedisStore<C> {
         loop {
             attempt += 1;
             let mut conn = self.conn.clone();
-            let r: RedisResult =
+            let r: redis::RedisResult<Option<(String, String, String)>> =
                 self.scripts.acquire.run(&mut conn, &[&key, &fence], &[owner, &px]).await;
             match r {
                 Ok(None) => return Ok(None),
-                Ok(Some((tok, at))) => {
+                Ok(Some((tok, at, echoed))) => {
+                    answer_is_ours("acquire", owner, &echoed)?;
                     return Ok(Some((parse_u64("acquire", &tok)?, parse_u64("acquire", &at)?)));
                 }
                 Err(e) if attempt < 2 && (e.is_connection_dropped() || e.is_io_error()) => {
@@ -774,6 +779,25 @@ impl<C: RedisConnection> RedisStore<C> {
             }
         }
     }
+}
+
+/// Checks that a script's answer echoes what this request sent (`sent`): an answer that
+/// belongs to another request (a reply delivered to the wrong caller by a connection that lost
+/// its place, as a fault scenario on Redis Cluster caught: a grant carrying an older
+/// acquisition's token) is [`Error::Unavailable`], never a grant or an extension.
+fn answer_is_ours(operation: &str, sent: &str, echoed: &str) -> Result<()> {
+    if echoed == sent {
+        return Ok(());
+    }
+    tracing::warn!(%operation, "redis: an answer that belongs to another request; not trusted");
+    Err(Error::Unavailable {
+        backend: BACKEND,
+        source: format!(
+            "redis {operation}: the answer belongs to another request (the connection lost its \
+             place); nothing is assumed held"
+        )
+        .into(),
+    })
 }
 
 /// ShedLock's value (since 6.7): `ADDED:<ISO time>@<locked_by>:<UUID>`, the UUID random (v4
@@ -881,13 +905,14 @@ impl<C: RedisConnection> LeaseStore for RedisStore<C> {
             held.px = px_ms;
             return Ok(Extension::Extended);
         }
-        let r: Option<String> = self
+        let r: Option<(String, String)> = self
             .scripts
             .extend
             .run(&mut conn, &[&held.key], &[&held.value, &px])
             .await
             .map_err(map_err)?;
-        let Some(at) = r else { return Ok(Extension::Lost) };
+        let Some((at, echoed)) = r else { return Ok(Extension::Lost) };
+        answer_is_ours("extend", &held.value, &echoed)?;
         parse_u64("extend", &at)?;
         let head = held.value.rsplit_once('|').map_or("", |(h, _)| h);
         held.value = format!("{head}|{at}");
@@ -1178,8 +1203,6 @@ impl<C: RedisConnection> RedisStore<C> {
     }
 }
 
-type RedisResult = redis::RedisResult<Option<(String, String)>>;
-
 impl<C: RedisConnection> DelegatingProvider for RedisLockProvider<C> {
     fn delegate(&self) -> &dyn LockProvider {
         &self.inner
@@ -1189,6 +1212,14 @@ impl<C: RedisConnection> DelegatingProvider for RedisLockProvider<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_answer_echoing_another_request_is_never_a_grant() {
+        assert!(answer_is_ours("acquire", "17|host/1", "17|host/1").is_ok());
+        let e = answer_is_ours("acquire", "17|host/1", "18|host/1").unwrap_err();
+        assert!(matches!(e, Error::Unavailable { .. }), "{e:?}");
+        assert!(e.to_string().contains("another request"), "{e}");
+    }
 
     #[test]
     fn escaping_is_injective_and_leaves_no_braces() {
