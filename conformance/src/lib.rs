@@ -1,9 +1,10 @@
 //! # shedlock-conformance
 //!
-//! The conformance kit for [`shedlock`] lock providers. It runs the checks C01–C31 (C29 is
-//! reserved) of the conformance catalogue against any provider — in this workspace or written by a third party —
+//! The conformance kit for [`shedlock`] lock providers. It runs the checks C01–C31 of the
+//! conformance catalogue against any provider — in this workspace or written by a third party —
 //! and writes a report (Markdown and JSON), so that "C13 pass" means the same thing for every
-//! provider.
+//! provider. Its [`faults`] module runs a provider's backend cluster and client processes in
+//! network namespaces under partitions, pauses and kills, and counts the overlaps.
 //!
 //! ## Using it for a provider crate
 //!
@@ -166,8 +167,10 @@
 //!    wrapper, percentiles.
 //! 3. `suite`: [`Suite`] and [`Timing`].
 //! 4. What works on a suite or a factory: the [`tools`] that call a provider on a suite
-//!    (bounded calls and polling, the history workload, the model-based test), `node` (C28's node
-//!    protocol, re-exported in [`checks`]), `check` (the [`checks::Check`] type), `soak`.
+//!    (bounded calls and polling, the history workload, the model-based test), `node` (the node
+//!    protocol of C28, C29 and the fault scenarios, re-exported in [`checks`]), `check` (the
+//!    [`checks::Check`] type), `soak`, and [`faults`] (the namespace network, the nemesis and
+//!    the judge of the fault scenarios, over `node`).
 //! 5. [`checks`]: one file per check, `checks/c05_expires_after_at_most.rs` for
 //!    [`checks::c05_expires_after_at_most`], helpers shared by several checks in
 //!    `checks/common.rs` (which imports no check file; no check file imports another), and the
