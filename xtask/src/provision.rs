@@ -2,7 +2,8 @@
 //!
 //! * apt (as root on Debian/Ubuntu), in one transaction: PostgreSQL, MariaDB, Redis, memcached,
 //!   etcd (server and client), ZooKeeper (with a JRE), protobuf-compiler and libprotobuf-dev (the
-//!   `etcd-client` crate's build needs them), socat, libfaketime (C28), a JDK and PgJDBC (the
+//!   `etcd-client` crate's build needs them), socat, libfaketime (C28), iproute2 (the fault
+//!   scenarios' network namespaces), a JDK and PgJDBC (the
 //!   PostgreSQL mixed-fleet test's Java ShedLock nodes); nodejs/npm and python3-venv only if
 //!   missing.
 //! * Valkey from bookworm-backports (optional: a failure is reported loudly, not fatal).
@@ -36,6 +37,8 @@ const APT_PACKAGES: &[&str] = &[
     "socat",
     // The conformance kit's C28 runs node processes under libfaketime (real clock skew).
     "libfaketime",
+    // The fault scenarios make network namespaces, veth pairs and bridges with `ip`.
+    "iproute2",
     // shedlock-postgres's mixed-fleet test runs Java ShedLock nodes through PgJDBC.
     "default-jdk-headless",
     "libpostgresql-jdbc-java",
