@@ -266,6 +266,11 @@ where
         rt.block_on(async {
             let factory = setup().await?;
             if spec.faults {
+                // A node the nemesis froze must not outlive a parent killed mid-scenario.
+                #[cfg(target_os = "linux")]
+                let _ = rustix::process::set_parent_process_death_signal(Some(
+                    rustix::process::Signal::KILL,
+                ));
                 let log = run_fault_node(&factory, &spec).await?;
                 std::fs::write(&spec.out, serde_json::to_vec(&log)?)?;
                 return Ok(());
