@@ -65,7 +65,8 @@ pub trait RunningCluster: Send {
     /// What runs (product, version), for the report. Never a URL with credentials.
     fn describe(&self) -> String;
 
-    /// The process group of server `i` (signalled as a whole by a pause), if it runs.
+    /// The process of server `i` (a pause signals it and every process descended from it), if
+    /// it runs.
     fn server_pid(&self, i: usize) -> Option<u32>;
 
     /// Kills server `i` at once (`kill -9`). Blocking.
@@ -184,7 +185,7 @@ pub enum FaultKind {
     PartitionTarget,
     /// The target server cut off from everyone.
     IsolateServer,
-    /// The target server's processes frozen (SIGSTOP), then resumed.
+    /// The target server's processes frozen (SIGSTOP to the whole tree), then resumed.
     PauseServer,
     /// Client 0 frozen (SIGSTOP) while it works, then resumed.
     PauseClient,
@@ -223,7 +224,7 @@ impl FaultKind {
                 "the target server and client 0 cut off from the other servers and clients"
             }
             FaultKind::IsolateServer => "the target server cut off from everyone",
-            FaultKind::PauseServer => "the target server frozen (SIGSTOP to its process group)",
+            FaultKind::PauseServer => "the target server frozen (SIGSTOP to its process tree)",
             FaultKind::PauseClient => "client 0 frozen (SIGSTOP) while it works",
             FaultKind::IsolateClient => "client 0 cut off from every server",
             FaultKind::KillServer => "the target server killed (kill -9), then restarted",
@@ -495,21 +496,55 @@ impl Drop for Nodes {
     }
 }
 
-/// SIGSTOP (`stop`) or SIGCONT to a process, or to its whole process group (`group`).
-fn signal_pid(pid: u32, stop: bool, group: bool) -> Result<(), String> {
+/// SIGSTOP (`stop`) or SIGCONT to a process, or (`tree`) to it and every process descended
+/// from it: a server's worker processes may lead process groups of their own (PostgreSQL's
+/// backends call `setsid`), so pausing the group would leave them answering.
+fn signal_pid(pid: u32, stop: bool, tree: bool) -> Result<(), String> {
     #[cfg(unix)]
     {
-        use rustix::process::{Pid, Signal, kill_process, kill_process_group};
-        let p = i32::try_from(pid).ok().and_then(Pid::from_raw).ok_or("no pid")?;
+        use rustix::process::{Pid, Signal, kill_process};
         let sig = if stop { Signal::STOP } else { Signal::CONT };
-        let r = if group { kill_process_group(p, sig) } else { kill_process(p, sig) };
-        r.map_err(|e| format!("signal to {pid}: {e}"))
+        let pids = if tree { descendants_and_self(pid) } else { vec![pid] };
+        let mut first_error = None;
+        for q in pids {
+            let Some(p) = i32::try_from(q).ok().and_then(Pid::from_raw) else { continue };
+            if let Err(e) = kill_process(p, sig)
+                && q == pid
+            {
+                first_error = Some(format!("signal to {pid}: {e}"));
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
     #[cfg(not(unix))]
     {
-        let _ = (pid, stop, group);
+        let _ = (pid, stop, tree);
         Err("signals need Unix".to_owned())
     }
+}
+
+/// `pid` and every process descended from it, from `/proc/<pid>/stat` (parents first).
+fn descendants_and_self(pid: u32) -> Vec<u32> {
+    let mut parent_of: Vec<(u32, u32)> = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(q) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{q}/stat")) else { continue };
+        // "pid (comm) state ppid ...": comm may hold spaces and parentheses; the last ')' ends it.
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { continue };
+        if let Some(ppid) = rest.split_whitespace().nth(1).and_then(|v| v.parse().ok()) {
+            parent_of.push((q, ppid));
+        }
+    }
+    let mut out = vec![pid];
+    let mut i = 0;
+    while i < out.len() {
+        let p = out[i];
+        out.extend(parent_of.iter().filter(|(_, pp)| *pp == p).map(|(q, _)| *q));
+        i += 1;
+    }
+    out
 }
 
 /// Runs `plan` with the node processes of test binary `exe` built by suite `suite`, for
@@ -887,6 +922,25 @@ mod tests {
             last_valid_ns: to_ms * 1_000_000,
             ended: "done".to_owned(),
         }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_process_tree_holds_a_child_that_leads_its_own_session() {
+        // `setsid sleep` leads a session (and group) of its own, as PostgreSQL's backends do.
+        let mut child = Command::new("setsid").args(["sleep", "30"]).spawn().unwrap();
+        let mut found = false;
+        for _ in 0..100 {
+            if descendants_and_self(std::process::id()).contains(&child.id()) {
+                found = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(found, "the child is in this process's tree");
+        assert_eq!(descendants_and_self(child.id()).first(), Some(&child.id()));
     }
 
     #[test]
