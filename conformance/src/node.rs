@@ -295,15 +295,15 @@ where
     })
 }
 
-pub(crate) async fn run_node(
-    factory: &impl ProviderFactory,
+/// Locks and unlocks the node's own warm-up name (so that its first contended call does not
+/// also open its connections; a failure here shows again in the workload, and is logged
+/// there), then waits for the common start.
+async fn warm_up_then_wait(
+    p: &dyn shedlock::LockProvider,
     spec: &NodeSpec,
-) -> Result<NodeLog, BoxError> {
-    let p = factory.create(InstanceOptions::new(spec.index)).await?;
-    let at_most = Duration::from_millis(spec.at_most_ms);
-    let call_limit = at_most * 10 + Duration::from_secs(5);
-    let mut log = NodeLog::default();
-    // Warm up before the start: a failure here shows again in the workload, and is logged there.
+    at_most: Duration,
+    call_limit: Duration,
+) -> Result<(), BoxError> {
     let warm = LockConfig::new(spec.warm_up.clone(), at_most, Duration::ZERO)?;
     if let Ok(Ok(Some(lock))) = tokio::time::timeout(call_limit, p.try_lock(&warm)).await {
         let _ = tokio::time::timeout(call_limit, lock.unlock()).await;
@@ -312,6 +312,28 @@ pub(crate) async fn run_node(
     if spec.start_ns > now {
         tokio::time::sleep(Duration::from_nanos(spec.start_ns - now)).await;
     }
+    Ok(())
+}
+
+/// An instant of this process on the host's monotonic clock ([`monotonic_ns`]).
+fn on_monotonic(i: std::time::Instant) -> u64 {
+    let now = std::time::Instant::now();
+    let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    match i.checked_duration_since(now) {
+        Some(ahead) => monotonic_ns().saturating_add(ns(ahead)),
+        None => monotonic_ns().saturating_sub(ns(now.duration_since(i))),
+    }
+}
+
+pub(crate) async fn run_node(
+    factory: &impl ProviderFactory,
+    spec: &NodeSpec,
+) -> Result<NodeLog, BoxError> {
+    let p = factory.create(InstanceOptions::new(spec.index)).await?;
+    let at_most = Duration::from_millis(spec.at_most_ms);
+    let call_limit = at_most * 10 + Duration::from_secs(5);
+    let mut log = NodeLog::default();
+    warm_up_then_wait(&*p, spec, at_most, call_limit).await?;
     let late = Duration::from_nanos(monotonic_ns().saturating_sub(spec.start_ns));
     log.wall_at_start_ms = unix_us() / 1000 - i64::try_from(late.as_millis()).unwrap_or(0);
     let start = spec.start_ns.max(monotonic_ns());
@@ -396,14 +418,6 @@ pub(crate) async fn run_paused_holder(
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
     let lost = lock.lost_signal();
-    let on_monotonic = |i: std::time::Instant| {
-        let now = std::time::Instant::now();
-        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        match i.checked_duration_since(now) {
-            Some(ahead) => monotonic_ns().saturating_add(ns(ahead)),
-            None => monotonic_ns().saturating_sub(ns(now.duration_since(i))),
-        }
-    };
     let mut log = HolderLog { token: lock.fencing_token(), ..HolderLog::default() };
     let ready = HolderReady {
         token: log.token,
@@ -496,24 +510,9 @@ pub(crate) async fn run_fault_node(
     // Long enough for any provider's own operation timeout to answer first.
     let call_limit = at_most * 3 + Duration::from_secs(5);
     let mut log = FaultLog::default();
-    let warm = LockConfig::new(spec.warm_up.clone(), at_most, Duration::ZERO)?;
-    if let Ok(Ok(Some(lock))) = tokio::time::timeout(call_limit, p.try_lock(&warm)).await {
-        let _ = tokio::time::timeout(call_limit, lock.unlock()).await;
-    }
-    let now = monotonic_ns();
-    if spec.start_ns > now {
-        tokio::time::sleep(Duration::from_nanos(spec.start_ns - now)).await;
-    }
+    warm_up_then_wait(&*p, spec, at_most, call_limit).await?;
     let end = spec.start_ns.max(monotonic_ns()) + spec.run_for_ms * 1_000_000;
     let mut rng = fastrand::Rng::with_seed(spec.seed);
-    let to_ns = |i: tokio::time::Instant| {
-        let now = tokio::time::Instant::now();
-        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        match i.checked_duration_since(now) {
-            Some(ahead) => monotonic_ns().saturating_add(ns(ahead)),
-            None => monotonic_ns().saturating_sub(ns(now.duration_since(i))),
-        }
-    };
     while monotonic_ns() < end {
         let name = &spec.names[rng.usize(..spec.names.len())];
         let cfg = LockConfig::new(name.clone(), at_most, Duration::ZERO)?;
@@ -548,7 +547,7 @@ pub(crate) async fn run_fault_node(
                     token: lock.fencing_token(),
                     call_start_ns,
                     acquired_ns,
-                    valid_until_ns: to_ns(lock.valid_until()),
+                    valid_until_ns: on_monotonic(lock.valid_until().into_std()),
                     last_valid_ns,
                     ended: ended.to_owned(),
                 });
