@@ -504,7 +504,6 @@ pub(crate) async fn run_fault_node(
     factory: &impl ProviderFactory,
     spec: &NodeSpec,
 ) -> Result<FaultLog, BoxError> {
-    use shedlock::LockConfig;
     let p = factory.create(InstanceOptions::new(spec.index)).await?;
     let at_most = Duration::from_millis(spec.at_most_ms);
     // Long enough for any provider's own operation timeout to answer first.
