@@ -3,7 +3,11 @@
 //! beside sqlx's `PgAdvisoryLock` (`pg_try_advisory_lock` + `pg_advisory_unlock` on a pooled
 //! connection), the peer: criterion's runs, then the zoo (B1 interleaved, B2, B3, round trips;
 //! see `shedlock_benches::zoo`). The server comes from `shedlock-launcher`
-//! (`SHEDLOCK_POSTGRES_URL` wins).
+//! (`SHEDLOCK_POSTGRES_URL` wins); it runs with `fsync` and `synchronous_commit` off. B1 also
+//! measures, in the same interleaved pass, a second, durable server the launcher starts
+//! (`LaunchOptions::durable(true)`: PostgreSQL's defaults, each commit waits for a WAL flush):
+//! the provider, the provider with `asynchronous_commit(true)`, the provider on an UNLOGGED
+//! table, and `PgAdvisoryLock` there.
 
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -15,7 +19,7 @@ use shedlock_benches::{
     cycle, runtime, server,
     zoo::{Zoo, cfg, op, unique},
 };
-use shedlock_launcher::Backend;
+use shedlock_launcher::{Backend, LaunchOptions, Service};
 use shedlock_postgres::PostgresLockProvider;
 use sqlx::{Either, PgPool, postgres::PgAdvisoryLock};
 
@@ -47,6 +51,53 @@ async fn raw_pair(pool: &PgPool, name: &str) {
         .execute(pool)
         .await
         .unwrap();
+}
+
+/// What B1 measures on the durable server.
+struct Durable {
+    provider: Arc<dyn LockProvider>,
+    asynchronous: Arc<dyn LockProvider>,
+    unlogged: Arc<dyn LockProvider>,
+    pool: PgPool,
+}
+
+impl Durable {
+    /// The providers (`asynchronous_commit(true)`, and an UNLOGGED table of its own) and the
+    /// advisory lock's pool on the durable server at `url`.
+    async fn on(url: &str) -> Durable {
+        let p = PostgresLockProvider::builder(pool(url).await).table(TABLE).build().unwrap();
+        p.create_table().await.unwrap();
+        let asynchronous = PostgresLockProvider::builder(pool(url).await)
+            .table(TABLE)
+            .asynchronous_commit(true)
+            .build()
+            .unwrap();
+        let unlogged = PostgresLockProvider::builder(pool(url).await)
+            .table("bench_shedlock_unlogged")
+            .unlogged_table(true)
+            .build()
+            .unwrap();
+        unlogged.create_table().await.unwrap();
+        Durable {
+            provider: Arc::new(p),
+            asynchronous: Arc::new(asynchronous),
+            unlogged: Arc::new(unlogged),
+            pool: pool(url).await,
+        }
+    }
+}
+
+/// A second, private PostgreSQL with PostgreSQL's own durability settings, or `None` (said why)
+/// where the launcher cannot start one (e.g. Docker only: its servers run with fsync off).
+fn durable_server() -> Option<Service> {
+    let opts = LaunchOptions::new().ignore_env(true).durable(true);
+    match Service::start(Backend::Postgres, &opts) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            println!("postgres: no durable server, so no durable rows: {e}");
+            None
+        }
+    }
 }
 
 /// The peer: sqlx's advisory lock on a connection from the pool, released at once.
@@ -89,6 +140,8 @@ fn main() {
     });
     let peer_pool = rt.block_on(pool(&url));
     let lock = PgAdvisoryLock::new(unique("bench-advisory"));
+    let durable_service = durable_server();
+    let durable = durable_service.as_ref().map(|s| rt.block_on(Durable::on(s.url())));
     let (one, raw_name) = (cfg(&unique("cycle")), unique("raw"));
     let (p, sc, one, raw, raw_name, peer_pool, lock) =
         (provider.as_ref(), compat.as_ref(), &one, &raw, raw_name.as_str(), &peer_pool, &lock);
@@ -104,6 +157,21 @@ fn main() {
     g.finish();
 
     let mut zoo = Zoo::new("postgres", &rt);
+    let mut extras =
+        vec![("provider, ShedLock-compatible mode (no fencing)", op(move || cycle(sc, one)))];
+    if let Some(d) = &durable {
+        let (dp, da, du, dpool) =
+            (d.provider.as_ref(), d.asynchronous.as_ref(), d.unlogged.as_ref(), &d.pool);
+        extras.extend([
+            ("durable server: provider", op(move || cycle(dp, one))),
+            ("durable server: provider, asynchronous_commit(true)", op(move || cycle(da, one))),
+            ("durable server: provider, UNLOGGED table", op(move || cycle(du, one))),
+            (
+                "durable server: sqlx PgAdvisoryLock (try_acquire + release_now)",
+                op(move || advisory(dpool, lock)),
+            ),
+        ]);
+    }
     zoo.b1(
         op(move || cycle(p, one)),
         ("upsert + release UPDATE (pool)", op(move || raw_pair(raw, raw_name))),
@@ -111,10 +179,10 @@ fn main() {
             "sqlx PgAdvisoryLock (try_acquire + release_now)",
             op(move || advisory(peer_pool, lock)),
         )),
-        vec![("provider, ShedLock-compatible mode (no fencing)", op(move || cycle(sc, one)))],
+        extras,
     );
     zoo.contention(&url, provider.clone(), service.addr(), |u| async move { node(&u).await });
-    zoo.note("sqlx's PgAdvisoryLock writes nothing and never expires: a session lock, held until released or the connection closes, with no lock_at_most_for, no lock_at_least_for and no record of who holds it; the provider's upsert and release are WAL-logged row writes (this server runs with fsync and synchronous_commit off, so no commit here waits for a disk; on a durable server the gap to the advisory lock widens by a WAL flush per statement, which synchronous_commit = off or an UNLOGGED table would remove at the price of losing locks on a server crash)");
+    zoo.note("sqlx's PgAdvisoryLock writes nothing and never expires: a session lock, held until released or the connection closes, with no lock_at_most_for, no lock_at_least_for and no record of who holds it; the provider's upsert and release are WAL-logged row writes. This server runs with fsync and synchronous_commit off, so no commit here waits for a disk; the rows \"durable server: ...\" are measured on a second server with PostgreSQL's defaults (fsync, synchronous_commit and full_page_writes on), where each of the provider's commits waits for a WAL flush (on this machine's disk). asynchronous_commit(true) and an UNLOGGED table each remove that wait at a price: a server crash can forget the locks of the last ~600 ms, or empties the table (and a replica never has its rows); see the shedlock-postgres README, \"Cheaper commits, and what a crash then loses\"");
     zoo.finish();
     c.final_summary();
 }

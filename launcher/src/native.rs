@@ -228,6 +228,20 @@ pub(crate) fn prepare(
     }
 }
 
+/// The `-c` settings of a native PostgreSQL listening on `ip`: for speed, no commit waits for a
+/// disk (`fsync`, `synchronous_commit` and `full_page_writes` off) unless `durable`, which keeps
+/// PostgreSQL's own defaults (all three on; [`LaunchOptions::durable`](crate::LaunchOptions)).
+fn postgres_settings(ip: &str, durable: bool) -> Vec<String> {
+    let mut settings = vec![format!("listen_addresses={ip}")];
+    if !durable {
+        settings.extend(
+            ["fsync=off", "synchronous_commit=off", "full_page_writes=off"].map(String::from),
+        );
+    }
+    settings.push("max_connections=300".to_owned());
+    settings.into_iter().flat_map(|s| ["-c".to_owned(), s]).collect()
+}
+
 /// The server processes for `ports` (as many as [`ports_needed`]); the first `node_count` probes'
 /// addresses are the client ports.
 pub(crate) fn nodes(
@@ -236,9 +250,10 @@ pub(crate) fn nodes(
     dir: &Path,
     ports: &[u16],
     placement: &[Placement],
+    durable: bool,
 ) -> Result<Vec<NodeSpec>, LaunchError> {
     let hosts = Hosts(placement);
-    let specs = nodes_at(backend, programs, dir, ports, hosts)?;
+    let specs = nodes_at(backend, programs, dir, ports, hosts, durable)?;
     Ok(specs.into_iter().enumerate().map(|(i, s)| s.in_netns(hosts.netns(i))).collect())
 }
 
@@ -248,6 +263,7 @@ fn nodes_at(
     dir: &Path,
     ports: &[u16],
     hosts: Hosts<'_>,
+    durable: bool,
 ) -> Result<Vec<NodeSpec>, LaunchError> {
     let port = |i: usize| ports.get(i).copied().unwrap_or(0);
     let local = |p: u16| hosts.at(0, p);
@@ -265,18 +281,7 @@ fn nodes_at(
                 .arg(port(0).to_string())
                 .arg("-k")
                 .arg(pg.as_os_str())
-                .args([
-                    "-c",
-                    &format!("listen_addresses={ip0}"),
-                    "-c",
-                    "fsync=off",
-                    "-c",
-                    "synchronous_commit=off",
-                    "-c",
-                    "full_page_writes=off",
-                    "-c",
-                    "max_connections=300",
-                ])
+                .args(postgres_settings(ip0, durable))
                 .cwd(&pg)
                 // SIGINT is PostgreSQL's "fast" shutdown; SIGTERM would wait for clients to leave.
                 .stop_with(Signal::SIGINT)
@@ -588,4 +593,24 @@ fn zookeeper_nodes(
                 .cwd(&d))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_durable_postgres_keeps_its_own_durability_defaults() {
+        let fast = postgres_settings("127.0.0.1", false);
+        assert_eq!(fast.len(), 10, "{fast:?}");
+        assert!(fast.chunks(2).all(|c| c[0] == "-c"), "{fast:?}");
+        for off in ["fsync=off", "synchronous_commit=off", "full_page_writes=off"] {
+            assert!(fast.iter().any(|a| a == off), "{fast:?}");
+        }
+        let durable = postgres_settings("127.0.0.1", true);
+        assert_eq!(
+            durable,
+            ["-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300"].map(String::from)
+        );
+    }
 }

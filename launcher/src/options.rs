@@ -70,6 +70,7 @@ pub struct LaunchOptions {
     preferred_ports: Vec<u16>,
     backends_dir: Option<std::path::PathBuf>,
     placement: Vec<Placement>,
+    durable: bool,
 }
 
 /// Where one server process of a native launch runs: in the network namespace `netns` (a name
@@ -106,6 +107,7 @@ impl Default for LaunchOptions {
             preferred_ports: Vec::new(),
             backends_dir: None,
             placement: Vec::new(),
+            durable: false,
         }
     }
 }
@@ -172,6 +174,23 @@ impl LaunchOptions {
         self
     }
 
+    /// Whether the server keeps its own durability defaults (default `false`).
+    ///
+    /// The launcher's native PostgreSQL runs, for speed, with `fsync=off`,
+    /// `synchronous_commit=off` and `full_page_writes=off`: no commit waits for a disk, and a
+    /// server or machine crash may lose or corrupt data. `durable(true)` drops those three
+    /// settings, so the server runs with PostgreSQL's defaults (all three on): each commit
+    /// waits for its WAL to be flushed, as on a production server (e.g. to measure what a
+    /// commit costs there). Native PostgreSQL only: every other backend ignores it, and a
+    /// Docker launch of PostgreSQL with it fails with
+    /// [`LaunchError::Unsupported`](crate::LaunchError) (`docker-compose.yml`'s server runs
+    /// with `fsync=off`). Like every option, it has no effect when a URL is used instead of
+    /// starting a server (see [`ignore_env`](Self::ignore_env)).
+    pub fn durable(mut self, durable: bool) -> Self {
+        self.durable = durable;
+        self
+    }
+
     /// The launch mode.
     pub fn get_via(&self) -> Via {
         self.via
@@ -199,6 +218,10 @@ impl LaunchOptions {
 
     pub(crate) fn get_placement(&self) -> &[Placement] {
         &self.placement
+    }
+
+    pub(crate) fn get_durable(&self) -> bool {
+        self.durable
     }
 
     pub(crate) fn get_preferred_ports(&self) -> &[u16] {

@@ -349,7 +349,14 @@ impl Native {
                 ports::lease(needed)
             }
             .map_err(|e| LaunchError::io(backend.name(), "finding free loopback ports", e))?;
-            let specs = native::nodes(backend, programs, dir, lease.ports(), opts.get_placement())?;
+            let specs = native::nodes(
+                backend,
+                programs,
+                dir,
+                lease.ports(),
+                opts.get_placement(),
+                opts.get_durable(),
+            )?;
             let nodes = spawn_nodes(backend, &specs)?;
             let mut native = Native {
                 dir: dir.to_path_buf(),
@@ -527,6 +534,14 @@ impl Service {
         }
         if backend == Backend::Sqlite {
             return Service::start_native(backend, options);
+        }
+        if options.get_durable() && backend == Backend::Postgres {
+            return Err(LaunchError::Unsupported {
+                backend: backend.name(),
+                what: "a durable server with Docker: it needs a native one (docker-compose.yml's \
+                       runs with fsync=off)"
+                    .to_owned(),
+            });
         }
         #[cfg(feature = "docker")]
         if let Some(started) = docker::containers::start(backend, options.get_ready_timeout()) {

@@ -560,7 +560,7 @@ impl Dialect for MySqlDialect {
         Ok(Self { conn, names: settings.names.clone(), mode, flavor: options.flavor, stmts })
     }
 
-    fn ddl(settings: &Settings) -> String {
+    fn ddl(_options: &Self::Options, settings: &Settings) -> String {
         if settings.compat() {
             compat_ddl(&settings.names, settings.max_name_len)
         } else {

@@ -58,15 +58,50 @@
 //! The provider never changes your pool. [`recommended_pool_options`] turns off
 //! `test_before_acquire` (saving a round trip on the pooled path) and sets an `acquire_timeout`
 //! so an unreachable server fails fast.
+//!
+//! # Cheaper commits, and what a crash then loses
+//!
+//! A lock is a committed row, so on a durable server (`fsync` and `synchronous_commit` on, the
+//! defaults) every acquire and release waits for a WAL flush to disk. That wait is what keeps a
+//! granted lock through a server crash. A session advisory lock (`pg_try_advisory_lock`, sqlx's
+//! `PgAdvisoryLock`) writes nothing and is faster, but it is not the same guarantee: it lives
+//! in the server's memory and belongs to one connection, so it is released when that connection
+//! drops (a network blip, a pool recycling it, a failover), it has no `lock_at_most_for` (a hung
+//! holder keeps it for ever), no `lock_at_least_for` (it cannot outlive the holder's run to keep
+//! a fleet with skewed clocks from running a job twice), no record of who holds it, no fencing
+//! token, and its key is a 64-bit integer, so names must be hashed. Two opt-in settings make the
+//! provider's commits cheaper instead, each at a stated price:
+//!
+//! - [`asynchronous_commit(true)`](SqlLockProviderBuilder::asynchronous_commit) runs
+//!   `SET synchronous_commit = off` on the provider's own connection when it opens it (a
+//!   session setting on a connection that is no longer the pool's: the pool is unchanged).
+//!   Commits then return before their WAL is flushed. **A server crash** (or an immediate
+//!   shutdown) **can lose the commits of the last moments**, up to 3 × `wal_writer_delay`
+//!   (600 ms by default): a lock granted then is forgotten after the restart, and another
+//!   instance may take it while the first still runs (a lost extension likewise; a lost
+//!   unlock only keeps the lock until its `lock_until`). The database itself stays
+//!   consistent. With synchronous replication, such commits do not wait for the standby
+//!   either. Statements that fall back to a pooled connection (the dedicated one busy, or
+//!   [`dedicated_connection(false)`](SqlLockProviderBuilder::dedicated_connection)) commit
+//!   synchronously, as the pool's connections do.
+//! - [`unlogged_table(true)`](SqlLockProviderBuilder::unlogged_table) makes [`ddl`](
+//!   SqlLockProvider::ddl) and [`create_table`](SqlLockProvider::create_table)
+//!   `CREATE UNLOGGED TABLE …`: the table's writes skip the WAL. **A crash (not a clean
+//!   shutdown) truncates the table**, releasing every lock at once. An unlogged table is not
+//!   replicated: after a fail-over to a streaming replica every lock is gone. It changes only
+//!   the DDL; an existing table stays as it is (`ALTER TABLE … SET UNLOGGED` changes one).
+//!
+//! Neither loses anything on a clean restart. Fencing tokens still increase after such a loss
+//! (they follow the server clock), unless the server clock was stepped back.
 
 use std::{fmt, time::Duration};
 
 use shedlock::Result;
 use shedlock::support::duration_micros;
 use shedlock_sql::{
-    Arg, ArgValues, DbErrorKind, DedicatedConnection, Inspected, LockConn, Op, Placeholder,
-    QuotedNames, Settings, ShedlockTable, Stmt, StmtBuilder, bind, inspected_from_row,
-    record_from_row, retry_transient,
+    Arg, ArgValues, AsynchronousCommit, DbErrorKind, DedicatedConnection, Inspected, LockConn, Op,
+    Placeholder, QuotedNames, Settings, ShedlockTable, Stmt, StmtBuilder, UnloggedTable, bind,
+    inspected_from_row, record_from_row, retry_transient,
 };
 use sqlx::{
     AssertSqlSafe, Row,
@@ -104,7 +139,10 @@ pub type PostgresLockProvider = SqlLockProvider<PostgresDialect>;
 /// Builds a [`PostgresLockProvider`]: [`PostgresLockProvider::builder`] on your pool. Besides
 /// the shared settings it has
 /// [`dedicated_connection`](SqlLockProviderBuilder::dedicated_connection) (see
-/// [Connections](crate#connections)) and
+/// [Connections](crate#connections)),
+/// [`asynchronous_commit`](SqlLockProviderBuilder::asynchronous_commit) and
+/// [`unlogged_table`](SqlLockProviderBuilder::unlogged_table) (both opt-in; see
+/// [Cheaper commits](crate#cheaper-commits-and-what-a-crash-then-loses)) and
 /// [`shedlock_compatible`](SqlLockProviderBuilder::shedlock_compatible): PostgreSQL's
 /// ShedLock table has times as `TIMESTAMP` in UTC; database time is ShedLock's `usingDbTime()`,
 /// `timezone('utc', now())`. See the README's "Joining a ShedLock fleet".
@@ -114,13 +152,19 @@ pub type PostgresLockProviderBuilder = SqlLockProviderBuilder<PostgresDialect>;
 #[derive(Debug, Clone)]
 pub struct PostgresOptions {
     dedicated: bool,
+    asynchronous_commit: bool,
+    unlogged: bool,
 }
 
 impl Default for PostgresOptions {
     fn default() -> Self {
-        Self { dedicated: true }
+        Self { dedicated: true, asynchronous_commit: false, unlogged: false }
     }
 }
+
+/// What [`asynchronous_commit(true)`](SqlLockProviderBuilder::asynchronous_commit) runs on the
+/// provider's own connection when it opens it.
+const ASYNCHRONOUS_COMMIT: &str = "SET synchronous_commit = off";
 
 struct Statements {
     acquire: Stmt,
@@ -295,10 +339,10 @@ fn now_utc(b: &mut StmtBuilder, database: bool) {
 }
 
 /// ShedLock's documented PostgreSQL table (its `VARCHAR(64)` name column sized to
-/// `max_name_len` instead).
-fn compat_ddl(n: &QuotedNames, max_name_len: usize) -> String {
+/// `max_name_len` instead); `table` is `TABLE` or `UNLOGGED TABLE`.
+fn compat_ddl(n: &QuotedNames, max_name_len: usize, table: &str) -> String {
     format!(
-        "CREATE TABLE IF NOT EXISTS {t} (\n    {name} VARCHAR({max_name_len}) NOT NULL,\n    \
+        "CREATE {table} IF NOT EXISTS {t} (\n    {name} VARCHAR({max_name_len}) NOT NULL,\n    \
          {lu} TIMESTAMP NOT NULL,\n    {la} TIMESTAMP NOT NULL,\n    \
          {lb} VARCHAR(255) NOT NULL,\n    PRIMARY KEY ({name})\n);",
         t = n.table,
@@ -309,9 +353,10 @@ fn compat_ddl(n: &QuotedNames, max_name_len: usize) -> String {
     )
 }
 
-fn ddl(n: &QuotedNames, max_name_len: usize) -> String {
+/// The native table; `table` is `TABLE` or `UNLOGGED TABLE`.
+fn ddl(n: &QuotedNames, max_name_len: usize, table: &str) -> String {
     format!(
-        "CREATE TABLE IF NOT EXISTS {t} (\n    {name} VARCHAR({max_name_len}) NOT NULL PRIMARY KEY,\n    \
+        "CREATE {table} IF NOT EXISTS {t} (\n    {name} VARCHAR({max_name_len}) NOT NULL PRIMARY KEY,\n    \
          {lu} TIMESTAMPTZ NOT NULL,\n    {la} TIMESTAMPTZ NOT NULL,\n    \
          {lb} VARCHAR(255) NOT NULL,\n    {aid} BIGINT NOT NULL,\n    {ft} BIGINT NOT NULL\n);",
         t = n.table,
@@ -349,6 +394,7 @@ fn classify(e: &dyn DatabaseError) -> DbErrorKind {
 /// configured table. Used through [`PostgresLockProvider`].
 pub struct PostgresDialect {
     conn: LockConn<Postgres>,
+    asynchronous_commit: bool,
     stmts: Statements,
 }
 
@@ -357,6 +403,7 @@ impl fmt::Debug for PostgresDialect {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PostgresDialect")
             .field("dedicated_connection", &self.conn.is_dedicated())
+            .field("asynchronous_commit", &self.asynchronous_commit)
             .finish_non_exhaustive()
     }
 }
@@ -364,6 +411,20 @@ impl fmt::Debug for PostgresDialect {
 impl DedicatedConnection for PostgresDialect {
     fn set_dedicated_connection(options: &mut PostgresOptions, dedicated: bool) {
         options.dedicated = dedicated;
+    }
+}
+
+/// `SET synchronous_commit = off` on the provider's own connection, right after it is opened.
+impl AsynchronousCommit for PostgresDialect {
+    fn set_asynchronous_commit(options: &mut PostgresOptions, asynchronous: bool) {
+        options.asynchronous_commit = asynchronous;
+    }
+}
+
+/// `CREATE UNLOGGED TABLE` in the DDL.
+impl UnloggedTable for PostgresDialect {
+    fn set_unlogged_table(options: &mut PostgresOptions, unlogged: bool) {
+        options.unlogged = unlogged;
     }
 }
 
@@ -381,14 +442,19 @@ impl Dialect for PostgresDialect {
     fn new(pool: PgPool, options: PostgresOptions, settings: &Settings) -> Result<Self> {
         let mode = Mode { database: settings.database_time(), compat: settings.compat() };
         let stmts = Statements::new(&settings.names, mode);
-        Ok(Self { conn: LockConn::new(pool, options.dedicated), stmts })
+        let mut conn = LockConn::new(pool, options.dedicated);
+        if options.asynchronous_commit {
+            conn = conn.session_setup(ASYNCHRONOUS_COMMIT);
+        }
+        Ok(Self { conn, asynchronous_commit: options.asynchronous_commit, stmts })
     }
 
-    fn ddl(settings: &Settings) -> String {
+    fn ddl(options: &PostgresOptions, settings: &Settings) -> String {
+        let table = if options.unlogged { "UNLOGGED TABLE" } else { "TABLE" };
         if settings.compat() {
-            compat_ddl(&settings.names, settings.max_name_len)
+            compat_ddl(&settings.names, settings.max_name_len, table)
         } else {
-            ddl(&settings.names, settings.max_name_len)
+            ddl(&settings.names, settings.max_name_len, table)
         }
     }
 
@@ -484,8 +550,17 @@ mod tests {
     }
 
     #[test]
+    fn unlogged_changes_only_the_create() {
+        let d = ddl(&names(), 100, "UNLOGGED TABLE");
+        assert!(d.starts_with("CREATE UNLOGGED TABLE IF NOT EXISTS \"shedlock\" ("), "{d}");
+        assert_eq!(d.replace("UNLOGGED ", ""), ddl(&names(), 100, "TABLE"));
+        let c = compat_ddl(&names(), 64, "UNLOGGED TABLE");
+        assert!(c.starts_with("CREATE UNLOGGED TABLE IF NOT EXISTS"), "{c}");
+    }
+
+    #[test]
     fn ddl_uses_max_len() {
-        let d = ddl(&names(), 100);
+        let d = ddl(&names(), 100, "TABLE");
         assert!(d.contains("\"name\" VARCHAR(100) NOT NULL PRIMARY KEY"), "{d}");
         assert!(d.contains("TIMESTAMPTZ"));
     }

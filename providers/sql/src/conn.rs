@@ -7,8 +7,8 @@ use std::{
 };
 
 use sqlx::{
-    ConnectOptions, Connection, Database, Encode, Executor, IntoArguments, Pool, Type,
-    error::DatabaseError, pool::PoolConnection,
+    AssertSqlSafe, ConnectOptions, Connection, Database, Encode, Executor, IntoArguments, Pool,
+    Type, error::DatabaseError, pool::PoolConnection,
 };
 
 use crate::{ArgValues, DbErrorKind, Stmt, bind};
@@ -44,6 +44,11 @@ use crate::{ArgValues, DbErrorKind, Stmt, bind};
 /// - **Pool settings** still apply: the connection is replaced once it is older than the
 ///   pool's `max_lifetime` or has been idle longer than its `idle_timeout`, and it is dropped
 ///   when the pool is closed.
+/// - **Session set-up.** A dialect may give a statement ([`session_setup`](Self::session_setup))
+///   that runs on each dedicated connection right after it is opened (a session setting, such
+///   as PostgreSQL's `SET synchronous_commit = off`). It never runs on a pooled connection, so
+///   the pool's connections keep their own settings, and statements that fall back to the pool
+///   run without it.
 ///
 /// With `dedicated = false`, every statement takes a connection from the pool, as sqlx does.
 ///
@@ -52,6 +57,7 @@ use crate::{ArgValues, DbErrorKind, Stmt, bind};
 pub struct LockConn<DB: Database> {
     pool: Pool<DB>,
     dedicated: bool,
+    setup: Option<String>,
     slot: Mutex<Slot<DB::Connection>>,
 }
 
@@ -79,6 +85,7 @@ impl<DB: Database> fmt::Debug for LockConn<DB> {
         };
         f.debug_struct("LockConn")
             .field("dedicated", &self.dedicated)
+            .field("session_setup", &self.setup)
             .field("state", &state)
             .finish_non_exhaustive()
     }
@@ -179,7 +186,18 @@ impl<DB: Database> LockConn<DB> {
     /// Lock statements on `pool`: on a dedicated connection taken from it when `dedicated`,
     /// else on a pooled connection each. Does no I/O.
     pub fn new(pool: Pool<DB>, dedicated: bool) -> Self {
-        Self { pool, dedicated, slot: Mutex::new(Slot::Empty) }
+        Self { pool, dedicated, setup: None, slot: Mutex::new(Slot::Empty) }
+    }
+
+    /// Runs `sql` (one or more statements, no parameters) on each dedicated connection right
+    /// after it is taken from the pool and detached, before its first lock statement: a session
+    /// setting for the lock statements alone. A connection whose set-up fails is not used (the
+    /// statement's call fails with that error). Pooled connections never run it: statements
+    /// that fall back to the pool (the dedicated connection busy, or `dedicated = false`) run
+    /// with the pool's settings.
+    pub fn session_setup(mut self, sql: impl Into<String>) -> Self {
+        self.setup = Some(sql.into());
+        self
     }
 
     /// The pool.
@@ -352,10 +370,12 @@ where
         }
     }
 
-    /// Takes a connection from the pool and detaches it. A connection that was idle in a pool
-    /// that does not test connections on checkout is pinged first (once per dedicated
-    /// connection, not per statement): after a server restart, the pool's idle connections are
-    /// all dead, and a fresh dedicated connection must not be one of them.
+    /// Takes a connection from the pool, detaches it and runs the
+    /// [session set-up](Self::session_setup) on it. A connection that was idle in a pool that
+    /// does not test connections on checkout is pinged first (once per dedicated connection, not
+    /// per statement; the set-up, when there is one, serves as the ping): after a server
+    /// restart, the pool's idle connections are all dead, and a fresh dedicated connection must
+    /// not be one of them.
     async fn open(&self) -> Result<Held<DB::Connection>, sqlx::Error> {
         let tested = self.pool.options().get_test_before_acquire();
         let tries = self.pool.options().get_max_connections().saturating_add(1);
@@ -363,10 +383,17 @@ where
         for _ in 0..tries {
             let was_idle = self.pool.num_idle() > 0;
             let mut conn = self.acquire().await?.detach();
-            if !tested
-                && was_idle
-                && let Err(e) = conn.ping().await
-            {
+            let checked = match &self.setup {
+                Some(sql) => {
+                    sqlx::raw_sql(AssertSqlSafe(sql.clone())).execute(&mut conn).await.map(drop)
+                }
+                None if !tested && was_idle => conn.ping().await,
+                None => Ok(()),
+            };
+            if let Err(e) = checked {
+                if tested || !was_idle {
+                    return Err(e);
+                }
                 tracing::debug!(error = %e, "pooled connection dead; trying another");
                 last = e;
                 continue;

@@ -9,7 +9,8 @@
 //!
 //! - the builder ([`SqlLockProviderBuilder`]): table and column names, `locked_by`, the longest
 //!   name, the time source, the clock, the operation timeout, and the dialect's own settings
-//!   ([`DialectOption`], [`DedicatedConnection`], [`ShedlockTable`]);
+//!   ([`DialectOption`], [`DedicatedConnection`], [`AsynchronousCommit`], [`UnloggedTable`],
+//!   [`ShedlockTable`]);
 //! - identifier validation ([`TableName`], [`Columns`]): table and column names are checked
 //!   against `[A-Za-z_][A-Za-z0-9_]*` (at most [`MAX_IDENT_LEN`] bytes) and then quoted, so no
 //!   unvalidated text is ever spliced into SQL;
@@ -35,9 +36,10 @@ pub use conn::LockConn;
 pub use error::{DbErrorKind, ErrorContext, map_sqlx_error};
 pub use ident::{Columns, MAX_IDENT_LEN, QuotedNames, TableName, validate_ident};
 pub use provider::{
-    DEFAULT_TIMEOUT, DedicatedConnection, Dialect, DialectOption, Inspected, OWNER_SUFFIX_LEN, Op,
-    RecordAdmin, Settings, ShedlockTable, SqlLockProvider, SqlLockProviderBuilder,
-    TRANSIENT_ATTEMPTS, bind, inspected_from_row, record_from_row, retry_transient,
+    AsynchronousCommit, DEFAULT_TIMEOUT, DedicatedConnection, Dialect, DialectOption, Inspected,
+    OWNER_SUFFIX_LEN, Op, RecordAdmin, Settings, ShedlockTable, SqlLockProvider,
+    SqlLockProviderBuilder, TRANSIENT_ATTEMPTS, UnloggedTable, bind, inspected_from_row,
+    record_from_row, retry_transient,
 };
 /// The builder setters every provider shares (`operation_timeout`, `locked_by`, `clock`).
 pub use shedlock::{ClockBuilder, ProviderBuilder};

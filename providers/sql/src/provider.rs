@@ -71,15 +71,17 @@ pub trait Dialect: Send + Sync + Sized + fmt::Debug + 'static {
     /// What [`SqlLockProvider::builder`] takes: the caller's pool.
     type Pool: Send;
     /// The dialect's own builder settings (set through [`DialectOption`]s and the capability
-    /// traits [`DedicatedConnection`]); `()` for none.
+    /// traits [`DedicatedConnection`], [`AsynchronousCommit`], [`UnloggedTable`]); `()` for
+    /// none.
     type Options: Default + fmt::Debug + Send;
 
     /// The dialect on `pool`, its statements built from the validated `settings`. Does no I/O.
     fn new(pool: Self::Pool, options: Self::Options, settings: &Settings) -> Result<Self>;
 
     /// The `CREATE TABLE IF NOT EXISTS` statement(s) for `settings` (the quoted names, the
-    /// longest name, and in the ShedLock-compatible mode ShedLock's own table).
-    fn ddl(settings: &Settings) -> String;
+    /// longest name, and in the ShedLock-compatible mode ShedLock's own table) and the
+    /// dialect's own `options` (e.g. [`UnloggedTable`]).
+    fn ddl(options: &Self::Options, settings: &Settings) -> String;
 
     /// Classifies a database error.
     fn classify(e: &dyn DatabaseError) -> DbErrorKind;
@@ -154,6 +156,22 @@ pub trait DialectOption<D: Dialect> {
 pub trait DedicatedConnection: Dialect {
     /// Sets whether lock statements run on the provider's own connection.
     fn set_dedicated_connection(options: &mut Self::Options, dedicated: bool);
+}
+
+/// A dialect that can commit its lock statements without waiting for them to be durable (on a
+/// connection of its own, see [`LockConn::session_setup`](crate::LockConn::session_setup));
+/// gives the builder [`asynchronous_commit`](SqlLockProviderBuilder::asynchronous_commit).
+pub trait AsynchronousCommit: Dialect {
+    /// Sets whether the lock statements on the provider's own connection commit
+    /// asynchronously.
+    fn set_asynchronous_commit(options: &mut Self::Options, asynchronous: bool);
+}
+
+/// A dialect whose lock table can be created without crash safety (not written to the
+/// database's log); gives the builder [`unlogged_table`](SqlLockProviderBuilder::unlogged_table).
+pub trait UnloggedTable: Dialect {
+    /// Sets whether [`ddl`](Dialect::ddl) creates an unlogged table.
+    fn set_unlogged_table(options: &mut Self::Options, unlogged: bool);
 }
 
 /// A dialect that can read and write ShedLock's own table; gives the builder
@@ -576,7 +594,7 @@ impl<D: Dialect> SqlLockProviderBuilder<D> {
         let provider = self.settings.validate(D::BACKEND)?;
         check_max_name_len(D::BACKEND, self.max_name_len, D::MAX_NAME_LEN_LIMIT)?;
         let settings = Settings { names, max_name_len: self.max_name_len, provider };
-        let ddl = D::ddl(&settings);
+        let ddl = D::ddl(&self.options, &settings);
         let dialect = D::new(self.pool, self.options, &settings)?;
         let store = SqlStore {
             dialect,
@@ -601,6 +619,36 @@ impl<D: DedicatedConnection> SqlLockProviderBuilder<D> {
     /// unknown state, and every call runs in autocommit. See [`LockConn`](crate::LockConn).
     pub fn dedicated_connection(mut self, dedicated: bool) -> Self {
         D::set_dedicated_connection(&mut self.options, dedicated);
+        self
+    }
+}
+
+impl<D: AsynchronousCommit> SqlLockProviderBuilder<D> {
+    /// Opt-in (default `false`): the lock statements on the provider's own connection commit
+    /// without waiting for the database to make them durable. Each commit then costs no disk
+    /// flush (on a durable server, often most of a lock operation's time), but **a server crash can
+    /// forget the latest commits**: a lock granted just before it is free again after the
+    /// restart, so another instance may take it while the first still runs its task. A clean
+    /// restart loses nothing. Only the dedicated connection's statements are affected: one
+    /// that runs on a pooled connection (the dedicated one busy, or
+    /// [`dedicated_connection(false)`](Self::dedicated_connection)) commits as the pool's
+    /// connections do, and the pool itself is never changed. The dialect crate's
+    /// documentation says what exactly a crash loses.
+    pub fn asynchronous_commit(mut self, asynchronous: bool) -> Self {
+        D::set_asynchronous_commit(&mut self.options, asynchronous);
+        self
+    }
+}
+
+impl<D: UnloggedTable> SqlLockProviderBuilder<D> {
+    /// Opt-in (default `false`): [`ddl`](SqlLockProvider::ddl) and
+    /// [`create_table`](SqlLockProvider::create_table) create an unlogged table, whose writes
+    /// skip the database's log: cheaper commits, but **a server crash empties the table**,
+    /// releasing every lock at once, and replicas do not get its rows. It changes only the DDL:
+    /// an existing table stays what it is. The dialect crate's documentation says what exactly
+    /// a crash loses.
+    pub fn unlogged_table(mut self, unlogged: bool) -> Self {
+        D::set_unlogged_table(&mut self.options, unlogged);
         self
     }
 }

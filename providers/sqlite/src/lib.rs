@@ -284,7 +284,7 @@ impl Dialect for SqliteDialect {
         Ok(Self { pool, stmts: Statements::new(&settings.names, settings.database_time()) })
     }
 
-    fn ddl(settings: &Settings) -> String {
+    fn ddl(_options: &Self::Options, settings: &Settings) -> String {
         ddl(&settings.names)
     }
 

@@ -377,3 +377,108 @@ async fn create_table_from_many_nodes_at_once_succeeds_on_every_node() {
         sql::one_winner_and_release(&nodes[0], &nodes[1]).await;
     }
 }
+
+#[tokio::test]
+async fn unlogged_table_creates_an_unlogged_table_that_locks_as_usual() {
+    let persistence = async |pool: &PgPool, table: &str| -> String {
+        sqlx::query_scalar("SELECT relpersistence::text FROM pg_class WHERE oid = $1::regclass")
+            .bind(format!("\"{table}\""))
+            .fetch_one(pool)
+            .await
+            .unwrap()
+    };
+    let admin = pool().await;
+    let table = unique("unlogged");
+    let p = PostgresLockProvider::builder(pool().await)
+        .table(&table)
+        .unlogged_table(true)
+        .build()
+        .unwrap();
+    assert!(p.ddl().starts_with("CREATE UNLOGGED TABLE IF NOT EXISTS"), "{}", p.ddl());
+    p.create_table().await.unwrap();
+    assert_eq!(persistence(&admin, &table).await, "u");
+    // A provider without the setting locks on the same table with it.
+    let q = provider_on(pool().await, &table).await;
+    sql::one_winner_and_release(&p, &q).await;
+    // The default stays a logged table.
+    let logged = unique("logged");
+    provider_on(pool().await, &logged).await;
+    assert_eq!(persistence(&admin, &logged).await, "p");
+}
+
+/// `asynchronous_commit(true)` on a durable server (fsync and synchronous_commit on): the
+/// provider's lock statements no longer flush the WAL at each commit. PostgreSQL counts WAL
+/// flushes in `pg_stat_wal.wal_sync` (only when fsync is on), so the same lock cycles flush
+/// about twice per cycle without the setting and hardly at all with it.
+#[tokio::test]
+async fn asynchronous_commit_skips_the_wal_flush_of_each_lock_statement() {
+    use shedlock_launcher::{Backend, LaunchOptions, Service};
+    const CYCLES: i64 = 50;
+    let opts = LaunchOptions::new().ignore_env(true).durable(true);
+    let service = tokio::task::spawn_blocking(move || Service::start(Backend::Postgres, &opts))
+        .await
+        .unwrap()
+        .expect("a durable PostgreSQL");
+    let url = service.url().to_owned();
+    let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
+    for setting in ["fsync", "synchronous_commit", "full_page_writes"] {
+        let value: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SHOW {setting}")))
+            .fetch_one(&mut admin)
+            .await
+            .unwrap();
+        assert_eq!(value, "on", "{setting} on a durable server");
+    }
+    let table = unique("async");
+    provider_on(PgPool::connect(&url).await.unwrap(), &table).await;
+
+    // WAL records and flushes since the start, as the server's statistics have them.
+    let wal = async |admin: &mut sqlx::PgConnection| -> (i64, i64) {
+        sqlx::query_as("SELECT wal_records, wal_sync FROM pg_stat_wal")
+            .fetch_one(admin)
+            .await
+            .unwrap()
+    };
+    // The WAL flushes of `CYCLES` lock cycles of a provider with `asynchronous_commit(on)`,
+    // once its connections have closed and their statistics are in (a backend reports its WAL
+    // usage, the records with the flushes, when it exits or after a while idle).
+    let mut flushes = async |on: bool| -> i64 {
+        let (records, syncs) = wal(&mut admin).await;
+        let pool = recommended_pool_options().max_connections(2).connect(&url).await.unwrap();
+        let p = PostgresLockProvider::builder(pool.clone())
+            .table(&table)
+            .asynchronous_commit(on)
+            .build()
+            .unwrap();
+        let other = PostgresLockProvider::builder(PgPool::connect(&url).await.unwrap())
+            .table(&table)
+            .build()
+            .unwrap();
+        let c = cfg("cycle", 60_000, 0);
+        for _ in 0..CYCLES {
+            let lock = p.try_lock(&c).await.unwrap().expect("free");
+            lock.unlock().await.unwrap();
+        }
+        // Still exclusive against a provider that commits synchronously.
+        sql::one_winner_and_release(&p, &other).await;
+        // The pool's own connections keep the server's setting.
+        let pooled: String =
+            sqlx::query_scalar("SHOW synchronous_commit").fetch_one(&pool).await.unwrap();
+        assert_eq!(pooled, "on");
+        drop((p, other));
+        pool.close().await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let (r, s) = wal(&mut admin).await;
+            // Each cycle writes at least an insert or update and a commit, twice.
+            if r - records >= 4 * CYCLES {
+                break s - syncs;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no WAL statistics after 30 s");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    let synchronous = flushes(false).await;
+    let asynchronous = flushes(true).await;
+    assert!(synchronous >= 2 * CYCLES, "a flush per commit: {synchronous}");
+    assert!(asynchronous * 5 < synchronous, "{asynchronous} flushes against {synchronous}");
+}
