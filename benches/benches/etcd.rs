@@ -118,8 +118,18 @@ fn main() {
             .build()
             .unwrap(),
     );
+    // Without the loss watch (a watch per held lock, created and cancelled on the shared watch
+    // stream): what the watch costs the cycle.
+    let unwatched: Arc<dyn LockProvider> = Arc::new(
+        EtcdLockProvider::builder(client.clone())
+            .key_prefix("bench-unwatched/")
+            .watch_for_loss(false)
+            .build()
+            .unwrap(),
+    );
     let (one, raw_key, lock_name) =
         (cfg(&unique("cycle")), unique("bench-raw/pair"), unique("bench-lockapi/one"));
+    let u = unwatched.as_ref();
     let (p, f, one, client, raw_key, lock_name) = (
         provider.as_ref(),
         fresh.as_ref(),
@@ -151,10 +161,13 @@ fn main() {
             "etcd-client Lock API (lock + unlock, session lease)",
             op(move || lock_api(client, lock_name, session)),
         )),
-        vec![("provider, a lease per acquire (reuse_leases(false))", op(move || cycle(f, one)))],
+        vec![
+            ("provider, a lease per acquire (reuse_leases(false))", op(move || cycle(f, one))),
+            ("provider without the loss watch (watch_for_loss(false))", op(move || cycle(u, one))),
+        ],
     );
     zoo.contention(&url, provider.clone(), service.addr(), |u| async move { node(&u).await });
-    zoo.note("the Lock API's lock has no expiry of its own: it lives as long as the session lease the caller keeps alive, and it queues instead of answering 'held' (a try-lock needs a timeout around it)");
+    zoo.note("the Lock API's lock has no expiry of its own: it lives as long as the session lease the caller keeps alive, and it queues instead of answering 'held' (a try-lock needs a timeout around it). The provider's acquire on a reused lease sends its transaction and a keep-alive of the lease together (the lease must live lock_at_most_for from the acquire); the keep-alive is one message on the lease's open stream, answered by the leader beside the transaction, and the cycle waits for both: that pair against the floor's lone transaction is the provider's remaining cost (compare the row without the loss watch). The loss watch is created only for a lock held 200 ms, so a short task costs the server no watch");
     zoo.finish();
     rt.block_on(async {
         let _ = admin.lease_revoke(lease).await;

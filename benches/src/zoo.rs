@@ -132,6 +132,9 @@ pub const B3_NAMES: usize = 1000;
 pub const PACE: Duration = Duration::from_millis(10);
 /// B4's fleet sizes: instances of one service, each its own client or pool.
 pub const HERD_INSTANCES: &[usize] = &[1, 8, 32, 128];
+/// B4's longest expected tick: a size whose tick the backend's measured rate puts above this
+/// is skipped, and the summary says so and why.
+pub const HERD_TICK_BUDGET: Duration = Duration::from_secs(30);
 /// B4's job counts: names due at the same tick.
 pub const HERD_JOBS: &[usize] = &[1, 100, 1000];
 /// B4's `lock_at_least_for`: what keeps an instance that decides late from running a job the
@@ -576,6 +579,11 @@ impl<'rt> Zoo<'rt> {
         let mut rows = Vec::new();
         for &n in counts {
             for &j in jobs {
+                if let Some(why) = herd_over_budget(&rows, n * j) {
+                    println!("  B4 {n:>3} instances × {j:>4} jobs: skipped: {why}");
+                    rows.push(json!({"instances": n, "jobs": j, "skipped": why}));
+                    continue;
+                }
                 let base = unique(&format!("b4-{n}x{j}"));
                 let configs: Arc<Vec<LockConfig>> = Arc::new(
                     (0..j)
@@ -839,6 +847,30 @@ async fn herd_tick(
     }
 }
 
+/// Why B4 skips a size of `attempts` `try_lock`s per tick, if it does: when the backend's rate
+/// in the largest size measured so far puts one tick of this size above [`HERD_TICK_BUDGET`]
+/// (a slow backend's 128 000 attempts per tick would take the run's whole hour).
+fn herd_over_budget(rows: &[Value], attempts: usize) -> Option<String> {
+    let (done, us) = rows
+        .iter()
+        .filter_map(|r| {
+            let n = r.get("instances")?.as_f64()?;
+            let j = r.get("jobs")?.as_f64()?;
+            Some((n * j, r.get("decide_p50_us")?.as_f64()?))
+        })
+        .filter(|&(_, us)| us > 0.0)
+        .max_by(|a, b| a.0.total_cmp(&b.0))?;
+    let per_s = done / (us / 1e6);
+    let estimate = attempts as f64 / per_s;
+    (estimate > HERD_TICK_BUDGET.as_secs_f64()).then(|| {
+        format!(
+            "about {estimate:.0} s per tick at the {per_s:.0} try_lock/s of the largest size \
+             measured ({done:.0} per tick), above the {} s budget per tick",
+            HERD_TICK_BUDGET.as_secs()
+        )
+    })
+}
+
 /// B4's growth: the least-squares slope of the decision time (p50) in instances, at the largest
 /// job count, and in jobs, at the largest instance count, each per 100.
 struct Growth {
@@ -848,7 +880,7 @@ struct Growth {
 
 fn herd_growth(rows: &[Value]) -> Growth {
     let get = |r: &Value, k: &str| r.get(k).and_then(Value::as_f64);
-    let ok: Vec<&Value> = rows.iter().filter(|r| r.get("error").is_none()).collect();
+    let ok: Vec<&Value> = rows.iter().filter(|r| r.get("decide_p50_us").is_some()).collect();
     let max_of = |k: &str| ok.iter().filter_map(|r| get(r, k)).fold(f64::NAN, f64::max);
     let (max_n, max_j) = (max_of("instances"), max_of("jobs"));
     let points = |fixed: &str, at: f64, x: &str| -> Vec<(f64, f64)> {
@@ -884,6 +916,21 @@ pub fn out_dir() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_herd_size_is_skipped_only_when_the_measured_rate_puts_its_tick_over_budget() {
+        // Nothing measured yet: nothing to estimate from.
+        assert_eq!(herd_over_budget(&[], 128_000), None);
+        // 100 attempts decided in 1 s: 100 try_lock/s.
+        let rows = [
+            json!({"instances": 1, "jobs": 1, "decide_p50_us": 10_000.0}),
+            json!({"instances": 1, "jobs": 100, "decide_p50_us": 1_000_000.0}),
+            json!({"instances": 8, "jobs": 1, "skipped": "no"}),
+        ];
+        assert_eq!(herd_over_budget(&rows, 1_000), None, "10 s is within the budget");
+        let why = herd_over_budget(&rows, 128_000).expect("1 280 s is over the budget");
+        assert!(why.contains("about 1280 s per tick at the 100 try_lock/s"), "{why}");
+    }
 
     #[test]
     fn the_herd_slope_is_the_least_squares_fit_in_each_dimension() {

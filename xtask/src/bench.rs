@@ -2,7 +2,9 @@
 //! with the peer crates), then merges the rows they wrote into a summary under
 //! `<target dir>/bench/`: `summary.md`, `summary.json`, `summary.svg` (B1 p50/p99 per
 //! provider; B2 acquisitions per second against contenders) and `herd.svg` (B4: the decision
-//! time of a cron tick against the fleet size). `--record` copies the four into `benches/`.
+//! time of a cron tick against the fleet size). `--record` copies the four into `benches/`:
+//! after the whole zoo (`--all`), or after some providers when every other one has a full-size
+//! row from an earlier run (the summary's "measured" line then spans both).
 //!
 //! Each bench target starts its backend itself (`shedlock-launcher`) and fails with the
 //! launcher's install hint when it cannot. A provider's old row is deleted before its run, so a
@@ -77,13 +79,26 @@ pub fn run(args: &[String]) -> Result<u8, String> {
         }
         (None, _) => known.clone(),
     };
-    if record && selected.len() != known.len() {
-        return Err("bench: --record needs the whole zoo (--all): the committed summary has one \
-                    row per provider, all from one run"
-            .into());
-    }
     let out = target_dir().join("bench");
     std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    if record && selected.len() != known.len() {
+        // A part of the zoo may be recorded only when every other provider already has a
+        // full-size row from an earlier run (the summary then spans both runs, and says when).
+        let earlier = read_rows(&out, &known)?;
+        let lacking: Vec<&str> = known
+            .iter()
+            .filter(|k| !selected.contains(k))
+            .filter(|k| earlier.get(*k).and_then(|v| text(v, "size")) != Some("full"))
+            .map(String::as_str)
+            .collect();
+        if !lacking.is_empty() || quick {
+            return Err(format!(
+                "bench: --record with --provider needs a full-size row of every other provider \
+                 from an earlier run (missing: {}); or run the whole zoo (--all)",
+                if quick { "a full-size run (not --quick)".to_owned() } else { lacking.join(" ") }
+            ));
+        }
+    }
     for p in &selected {
         let row = out.join(format!("{p}.json"));
         if row.exists() {
@@ -356,7 +371,8 @@ impl<'a> Summary<'a> {
              the tick to the last instance's answer; *winner starts* is from the tick to each \
              winning answer. Calls per tick are provider calls (N × J `try_lock` and J \
              `unlock`); multiply by the round trips per call above for backend requests. A size \
-             whose calls failed shows the error. Growth: the least-squares slope of the median \
+             whose calls failed shows the error; a size that the backend's rate in the sizes \
+             before puts above 30 s per tick is skipped, and says so. Growth: the least-squares slope of the median \
              decision time per 100 instances (at the largest job count) and per 100 jobs (at the \
              largest fleet).\n\n| provider | instances × jobs | decided p50 ms | decided p99 \
              ms | winner starts p50 ms | winner starts p99 ms | calls/tick |\n\
@@ -374,6 +390,10 @@ impl<'a> Summary<'a> {
                 );
                 if let Some(e) = text(r, "error") {
                     let _ = writeln!(s, "| {p} | {size} | failed: {e} | | | | |");
+                    continue;
+                }
+                if let Some(why) = text(r, "skipped") {
+                    let _ = writeln!(s, "| {p} | {size} | skipped: {why} | | | | |");
                     continue;
                 }
                 let _ = writeln!(
@@ -651,7 +671,8 @@ impl Summary<'_> {
         let mut series: Vec<Series<'_>> = Vec::new();
         for (p, v) in &self.rows {
             let Some(rows) = v.get("b4").and_then(Value::as_array) else { continue };
-            let ok: Vec<&Value> = rows.iter().filter(|r| r.get("error").is_none()).collect();
+            let ok: Vec<&Value> =
+                rows.iter().filter(|r| r.get("decide_p50_us").is_some()).collect();
             let jobs = ok.iter().filter_map(|r| num(r, "jobs")).fold(f64::NAN, f64::max);
             let mut pts: Vec<(f64, f64)> = ok
                 .iter()

@@ -49,8 +49,8 @@ use std::{
 
 use async_trait::async_trait;
 use etcd_client::{
-    Client, Compare, CompareOp, DeleteOptions, GetOptions, KeyValue, PutOptions, Txn, TxnOp,
-    TxnOpResponse, TxnResponse,
+    Client, Compare, CompareOp, DeleteOptions, GetOptions, KeyValue, LeaseKeepAliveStream,
+    LeaseKeeper, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
 use shedlock::{
     Acquisition, Capabilities, Error, ForceRelease, Lock, LockConfig, LockHandle, LockInfo,
@@ -96,8 +96,8 @@ fn ttl_secs(d: Duration) -> i64 {
     i64::try_from(duration_secs_ceil(d)).unwrap_or(MAX_TTL).clamp(1, MAX_TTL)
 }
 
-/// One lease this instance granted.
-#[derive(Debug, Clone, Copy)]
+/// One lease this instance granted, with its keep-alive stream once one is open.
+#[derive(Debug)]
 struct LeaseInfo {
     id: i64,
     /// The TTL asked for (the pool's key).
@@ -107,9 +107,17 @@ struct LeaseInfo {
     /// When the last grant or keep-alive of this lease was sent: the server's expiry is at least
     /// this instant plus `ttl`.
     refreshed: Instant,
+    /// The lease's keep-alive stream, opened by its first renewal and kept with the lease, so
+    /// that a later renewal is one message on it (`None` until then, or after it broke).
+    keeper: Option<Keeper>,
 }
 
 impl LeaseInfo {
+    /// This lease moved out of `self` (for the pool), which keeps the figures but no stream.
+    fn detach(&mut self) -> LeaseInfo {
+        LeaseInfo { keeper: self.keeper.take(), ..*self }
+    }
+
     /// The instant until which the lease surely lives (this instance's monotonic clock).
     fn alive_until(&self) -> Instant {
         let ttl = Duration::from_secs(self.ttl.unsigned_abs());
@@ -211,7 +219,9 @@ impl EtcdLockProviderBuilder {
     /// process was stalled), the lock's lost signal fires ([`shedlock::Lock::lost_signal`]; the
     /// executor and [`shedlock::KeepAliveProvider`] report it), instead of at the next extend or
     /// at the lock's own deadline. The cost: one watch stream per provider, open while it is in
-    /// use, and one watch created and cancelled on it per acquisition, off the call's path. With
+    /// use, and one watch created and cancelled on it per lock held longer than 200 ms, off the
+    /// call's path (a loss in those first 200 ms is reported when the watch starts: etcd replays
+    /// every event since the acquiring put). With
     /// `false` a revoked lease is noticed at the next extend (`LockLost`) or the deadline.
     pub fn watch_for_loss(mut self, watch: bool) -> Self {
         self.watch_for_loss = watch;
@@ -366,27 +376,38 @@ impl Inner {
         .await
     }
 
-    async fn keep_alive(&self, id: i64) -> std::result::Result<(), Failure> {
-        // etcd-client opens a stream, sends the request, waits for the first answer and fails
-        // with "lease not found" when the lease is gone.
-        sent(|| {
-            let mut lease = self.client.lease_client();
-            async move {
-                let (keeper, mut stream) = lease.keep_alive(id).await?;
-                // Close the stream gracefully, off the caller's path: end the request side, then
-                // read until the server ends its side. Dropping both at once resets the stream
-                // (RST_STREAM), and after a few thousand resets the HTTP/2 layer closes the
-                // connection with GOAWAY "too_many_internal_resets" (measured: after ~6 000
-                // acquires), failing the calls on it.
-                tokio::spawn(async move {
-                    drop(keeper);
-                    let drain = async { while let Ok(Some(_)) = stream.message().await {} };
-                    let _ = tokio::time::timeout(Duration::from_secs(10), drain).await;
-                });
-                Ok(())
+    /// Renews lease `id` on its open stream in `slot`, or on a stream opened now (and then kept
+    /// in `slot`). Ok once the server answered with a live TTL.
+    async fn keep_alive(
+        &self,
+        id: i64,
+        slot: &mut Option<Keeper>,
+    ) -> std::result::Result<(), Failure> {
+        if let Some(mut open) = slot.take() {
+            // Taken out while in use: a renewal cancelled halfway leaves its answer unread on
+            // the stream, so only a stream that finished its exchange goes back into the slot
+            // (a dropped one is closed by `Keeper`'s `Drop`).
+            match open.renew().await {
+                Ok(()) => {
+                    *slot = Some(open);
+                    return Ok(());
+                }
+                Err(Failure::LeaseGone) => return Err(Failure::LeaseGone),
+                // A broken stream (its endpoint went away): renew on a new one below.
+                Err(f) => {
+                    tracing::debug!(lease = id, failure = ?f, "etcd: keep-alive stream broke; opening another")
+                }
             }
+        }
+        // etcd-client opens the stream, sends the request, waits for the first answer and fails
+        // with "lease not found" when the lease is gone.
+        let (keeper, stream) = sent(|| {
+            let mut lease = self.client.lease_client();
+            async move { lease.keep_alive(id).await }
         })
-        .await
+        .await?;
+        *slot = Some(Keeper { open: Some((keeper, stream)) });
+        Ok(())
     }
 
     async fn grant(
@@ -445,6 +466,55 @@ struct Sent {
     keep_alive: Option<std::result::Result<(), Failure>>,
 }
 
+/// A lease's open keep-alive stream: its request side and its answers. Kept with the lease
+/// ([`LeaseInfo::keeper`]), so a renewal is one message on an open stream instead of a stream
+/// opened per renewal (what made a reused lease's acquire cost more than its transaction).
+struct Keeper {
+    /// `None` only once closed.
+    open: Option<(LeaseKeeper, LeaseKeepAliveStream)>,
+}
+
+impl fmt::Debug for Keeper {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Keeper").field("open", &self.open.is_some()).finish()
+    }
+}
+
+impl Keeper {
+    /// One renewal: a request on the stream, and its answer. A TTL of 0 or less in the answer
+    /// means the lease is gone.
+    async fn renew(&mut self) -> std::result::Result<(), Failure> {
+        let Some((keeper, stream)) = self.open.as_mut() else {
+            return Err(Failure::Other(Error::unavailable(BACKEND, "keep-alive stream closed")));
+        };
+        keeper.keep_alive().await.map_err(classify)?;
+        match stream.message().await.map_err(classify)? {
+            Some(r) if r.ttl() > 0 => Ok(()),
+            Some(_) => Err(Failure::LeaseGone),
+            None => Err(Failure::Other(Error::unavailable(
+                BACKEND,
+                "the server ended the keep-alive stream",
+            ))),
+        }
+    }
+}
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        let Some((keeper, mut stream)) = self.open.take() else { return };
+        // Close the stream gracefully, off the caller's path: end the request side, then read
+        // until the server ends its side. Dropping both at once resets the stream (RST_STREAM),
+        // and after a few thousand resets the HTTP/2 layer closes the connection with GOAWAY
+        // "too_many_internal_resets" (measured: after ~6 000 streams), failing the calls on it.
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+        rt.spawn(async move {
+            drop(keeper);
+            let drain = async { while let Ok(Some(_)) = stream.message().await {} };
+            let _ = tokio::time::timeout(Duration::from_secs(10), drain).await;
+        });
+    }
+}
+
 impl EtcdLockProvider {
     /// A builder over `client`; see [`EtcdLockProviderBuilder`].
     pub fn builder(client: Client) -> EtcdLockProviderBuilder {
@@ -484,7 +554,8 @@ impl EtcdLockProvider {
         self.inner.pool.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A kept lease for `ttl` that surely lives long enough to attach a key to it.
+    /// A kept lease for `ttl` that surely lives long enough to attach a key to it (with its
+    /// keep-alive stream, when one is open).
     fn take_kept(&self, ttl: i64) -> Option<LeaseInfo> {
         if !self.inner.reuse {
             return None;
@@ -523,7 +594,7 @@ impl EtcdLockProvider {
                 format!("lease grant: asked for {ttl} s, the server granted {} s", r.ttl()),
             ));
         }
-        Ok(LeaseInfo { id: r.id(), requested: ttl, ttl: r.ttl(), refreshed })
+        Ok(LeaseInfo { id: r.id(), requested: ttl, ttl: r.ttl(), refreshed, keeper: None })
     }
 
     /// A lease for `ttl`: a kept one (`true`: it needs a keep-alive beside its transaction) or a
@@ -542,7 +613,9 @@ impl EtcdLockProvider {
             return Sent { txn: self.inner.txn(txn).await, keep_alive: None };
         }
         let sent = Instant::now();
-        let (t, k) = tokio::join!(self.inner.txn(txn), self.inner.keep_alive(lease.id));
+        let id = lease.id;
+        let (t, k) =
+            tokio::join!(self.inner.txn(txn), self.inner.keep_alive(id, &mut lease.keeper));
         if k.is_ok() {
             lease.refreshed = sent;
         }
@@ -881,7 +954,7 @@ impl EtcdHandle {
                 tracing::debug!(lock = %config.name(), "etcd unlock: no longer the holder; nothing changed");
             }
             // No key is attached to the lease any more (or it expired): keep it for reuse.
-            p.keep(self.lease);
+            p.keep(self.lease.detach());
             return Ok(());
         }
         // Within lock_at_least_for: the key moves to a fresh lease of the remaining time.
@@ -894,7 +967,7 @@ impl EtcdHandle {
         )]);
         match p.inner.txn(txn).await {
             Ok(r) if r.succeeded() => {
-                p.keep(self.lease);
+                p.keep(self.lease.detach());
                 Ok(())
             }
             Ok(_) => {
@@ -916,8 +989,7 @@ impl EtcdHandle {
             // acquisition's on this lease (a read-only transaction). A renewed lease whose key is
             // gone (an operator deleted it) is no lock.
             let txn = Txn::new().when(self.owned());
-            let mut lease = self.lease;
-            let sent = p.send(txn, &mut lease, true).await;
+            let sent = p.send(txn, &mut self.lease, true).await;
             match sent.keep_alive {
                 Some(Err(Failure::LeaseGone)) => return Err(lost()),
                 Some(Err(f)) => return Err(f.into_error()),
@@ -928,7 +1000,6 @@ impl EtcdHandle {
                 Ok(_) | Err(Failure::LeaseGone) => return Err(lost()),
                 Err(f) => return Err(f.into_error()),
             }
-            self.lease = lease;
             self.held_since = Instant::now();
             return Ok(());
         }
@@ -941,8 +1012,7 @@ impl EtcdHandle {
         )]);
         match p.inner.txn(txn).await {
             Ok(r) if r.succeeded() => {
-                p.keep(self.lease);
-                self.lease = fresh;
+                p.keep(std::mem::replace(&mut self.lease, fresh));
                 self.held_since = Instant::now();
                 Ok(())
             }

@@ -2,10 +2,11 @@
 //! revoked by an operator or expired, or the key was deleted), instead of at the next extend or
 //! at the lock's own deadline.
 //!
-//! One watch stream per provider, opened when the first lock is held and shared by every lock the
-//! provider holds: one watch per held key on it, created from the revision right after the
-//! acquiring put (so no event between the acquire and the watch can be missed), cancelled when
-//! the lock's handle goes. A delete of the key, or a put that recreated it (another
+//! One watch stream per provider, opened when the first lock has been held for [`START_DELAY`]
+//! and shared by every lock the provider holds: one watch per key held that long, created from
+//! the revision right after the acquiring put (so no event between the acquire and the watch can
+//! be missed: etcd replays it), cancelled when the lock's handle goes. A lock released within
+//! the delay never had a watch on the server. A delete of the key, or a put that recreated it (another
 //! `create_revision`), fires the lock's [`Lease::report_lost`]. A released lock's lease ignores
 //! that, so the holder's own unlock never reads as a loss.
 //!
@@ -35,6 +36,11 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(5);
 /// The first pause before a broken stream is opened again; it doubles up to [`MAX_BACKOFF`].
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// How long a held lock goes before its watch is created. A lock released sooner (a short task,
+/// every loser-free herd tick) costs the server no watch create and cancel at all; a loss in
+/// that time is not missed, since the watch starts from the revision after the acquiring put
+/// and etcd replays what happened since, so it is reported when the watch starts.
+pub(crate) const START_DELAY: Duration = Duration::from_millis(200);
 
 enum Cmd {
     Add { id: i64, key: Vec<u8>, revision: i64, lease: Lease },
@@ -120,6 +126,8 @@ fn options(id: i64, from: i64) -> WatchOptions {
 /// The watch task: ends when the provider (the last sender) is gone.
 async fn run(client: Client, mut rx: UnboundedReceiver<Cmd>) {
     let mut entries: HashMap<i64, Entry> = HashMap::new();
+    // Watches not created yet (see START_DELAY), with the instant each is due.
+    let mut pending: HashMap<i64, (Instant, Entry)> = HashMap::new();
     let mut stream: Option<WatchStream> = None;
     let mut backoff = MIN_BACKOFF;
     let mut retry_at: Option<Instant> = None;
@@ -138,20 +146,18 @@ async fn run(client: Client, mut rx: UnboundedReceiver<Cmd>) {
             }
         }
         let wake = retry_at.unwrap_or_else(Instant::now);
+        let due = pending.values().map(|(at, _)| *at).min().unwrap_or_else(Instant::now);
         tokio::select! {
             cmd = rx.recv() => match cmd {
                 None => return,
                 Some(Cmd::Add { id, key, revision, lease }) => {
                     let entry = Entry { key, revision, lease, from: revision + 1 };
-                    if let Some(s) = stream.as_mut()
-                        && !send_watch(s, id, &entry).await
-                    {
-                        stream = None;
-                    }
-                    entries.insert(id, entry);
+                    pending.insert(id, (Instant::now() + START_DELAY, entry));
                 }
                 Some(Cmd::Remove { id }) => {
-                    if entries.remove(&id).is_some()
+                    // A watch never created needs no cancel.
+                    if pending.remove(&id).is_none()
+                        && entries.remove(&id).is_some()
                         && let Some(s) = stream.as_mut()
                         && !matches!(tokio::time::timeout(STEP_TIMEOUT, s.cancel(id)).await, Ok(Ok(())))
                     {
@@ -173,6 +179,21 @@ async fn run(client: Client, mut rx: UnboundedReceiver<Cmd>) {
                 }
             },
             () = tokio::time::sleep_until(wake), if stream.is_none() && retry_at.is_some() => {}
+            () = tokio::time::sleep_until(due), if !pending.is_empty() => {
+                let now = Instant::now();
+                let ready: Vec<i64> =
+                    pending.iter().filter(|(_, (at, _))| *at <= now).map(|(id, _)| *id).collect();
+                for id in ready {
+                    let Some((_, entry)) = pending.remove(&id) else { continue };
+                    // Without a stream, the top of the loop opens one with every entry.
+                    if let Some(s) = stream.as_mut()
+                        && !send_watch(s, id, &entry).await
+                    {
+                        stream = None;
+                    }
+                    entries.insert(id, entry);
+                }
+            }
         }
     }
 }

@@ -90,6 +90,11 @@ pub const MAX_NAME_LEN: usize = 4096;
 /// The owner is echoed so that the client can tell the answer is to *this* request: a reply
 /// delivered to the wrong request (a connection that lost its place in a fail-over) must never
 /// read as a grant.
+///
+/// The token is the server clock in µs (`TIME`, as digits: no number formatting), written to the
+/// fence key with `SET … GET`, which returns the last token in the same call; only when that is
+/// not below the clock (two grants within one µs, or a clock stepped back) is the token the last
+/// one plus 1, in a second write. Digit strings of equal length compare as their numbers.
 const ACQUIRE: &str = r"
 local v = redis.call('GET', KEYS[1])
 if v then
@@ -101,29 +106,37 @@ if v then
   return false
 end
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-local tok = string.format('%.0f', math.max(last + 1, now))
-local at = string.format('%.0f', now)
-redis.call('SET', KEYS[2], tok)
+local at = t[1] .. string.sub('00000' .. t[2], -6)
+local tok = at
+local last = redis.call('SET', KEYS[2], at, 'GET')
+if last and (#last > #at or (#last == #at and last >= at)) then
+  local n = tonumber(last)
+  if n then
+    tok = string.format('%.0f', math.max(n + 1, tonumber(at)))
+    redis.call('SET', KEYS[2], tok)
+  end
+end
 redis.call('SET', KEYS[1], ARGV[1] .. '|' .. tok .. '|' .. at, 'PX', ARGV[2])
 return {tok, at, ARGV[1]}
 ";
 
 /// Unlock. KEYS: lock. ARGV: the holder's value, lock_at_least_for in µs. Returns 1 when the
-/// caller held it (deleted, or kept until at-least has passed), 0 otherwise.
+/// caller held it (deleted, or kept until at-least has passed), 0 otherwise. Without
+/// at-least (`0`) the server clock is not read.
 const UNLOCK: &str = r"
 local v = redis.call('GET', KEYS[1])
 if v ~= ARGV[1] then return 0 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local at = tonumber(string.match(v, '|(%d+)$'))
-local keep = at + tonumber(ARGV[2]) - now
-if keep > 0 then
-  local ms = math.ceil(keep / 1000)
-  local pttl = redis.call('PTTL', KEYS[1])
-  if pttl < 0 or ms < pttl then redis.call('PEXPIRE', KEYS[1], ms) end
-  return 1
+if ARGV[2] ~= '0' then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local at = tonumber(string.match(v, '|(%d+)$'))
+  local keep = at + tonumber(ARGV[2]) - now
+  if keep > 0 then
+    local ms = math.ceil(keep / 1000)
+    local pttl = redis.call('PTTL', KEYS[1])
+    if pttl < 0 or ms < pttl then redis.call('PEXPIRE', KEYS[1], ms) end
+    return 1
+  end
 end
 redis.call('DEL', KEYS[1])
 return 1
