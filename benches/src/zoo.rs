@@ -137,9 +137,10 @@ pub const HERD_INSTANCES: &[usize] = &[1, 8, 32, 128];
 pub const HERD_TICK_BUDGET: Duration = Duration::from_secs(30);
 /// B4's job counts: names due at the same tick.
 pub const HERD_JOBS: &[usize] = &[1, 100, 1000];
-/// B4's `lock_at_least_for`: what keeps an instance that decides late from running a job the
-/// winner already ran at this tick (ShedLock's advice for a herd); longer than any tick's
-/// decisions here, so every tick has exactly one winner per job.
+/// B4's shortest `lock_at_least_for`: what keeps an instance that decides late from running a
+/// job the winner already ran at this tick (ShedLock's advice for a herd). A size whose tick the
+/// backend's measured rate predicts longer gets more (see `herd_at_least`), so every tick has
+/// exactly one winner per job.
 pub const HERD_AT_LEAST: Duration = Duration::from_secs(3);
 /// B3's acquires in flight at once (one instance).
 pub const B3_IN_FLIGHT: usize = 16;
@@ -538,18 +539,20 @@ impl<'rt> Zoo<'rt> {
     /// `make`: its own client or pool), every one of them trying every one of `J` jobs at the
     /// same cron tick, for a few ticks, as schedulers do: each job's `try_lock` is its own task,
     /// all started at the tick; a winner runs its (empty) task and unlocks at once, its record
-    /// kept until [`HERD_AT_LEAST`] so that late deciders find the job done; the next tick
-    /// comes once that has passed. Per (N, J): the time from the tick to the last decision (p50
+    /// kept for `lock_at_least_for` ([`HERD_AT_LEAST`], or 1.5 times the tick the rate measured
+    /// on the smaller sizes predicts, plus 1 s) so that late deciders find the job done; the
+    /// next tick comes once that has passed. Per (N, J): the time from the tick to the last decision (p50
     /// and p99 over ticks), the winners' task start latency (from the tick to the winning
     /// `try_lock`'s answer, p50 and p99 over every winner), provider calls per tick (N × J
     /// `try_lock` and J `unlock`; round trips per call are the row's own figure), and exactly J
     /// winners per tick, checked. A combination whose calls fail (a server out of connections,
-    /// say) is reported with its error instead of figures. Then the growth: decision time per
-    /// 100 instances (at the largest J) and per 100 jobs (at the largest N), fitted by least
-    /// squares.
+    /// say), or whose tick outlasted its `lock_at_least_for` so that a late instance took a job
+    /// again as the lock allows, is reported with why instead of figures. The summary (`cargo xtask bench`)
+    /// fits the growth from these rows.
     ///
     /// # Panics
-    /// If a tick has more than one winner for a job (two instances ran it).
+    /// If a job has no winner in a tick, or a second one whose `try_lock` began inside the first
+    /// winner's `lock_at_least_for` (two instances ran it).
     #[allow(clippy::expect_used, clippy::panic)]
     pub fn b4<F, Fut>(&mut self, mut make: F)
     where
@@ -585,10 +588,11 @@ impl<'rt> Zoo<'rt> {
                     continue;
                 }
                 let base = unique(&format!("b4-{n}x{j}"));
+                let at_least = herd_at_least(&rows, n * j);
                 let configs: Arc<Vec<LockConfig>> = Arc::new(
                     (0..j)
                         .map(|i| {
-                            LockConfig::new(format!("{base}-{i}"), AT_MOST, HERD_AT_LEAST)
+                            LockConfig::new(format!("{base}-{i}"), AT_MOST, at_least)
                                 .expect("a valid lock config")
                         })
                         .collect(),
@@ -602,26 +606,31 @@ impl<'rt> Zoo<'rt> {
                         sockets_busy = open_sockets();
                     }
                     match out {
-                        Ok((last, winner_starts, winners)) => {
-                            assert!(
-                                winners.iter().all(|&w| w == 1),
-                                "B4 {n}×{j}, tick {tick}: a job had {:?} winners, not 1",
-                                winners.iter().find(|&&w| w != 1)
-                            );
+                        Ok((last, winners)) => {
+                            let mut late = None;
+                            for (i, w) in winners.iter().enumerate() {
+                                match herd_winners(i, w, at_least, granularity) {
+                                    Ok(None) => {}
+                                    Ok(Some(why)) => late = late.or(Some(why)),
+                                    Err(e) => panic!("B4 {n}×{j}, tick {tick}: {e}"),
+                                }
+                            }
+                            if let Some(why) = late {
+                                failure = Some(why);
+                                break;
+                            }
                             decide.push(last);
-                            starts.extend(winner_starts);
+                            starts.extend(winners.iter().flatten().map(|&(_, d)| d));
                         }
                         Err(e) => {
                             failure = Some(e);
                             break;
                         }
                     }
-                    // The winners' records end HERD_AT_LEAST after their acquisition (plus
+                    // The winners' records end lock_at_least_for after their acquisition (plus
                     // the backend's granularity): the next tick finds every job free.
                     if tick + 1 < ticks {
-                        std::thread::sleep(
-                            HERD_AT_LEAST + granularity + Duration::from_millis(100),
-                        );
+                        std::thread::sleep(at_least + granularity + Duration::from_millis(100));
                     }
                 }
                 let calls = n * j + j;
@@ -646,18 +655,10 @@ impl<'rt> Zoo<'rt> {
                     "winner_start_p50_us": round(w.p50, 1),
                     "winner_start_p99_us": round(w.p99, 1),
                     "calls_per_tick": calls,
+                    "lock_at_least_for_s": round(at_least.as_secs_f64(), 1),
                 }));
             }
         }
-        let growth = herd_growth(&rows);
-        println!(
-            "  B4 growth: {} µs per 100 instances (at {} jobs), {} µs per 100 jobs (at {} \
-             instances)",
-            growth.per_100_instances.map_or("n/a".into(), |v| format!("{v:.0}")),
-            jobs.last().copied().unwrap_or(0),
-            growth.per_100_jobs.map_or("n/a".into(), |v| format!("{v:.0}")),
-            counts.last().copied().unwrap_or(0),
-        );
         if let (Some(before), Some(idle)) = (sockets_before, sockets_idle) {
             let per = |after: usize| after.saturating_sub(before) as f64 / max as f64;
             let busy = sockets_busy.map(per);
@@ -675,13 +676,6 @@ impl<'rt> Zoo<'rt> {
             );
         }
         self.row.insert("b4".into(), Value::Array(rows));
-        self.row.insert(
-            "b4_growth".into(),
-            json!({
-                "decide_us_per_100_instances": growth.per_100_instances.map(|v| round(v, 0)),
-                "decide_us_per_100_jobs": growth.per_100_jobs.map(|v| round(v, 0)),
-            }),
-        );
     }
 
     /// B2, B3 and the round trips of a networked provider: `node` builds an instance (its own
@@ -796,18 +790,20 @@ fn resident_bytes() -> Option<u64> {
 }
 
 /// One B4 tick: every instance tries every job at once, each `try_lock` its own task, a winner
-/// unlocking at once. Answers the time from the tick to the last decision, each winner's time
-/// from the tick to its lock, and the winners per job; or the first error.
+/// unlocking at once. Answers the time from the tick to the last decision, and per job its
+/// winners, each as (when its `try_lock` began, when it answered), from the tick; or the first
+/// error.
 async fn herd_tick(
     nodes: &[Arc<dyn LockProvider>],
     configs: &Arc<Vec<LockConfig>>,
-) -> Result<(Duration, Vec<Duration>, Vec<usize>), String> {
+) -> Result<(Duration, Vec<Vec<(Duration, Duration)>>), String> {
     let tick = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for node in nodes {
         for (i, config) in configs.iter().enumerate() {
             let (node, config) = (node.clone(), config.clone());
             tasks.spawn(async move {
+                let began = tick.elapsed();
                 let got = node.try_lock(&config).await.map_err(|e| e.to_string())?;
                 let decided = tick.elapsed();
                 let won = match got {
@@ -819,21 +815,19 @@ async fn herd_tick(
                     }
                     None => false,
                 };
-                Ok::<_, String>((i, won, decided))
+                Ok::<_, String>((i, won, began, decided))
             });
         }
     }
     let mut last = Duration::ZERO;
-    let mut starts = Vec::new();
-    let mut winners = vec![0usize; configs.len()];
+    let mut winners = vec![Vec::new(); configs.len()];
     let mut error = None;
     while let Some(joined) = tasks.join_next().await {
         match joined.map_err(|e| e.to_string()).and_then(|r| r) {
-            Ok((i, won, decided)) => {
+            Ok((i, won, began, decided)) => {
                 last = last.max(decided);
                 if won {
-                    winners[i] += 1;
-                    starts.push(decided);
+                    winners[i].push((began, decided));
                 }
             }
             Err(e) => {
@@ -843,14 +837,50 @@ async fn herd_tick(
     }
     match error {
         Some(e) => Err(e),
-        None => Ok((last, starts, winners)),
+        None => Ok((last, winners)),
     }
 }
 
-/// Why B4 skips a size of `attempts` `try_lock`s per tick, if it does: when the backend's rate
-/// in the largest size measured so far puts one tick of this size above [`HERD_TICK_BUDGET`]
-/// (a slow backend's 128 000 attempts per tick would take the run's whole hour).
-fn herd_over_budget(rows: &[Value], attempts: usize) -> Option<String> {
+/// Checks one job's winners in a tick: exactly one is the expected answer (`Ok(None)`). A second
+/// winner whose `try_lock` began only after the first winner's record had ended
+/// (`lock_at_least_for` after the first one's answer, less the backend's `granularity`) is the
+/// lock working as specified in a tick that outlasted `lock_at_least_for` (`Ok(Some(why))`: the
+/// size is reported, not its figures). Anything else is two holders at once (`Err`).
+fn herd_winners(
+    job: usize,
+    winners: &[(Duration, Duration)],
+    at_least: Duration,
+    granularity: Duration,
+) -> Result<Option<String>, String> {
+    if winners.len() == 1 {
+        return Ok(None);
+    }
+    if winners.is_empty() {
+        return Err(format!("job {job} had no winner"));
+    }
+    let mut w = winners.to_vec();
+    w.sort_by_key(|&(_, decided)| decided);
+    for pair in w.windows(2) {
+        let ((_, first), (began, _)) = (pair[0], pair[1]);
+        if began + granularity < first + at_least {
+            return Err(format!(
+                "job {job} had {} winners: one answered {first:?} after the tick, another began \
+                 {began:?} after it, inside the first one's lock_at_least_for ({at_least:?})",
+                winners.len()
+            ));
+        }
+    }
+    Ok(Some(format!(
+        "the tick outlasted lock_at_least_for ({:.0} s): job {job} was taken again by an \
+         instance whose try_lock began after the first winner's record had ended, as the lock \
+         allows (a fleet this size needs a longer lock_at_least_for)",
+        at_least.as_secs_f64()
+    )))
+}
+
+/// The backend's `try_lock` rate in the largest B4 size measured so far: (attempts per tick,
+/// attempts per second).
+fn herd_rate(rows: &[Value]) -> Option<(f64, f64)> {
     let (done, us) = rows
         .iter()
         .filter_map(|r| {
@@ -860,7 +890,23 @@ fn herd_over_budget(rows: &[Value], attempts: usize) -> Option<String> {
         })
         .filter(|&(_, us)| us > 0.0)
         .max_by(|a, b| a.0.total_cmp(&b.0))?;
-    let per_s = done / (us / 1e6);
+    Some((done, done / (us / 1e6)))
+}
+
+/// B4's `lock_at_least_for` for a size of `attempts` per tick: [`HERD_AT_LEAST`], or 1.5 times
+/// the tick the measured rate predicts plus 1 s when that is longer, as a scheduler's fleet
+/// must set it (ShedLock's advice: longer than the tick takes), so that an instance deciding
+/// late finds the job done.
+fn herd_at_least(rows: &[Value], attempts: usize) -> Duration {
+    let predicted = herd_rate(rows).map_or(0.0, |(_, per_s)| attempts as f64 / per_s);
+    HERD_AT_LEAST.max(Duration::from_secs_f64(predicted * 1.5 + 1.0).min(Duration::from_secs(120)))
+}
+
+/// Why B4 skips a size of `attempts` `try_lock`s per tick, if it does: when the backend's rate
+/// in the largest size measured so far puts one tick of this size above [`HERD_TICK_BUDGET`]
+/// (a slow backend's 128 000 attempts per tick would take the run's whole hour).
+fn herd_over_budget(rows: &[Value], attempts: usize) -> Option<String> {
+    let (done, per_s) = herd_rate(rows)?;
     let estimate = attempts as f64 / per_s;
     (estimate > HERD_TICK_BUDGET.as_secs_f64()).then(|| {
         format!(
@@ -869,40 +915,6 @@ fn herd_over_budget(rows: &[Value], attempts: usize) -> Option<String> {
             HERD_TICK_BUDGET.as_secs()
         )
     })
-}
-
-/// B4's growth: the least-squares slope of the decision time (p50) in instances, at the largest
-/// job count, and in jobs, at the largest instance count, each per 100.
-struct Growth {
-    per_100_instances: Option<f64>,
-    per_100_jobs: Option<f64>,
-}
-
-fn herd_growth(rows: &[Value]) -> Growth {
-    let get = |r: &Value, k: &str| r.get(k).and_then(Value::as_f64);
-    let ok: Vec<&Value> = rows.iter().filter(|r| r.get("decide_p50_us").is_some()).collect();
-    let max_of = |k: &str| ok.iter().filter_map(|r| get(r, k)).fold(f64::NAN, f64::max);
-    let (max_n, max_j) = (max_of("instances"), max_of("jobs"));
-    let points = |fixed: &str, at: f64, x: &str| -> Vec<(f64, f64)> {
-        ok.iter()
-            .filter(|r| get(r, fixed) == Some(at))
-            .filter_map(|r| Some((get(r, x)?, get(r, "decide_p50_us")?)))
-            .collect()
-    };
-    Growth {
-        per_100_instances: slope(&points("jobs", max_j, "instances")).map(|s| s * 100.0),
-        per_100_jobs: slope(&points("instances", max_n, "jobs")).map(|s| s * 100.0),
-    }
-}
-
-/// The least-squares slope of `points`; `None` with fewer than two distinct x.
-fn slope(points: &[(f64, f64)]) -> Option<f64> {
-    let n = points.len() as f64;
-    let (mx, my) =
-        (points.iter().map(|p| p.0).sum::<f64>() / n, points.iter().map(|p| p.1).sum::<f64>() / n);
-    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
-    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
-    (points.len() >= 2 && sxx > 0.0).then(|| sxy / sxx)
 }
 
 /// `$SHEDLOCK_BENCH_OUT`, else `target/bench` of the workspace.
@@ -933,23 +945,27 @@ mod tests {
     }
 
     #[test]
-    fn the_herd_slope_is_the_least_squares_fit_in_each_dimension() {
-        assert_eq!(slope(&[(1.0, 10.0), (2.0, 12.0), (3.0, 14.0)]), Some(2.0));
-        assert_eq!(slope(&[(5.0, 1.0)]), None);
-        assert_eq!(slope(&[(5.0, 1.0), (5.0, 2.0)]), None);
-        let row = |n: u64, j: u64, d: f64| json!({"instances": n, "jobs": j, "decide_p50_us": d});
-        let rows = [
-            row(1, 1, 100.0),
-            row(1, 100, 300.0),
-            row(8, 1, 170.0),
-            row(8, 100, 1000.0),
-            json!({"instances": 32, "jobs": 100, "error": "too many connections"}),
-        ];
-        let g = herd_growth(&rows);
-        // At 100 jobs: 300 µs at 1 instance, 1 000 µs at 8: 100 µs per instance.
-        assert_eq!(g.per_100_instances, Some(10_000.0));
-        // At 8 instances: 170 µs at 1 job, 1 000 µs at 100: 830 / 99 µs per job.
-        assert!((g.per_100_jobs.unwrap() - 83_000.0 / 99.0).abs() < 1e-6);
+    fn a_second_herd_winner_is_a_failure_only_inside_the_first_ones_at_least() {
+        let ms = Duration::from_millis;
+        let (at_least, granularity) = (Duration::from_secs(3), ms(1));
+        assert_eq!(herd_winners(0, &[(ms(0), ms(5))], at_least, granularity), Ok(None));
+        assert!(herd_winners(0, &[], at_least, granularity).is_err(), "no winner");
+        // The second began 2 s after the first answered: both held it at once.
+        let both = [(ms(0), ms(5)), (ms(2005), ms(2010))];
+        assert!(herd_winners(7, &both, at_least, granularity).is_err());
+        // The second began after the first one's record ended: the lock allows it.
+        let late = [(ms(3100), ms(3110)), (ms(0), ms(5))];
+        let why = herd_winners(7, &late, at_least, granularity).unwrap().unwrap();
+        assert!(why.contains("job 7 was taken again"), "{why}");
+    }
+
+    #[test]
+    fn the_herd_at_least_outlasts_the_predicted_tick() {
+        assert_eq!(herd_at_least(&[], 128_000), HERD_AT_LEAST);
+        // 1 000 attempts in 1 s measured: 9 000 attempts predict 9 s, so 14.5 s.
+        let rows = [json!({"instances": 1, "jobs": 1000, "decide_p50_us": 1_000_000.0})];
+        assert_eq!(herd_at_least(&rows, 9_000), Duration::from_millis(14_500));
+        assert_eq!(herd_at_least(&rows, 100), HERD_AT_LEAST);
     }
 
     #[test]

@@ -366,15 +366,17 @@ impl<'a> Summary<'a> {
             "\n## B4: the cron-tick herd\n\nAt each tick every instance of a service (each its \
              own client or pool) tries every job due at that tick, at the same instant, each \
              job's `try_lock` its own task; the winner runs its task and unlocks, its record kept \
-             for `lock_at_least_for` (3 s) so that late deciders find the job done; a few ticks \
+             for `lock_at_least_for` (3 s, or 1.5 times the tick the backend's rate on the \
+             smaller sizes predicts, plus 1 s) so that late deciders find the job done; a few ticks \
              per size, exactly one winner per job and tick checked. *Decided* is the time from \
              the tick to the last instance's answer; *winner starts* is from the tick to each \
              winning answer. Calls per tick are provider calls (N × J `try_lock` and J \
              `unlock`); multiply by the round trips per call above for backend requests. A size \
              whose calls failed shows the error; a size that the backend's rate in the sizes \
              before puts above 30 s per tick is skipped, and says so. Growth: the least-squares slope of the median \
-             decision time per 100 instances (at the largest job count) and per 100 jobs (at the \
-             largest fleet).\n\n| provider | instances × jobs | decided p50 ms | decided p99 \
+             decision time per 100 instances (at the largest job count measured at two fleet \
+             sizes or more) and per 100 jobs (at the largest fleet measured at two job counts or \
+             more), each with the size it was fitted at.\n\n| provider | instances × jobs | decided p50 ms | decided p99 \
              ms | winner starts p50 ms | winner starts p99 ms | calls/tick |\n\
              |---|---|---|---|---|---|---|\n",
         );
@@ -406,13 +408,17 @@ impl<'a> Summary<'a> {
                     cell(num(r, "calls_per_tick")),
                 );
             }
-            if let Some(g) = v.get("b4_growth") {
-                growth.push(format!(
-                    "- {p}: {} ms per 100 instances, {} ms per 100 jobs",
-                    cell(ms(num(g, "decide_us_per_100_instances"))),
-                    cell(ms(num(g, "decide_us_per_100_jobs")))
-                ));
-            }
+            let g = herd_growth(rows);
+            let at = |fixed: Option<f64>, what: &str| {
+                fixed.map_or(String::new(), |f| format!(" (at {f} {what})"))
+            };
+            growth.push(format!(
+                "- {p}: {} ms per 100 instances{}, {} ms per 100 jobs{}",
+                cell(ms(g.per_100_instances.map(|(v, _)| v))),
+                at(g.per_100_instances.map(|(_, j)| j), "jobs"),
+                cell(ms(g.per_100_jobs.map(|(v, _)| v))),
+                at(g.per_100_jobs.map(|(_, n)| n), "instances"),
+            ));
         }
         if growth.is_empty() {
             s.push_str("| (not measured in this run) | | | | | | |\n");
@@ -511,7 +517,24 @@ impl<'a> Summary<'a> {
     }
 
     fn json(&self) -> String {
-        let rows: Vec<Value> = self.rows.iter().map(|(_, v)| (*v).clone()).collect();
+        let rows: Vec<Value> = self
+            .rows
+            .iter()
+            .map(|(_, v)| {
+                let mut v = (*v).clone();
+                if let Some(b4) = v.get("b4").and_then(Value::as_array) {
+                    let g = herd_growth(b4);
+                    let side = |f: Option<(f64, f64)>, at: &str| {
+                        f.map(|(us, fixed)| json!({"decide_us_per_100": us.round(), at: fixed}))
+                    };
+                    v["b4_growth"] = json!({
+                        "per_100_instances": side(g.per_100_instances, "at_jobs"),
+                        "per_100_jobs": side(g.per_100_jobs, "at_instances"),
+                    });
+                }
+                v
+            })
+            .collect();
         let v = json!({
             "generated_by": "cargo xtask bench",
             "machine": machine(),
@@ -756,6 +779,43 @@ impl Summary<'_> {
 
 /// Calls the backend answered per second in B2 at `n` contenders: every attempt, plus the
 /// release of every win.
+/// B4's growth: the least-squares slope of the median decision time (µs) per 100 instances, at
+/// the largest job count with two or more measured fleet sizes, and per 100 jobs, at the largest
+/// fleet with two or more measured job counts; each with the size it was fitted at. A size that
+/// failed or was skipped has no point.
+struct Growth {
+    per_100_instances: Option<(f64, f64)>,
+    per_100_jobs: Option<(f64, f64)>,
+}
+
+fn herd_growth(rows: &[Value]) -> Growth {
+    let ok: Vec<&Value> = rows.iter().filter(|r| num(r, "decide_p50_us").is_some()).collect();
+    let fit = |fixed: &str, x: &str| -> Option<(f64, f64)> {
+        let mut levels: Vec<f64> = ok.iter().filter_map(|r| num(r, fixed)).collect();
+        levels.sort_by(|a, b| b.total_cmp(a));
+        levels.dedup();
+        levels.into_iter().find_map(|at| {
+            let points: Vec<(f64, f64)> = ok
+                .iter()
+                .filter(|r| num(r, fixed) == Some(at))
+                .filter_map(|r| Some((num(r, x)?, num(r, "decide_p50_us")?)))
+                .collect();
+            slope(&points).map(|s| (s * 100.0, at))
+        })
+    };
+    Growth { per_100_instances: fit("jobs", "instances"), per_100_jobs: fit("instances", "jobs") }
+}
+
+/// The least-squares slope of `points`; `None` with fewer than two distinct x.
+fn slope(points: &[(f64, f64)]) -> Option<f64> {
+    let n = points.len() as f64;
+    let (mx, my) =
+        (points.iter().map(|p| p.0).sum::<f64>() / n, points.iter().map(|p| p.1).sum::<f64>() / n);
+    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    (points.len() >= 2 && sxx > 0.0).then(|| sxy / sxx)
+}
+
 fn calls_per_s(v: &Value, n: u64) -> Option<f64> {
     let r = b2_at(v, n)?;
     Some(num(r, "attempts_per_s")? + num(r, "acq_per_s")?)
@@ -811,6 +871,30 @@ mod tests {
     }
 
     #[test]
+    fn the_herd_growth_is_fitted_at_the_largest_size_with_two_measured_points() {
+        assert_eq!(slope(&[(1.0, 10.0), (2.0, 12.0), (3.0, 14.0)]), Some(2.0));
+        assert_eq!(slope(&[(5.0, 1.0)]), None);
+        assert_eq!(slope(&[(5.0, 1.0), (5.0, 2.0)]), None);
+        let row = |n: u64, j: u64, d: f64| json!({"instances": n, "jobs": j, "decide_p50_us": d});
+        let rows = [
+            row(1, 1, 100.0),
+            row(1, 100, 300.0),
+            row(8, 1, 170.0),
+            row(8, 100, 1000.0),
+            row(1, 1000, 5000.0),
+            json!({"instances": 8, "jobs": 1000, "error": "too many requests"}),
+            json!({"instances": 32, "jobs": 100, "skipped": "over budget"}),
+        ];
+        let g = herd_growth(&rows);
+        // 1 000 jobs has one measured fleet size; at 100 jobs: 300 µs at 1 instance, 1 000 µs
+        // at 8: 100 µs per instance.
+        assert_eq!(g.per_100_instances, Some((10_000.0, 100.0)));
+        // At 8 instances: 170 µs at 1 job, 1 000 µs at 100: 830 / 99 µs per job.
+        let (per_job, at) = g.per_100_jobs.unwrap();
+        assert!((per_job - 83_000.0 / 99.0).abs() < 1e-6 && at == 8.0);
+    }
+
+    #[test]
     fn the_herd_section_shows_each_size_its_failures_and_the_growth_and_plots_the_largest_jobs() {
         let known: Vec<String> = ["postgres"].map(String::from).into();
         let mut v = row("postgres", 1.2, None, (10.0, 20.0));
@@ -821,8 +905,6 @@ mod tests {
              "winner_start_p50_us": 1000.0, "winner_start_p99_us": 2000.0, "calls_per_tick": 900},
             {"instances": 128, "jobs": 100, "error": "too many connections"},
         ]);
-        v["b4_growth"] =
-            json!({"decide_us_per_100_instances": 100000.0, "decide_us_per_100_jobs": null});
         v["connections_per_idle_instance"] = json!(1.0);
         v["connections_per_instance_after_herd"] = json!(10.0);
         v["rss_growth_held_bytes"] = json!(2_048_000.0);
@@ -833,7 +915,11 @@ mod tests {
         let md = s.markdown();
         assert!(md.contains("| postgres | 8 × 100 | 9.00 | 9.50 | 1.00 | 2.00 | 900 |"), "{md}");
         assert!(md.contains("| postgres | 128 × 100 | failed: too many connections |"), "{md}");
-        assert!(md.contains("- postgres: 100 ms per 100 instances, – ms per 100 jobs"), "{md}");
+        // At 100 jobs: 2 ms at 1 instance, 9 ms at 8 (128 failed): 1 ms per instance.
+        assert!(
+            md.contains("- postgres: 100 ms per 100 instances (at 100 jobs), – ms per 100 jobs\n"),
+            "{md}"
+        );
         assert!(md.contains("| postgres | 1.00 | 10.0 | 2000 | 2048 |"), "{md}");
         let svg = s.herd_svg();
         assert!(svg.starts_with("<svg") && svg.contains(">postgres (100 jobs)<"), "{svg}");

@@ -299,8 +299,15 @@ fn classify(e: etcd_client::Error) -> Failure {
                 | Code::Cancelled
                 | Code::Aborted
                 | Code::ResourceExhausted => Error::unavailable(BACKEND, s),
-                // A connection that broke mid-request surfaces as Unknown with a transport cause.
-                Code::Unknown if msg.contains("transport") || msg.contains("connection") => {
+                // A connection that broke mid-request surfaces as Unknown with a transport cause;
+                // an overloaded server (its applied index more than 5 000 entries behind the
+                // committed one, as a herd of thousands of concurrent acquires made it) answers
+                // Unknown "etcdserver: too many requests", refusing the request before raft.
+                Code::Unknown
+                    if msg.contains("transport")
+                        || msg.contains("connection")
+                        || msg.contains("too many requests") =>
+                {
                     Error::unavailable(BACKEND, s)
                 }
                 Code::PermissionDenied | Code::Unauthenticated => setup(format!(
@@ -1048,6 +1055,17 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    #[test]
+    fn an_overloaded_server_is_unavailable_not_a_backend_error() {
+        use tonic::{Code, Status};
+        let overloaded = Status::new(Code::Unknown, "etcdserver: too many requests");
+        let f = classify(etcd_client::Error::GRpcStatus(overloaded));
+        assert!(matches!(f, Failure::Other(Error::Unavailable { .. })), "{f:?}");
+        let other = Status::new(Code::Unknown, "etcdserver: something else");
+        let f = classify(etcd_client::Error::GRpcStatus(other));
+        assert!(matches!(f, Failure::Other(Error::Backend { .. })), "{f:?}");
+    }
 
     #[test]
     fn ttls_round_up_to_whole_seconds_within_etcds_range() {
