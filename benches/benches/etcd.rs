@@ -17,7 +17,10 @@ use std::{
 };
 
 use criterion::Criterion;
-use etcd_client::{Client, Compare, CompareOp, LockOptions, PutOptions, Txn, TxnOp};
+use etcd_client::{
+    Client, Compare, CompareOp, LeaseKeepAliveStream, LeaseKeeper, LockOptions, PutOptions, Txn,
+    TxnOp,
+};
 use shedlock::LockProvider;
 use shedlock_benches::{
     cycle, runtime, server,
@@ -44,6 +47,37 @@ async fn raw_pair(client: &Client, key: &[u8], lease: i64) {
 }
 
 /// etcd's Lock API: `lock` (creates `<name>/<lease>` and waits for earlier keys) and `unlock`.
+/// The floor plus the keep-alive the provider sends beside its acquire on a reused lease: the
+/// put transaction and one renewal on the lease's open keep-alive stream, together, then the
+/// owner-checked delete. What the provider's design costs before any of its own code.
+async fn raw_pair_with_keep_alive(
+    client: &Client,
+    key: &[u8],
+    lease: i64,
+    keeper: &tokio::sync::Mutex<(LeaseKeeper, LeaseKeepAliveStream)>,
+) {
+    let mut kv = client.kv_client();
+    let put = Txn::new().when([Compare::version(key, CompareOp::Equal, 0)]).and_then([TxnOp::put(
+        key,
+        "bench",
+        Some(PutOptions::new().with_lease(lease)),
+    )]);
+    let mut k = keeper.lock().await;
+    let (keeper, stream) = &mut *k;
+    let renew = async {
+        keeper.keep_alive().await.unwrap();
+        stream.message().await.unwrap().expect("a keep-alive answer")
+    };
+    let (r, renewed) = tokio::join!(kv.txn(put), renew);
+    let r = r.unwrap();
+    assert!(r.succeeded() && renewed.ttl() > 0, "the raw key is free and the lease alive");
+    let rev = r.header().unwrap().revision();
+    let del = Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, rev)])
+        .and_then([TxnOp::delete(key, None)]);
+    assert!(kv.txn(del).await.unwrap().succeeded());
+}
+
 async fn lock_api(client: &Client, name: &[u8], session: i64) {
     let mut lock = client.lock_client();
     let r = lock.lock(name, Some(LockOptions::new().with_lease(session))).await.unwrap();
@@ -109,6 +143,9 @@ fn main() {
     let mut admin = client.clone();
     let lease = rt.block_on(admin.lease_grant(3600, None)).unwrap().id();
     let session = rt.block_on(admin.lease_grant(3600, None)).unwrap().id();
+    let keeper = tokio::sync::Mutex::new(
+        rt.block_on(client.lease_client().keep_alive(lease)).expect("a keep-alive stream"),
+    );
     let provider: Arc<dyn LockProvider> =
         Arc::new(EtcdLockProvider::builder(client.clone()).key_prefix("bench/").build().unwrap());
     let fresh: Arc<dyn LockProvider> = Arc::new(
@@ -129,7 +166,7 @@ fn main() {
     );
     let (one, raw_key, lock_name) =
         (cfg(&unique("cycle")), unique("bench-raw/pair"), unique("bench-lockapi/one"));
-    let u = unwatched.as_ref();
+    let (u, keeper) = (unwatched.as_ref(), &keeper);
     let (p, f, one, client, raw_key, lock_name) = (
         provider.as_ref(),
         fresh.as_ref(),
@@ -164,6 +201,10 @@ fn main() {
         vec![
             ("provider, a lease per acquire (reuse_leases(false))", op(move || cycle(f, one))),
             ("provider without the loss watch (watch_for_loss(false))", op(move || cycle(u, one))),
+            (
+                "floor + a keep-alive beside the put (on an open stream), as the provider sends",
+                op(move || raw_pair_with_keep_alive(client, raw_key, lease, keeper)),
+            ),
         ],
     );
     zoo.contention(&url, provider.clone(), service.addr(), |u| async move { node(&u).await });

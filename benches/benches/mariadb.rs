@@ -58,6 +58,53 @@ async fn raw_pair(conn: &Mutex<MySqlConnection>, name: &str, owner: u64) {
     assert_eq!(r.rows_affected(), 1);
 }
 
+/// The provider's acquire, by hand (the statement the provider builds for MariaDB, as its README
+/// shows it): six columns guarded by `IF`, a fencing token from the server clock, strict mode
+/// for the statement.
+const PROVIDER_ACQUIRE: &str = "SET STATEMENT sql_mode = 'STRICT_ALL_TABLES' FOR \
+    INSERT INTO bench_shedlock (name, lock_until, locked_at, locked_by, acquisition_id, \
+    fencing_token) VALUES (?, UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(3), ?, ?, \
+    TIMESTAMPDIFF(MICROSECOND, CAST('1970-01-01 00:00:00' AS DATETIME(6)), UTC_TIMESTAMP(6))) \
+    ON DUPLICATE KEY UPDATE \
+    fencing_token = IF(lock_until <= VALUES(locked_at), GREATEST(fencing_token + 1, \
+    VALUES(fencing_token)), fencing_token), \
+    locked_by = IF(lock_until <= VALUES(locked_at), VALUES(locked_by), locked_by), \
+    acquisition_id = IF(lock_until <= VALUES(locked_at), VALUES(acquisition_id), acquisition_id), \
+    locked_at = IF(lock_until <= VALUES(locked_at), VALUES(locked_at), locked_at), \
+    lock_until = IF(lock_until <= VALUES(locked_at), VALUES(lock_until), lock_until) \
+    RETURNING acquisition_id, fencing_token";
+
+/// The provider's owner-checked release, by hand.
+const PROVIDER_RELEASE: &str = "SET STATEMENT sql_mode = 'STRICT_ALL_TABLES' FOR \
+    UPDATE bench_shedlock SET lock_until = LEAST(lock_until, GREATEST(UTC_TIMESTAMP(3), \
+    locked_at + INTERVAL ? MICROSECOND)) WHERE name = ? AND acquisition_id = ? \
+    AND fencing_token = ?";
+
+/// The provider's two statements issued by hand on one detached connection, on the provider's
+/// table: what its SQL costs, without the provider's own code.
+async fn provider_sql_by_hand(conn: &Mutex<MySqlConnection>, name: &str, id: u64) {
+    let mut conn = conn.lock().await;
+    let id = id as i64;
+    let (aid, token): (i64, i64) = sqlx::query_as(PROVIDER_ACQUIRE)
+        .bind(name.as_bytes())
+        .bind(120_000_000_i64)
+        .bind("bench/by-hand")
+        .bind(id)
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(aid, id, "the by-hand name is free");
+    let r = sqlx::query(PROVIDER_RELEASE)
+        .bind(0_i64)
+        .bind(name.as_bytes())
+        .bind(id)
+        .bind(token)
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(r.rows_affected(), 1);
+}
+
 /// MariaDB's session lock, the analogue of PostgreSQL's advisory lock: `GET_LOCK(name, 0)` then
 /// `RELEASE_LOCK` (no expiry, no record).
 async fn get_lock(conn: &Mutex<MySqlConnection>, name: &str) {
@@ -89,8 +136,9 @@ fn main() {
         p.create_table().await.unwrap();
         Arc::new(p) as Arc<dyn LockProvider>
     });
-    let (one, raw_name) = (cfg(&unique("cycle")), unique("raw"));
-    let (p, one, raw, raw_name) = (provider.as_ref(), &one, &raw, raw_name.as_str());
+    let (one, raw_name, hand_name) = (cfg(&unique("cycle")), unique("raw"), unique("by-hand"));
+    let (p, one, raw, raw_name, hand_name) =
+        (provider.as_ref(), &one, &raw, raw_name.as_str(), hand_name.as_str());
     let owner = std::sync::atomic::AtomicU64::new(1);
     let owner = &owner;
     let next = move || owner.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -110,7 +158,13 @@ fn main() {
             op(move || raw_pair(raw, raw_name, next())),
         ),
         None,
-        vec![("GET_LOCK(name, 0) + RELEASE_LOCK (no expiry)", op(move || get_lock(raw, raw_name)))],
+        vec![
+            ("GET_LOCK(name, 0) + RELEASE_LOCK (no expiry)", op(move || get_lock(raw, raw_name))),
+            (
+                "the provider's own two statements by hand (one connection)",
+                op(move || provider_sql_by_hand(raw, hand_name, next())),
+            ),
+        ],
     );
     zoo.contention(&url, provider.clone(), service.addr(), |u| async move { node(&u).await });
     zoo.note("no peer crate is measured; the extra row is MariaDB's own session lock (GET_LOCK), which writes nothing and never expires, like PostgreSQL's advisory locks");

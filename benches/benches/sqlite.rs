@@ -43,6 +43,49 @@ async fn raw_pair(pool: &SqlitePool, name: &str) {
         .unwrap();
 }
 
+/// SQLite's clock in milliseconds, as the provider reads it.
+const MILLIS: &str = "(CAST(strftime('%s', 'now') AS INTEGER) * 1000 + \
+    CAST(substr(strftime('%f', 'now'), 4, 3) AS INTEGER))";
+
+/// The provider's own two statements by hand (its acquire: six columns, a fencing token from the
+/// clock; its owner-checked release), through the same pool, on the provider's table: what its
+/// SQL costs, without the provider's own code.
+async fn provider_sql_by_hand(pool: &SqlitePool, name: &str, id: i64) {
+    let acquire = format!(
+        "INSERT INTO shedlock AS cur (name, lock_until, locked_at, locked_by, acquisition_id, \
+         fencing_token) VALUES (?1, {MILLIS} + 120000, {MILLIS}, 'bench/by-hand', ?2, \
+         max({MILLIS} * 1000, ?3)) ON CONFLICT (name) DO UPDATE SET \
+         lock_until = excluded.lock_until, locked_at = excluded.locked_at, \
+         locked_by = excluded.locked_by, acquisition_id = excluded.acquisition_id, \
+         fencing_token = max(cur.fencing_token + 1, excluded.fencing_token) \
+         WHERE cur.lock_until <= excluded.locked_at RETURNING fencing_token"
+    );
+    let micros =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros()
+            as i64;
+    let (token,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(acquire))
+        .bind(name)
+        .bind(id)
+        .bind(micros)
+        .fetch_optional(pool)
+        .await
+        .unwrap()
+        .expect("the by-hand name is free");
+    let release = format!(
+        "UPDATE shedlock SET lock_until = min(lock_until, max({MILLIS}, locked_at + ?1)) \
+         WHERE name = ?2 AND acquisition_id = ?3 AND fencing_token = ?4"
+    );
+    let r = sqlx::query(sqlx::AssertSqlSafe(release))
+        .bind(0_i64)
+        .bind(name)
+        .bind(id)
+        .bind(token)
+        .execute(pool)
+        .await
+        .unwrap();
+    assert_eq!(r.rows_affected(), 1);
+}
+
 fn main() {
     let mut c = Criterion::default().configure_from_args();
     let rt = runtime();
@@ -63,8 +106,11 @@ fn main() {
         p.create_table().await.unwrap();
         Arc::new(p) as Arc<dyn LockProvider>
     });
-    let (one, raw_name) = (cfg(&unique("cycle")), unique("raw"));
-    let (p, one, raw, raw_name) = (provider.as_ref(), &one, &raw, raw_name.as_str());
+    let (one, raw_name, hand_name) = (cfg(&unique("cycle")), unique("raw"), unique("by-hand"));
+    let (p, one, raw, raw_name, hand_name) =
+        (provider.as_ref(), &one, &raw, raw_name.as_str(), hand_name.as_str());
+    let id = std::sync::atomic::AtomicI64::new(1);
+    let id = &id;
 
     let mut g = c.benchmark_group("sqlite");
     g.bench_function("raw_upsert_then_release", |b| {
@@ -78,7 +124,16 @@ fn main() {
         op(move || cycle(p, one)),
         ("upsert + release UPDATE (pool)", op(move || raw_pair(raw, raw_name))),
         None,
-        Vec::new(),
+        vec![(
+            "the provider's own two statements by hand (pool)",
+            op(move || {
+                provider_sql_by_hand(
+                    raw,
+                    hand_name,
+                    id.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                )
+            }),
+        )],
     );
     let file_ref = &file;
     zoo.b2(|| async move {
