@@ -246,6 +246,10 @@ impl Statements {
             (String::new(), format!("/*+ SET_VAR(sql_mode = '{STRICT}') */ "))
         };
         let mut b = StmtBuilder::new(Placeholder::Question);
+        // The native table's names are VARBINARY: bound as bytes, compared without a conversion.
+        // ShedLock's table has a VARCHAR name compared by its collation, as ShedLock binds it:
+        // text.
+        b.binary_names(!mode.compat);
 
         let columns = if mode.compat {
             format!("{name}, {lu}, {la}, {lb}")

@@ -178,17 +178,19 @@ pub trait UnloggedTable: Dialect {
 /// [`shedlock_compatible`](SqlLockProviderBuilder::shedlock_compatible).
 pub trait ShedlockTable: Dialect {}
 
-/// Binds `values` to `stmt` for any `sqlx` database that takes text and 64-bit integers.
+/// Binds `values` to `stmt` for any `sqlx` database that takes text, bytes and 64-bit integers.
 pub fn bind<'q, DB>(stmt: &Stmt, values: &ArgValues<'q>) -> Query<'q, DB, DB::Arguments>
 where
     DB: Database,
     &'q str: Encode<'q, DB> + Type<DB>,
+    &'q [u8]: Encode<'q, DB> + Type<DB>,
     i64: Encode<'q, DB> + Type<DB>,
 {
     let mut q = sqlx::query(AssertSqlSafe(stmt.sql().clone()));
     for v in stmt.values(values) {
         q = match v {
             Value::Text(s) => q.bind(s),
+            Value::Bytes(b) => q.bind(b),
             Value::Int(i) => q.bind(i),
         };
     }
