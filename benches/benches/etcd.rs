@@ -29,24 +29,32 @@ use shedlock_benches::{
 use shedlock_etcd::EtcdLockProvider;
 use shedlock_launcher::Backend;
 
-/// The floor: the acquire transaction on a long-lived lease, then the owner-checked delete.
-async fn raw_pair(client: &Client, key: &[u8], lease: i64) {
-    let mut kv = client.kv_client();
-    let put = Txn::new().when([Compare::version(key, CompareOp::Equal, 0)]).and_then([TxnOp::put(
+/// The floor's acquire: `key` put on `lease` if it does not exist.
+fn put_if_absent(key: &[u8], lease: i64) -> Txn {
+    Txn::new().when([Compare::version(key, CompareOp::Equal, 0)]).and_then([TxnOp::put(
         key,
         "bench",
         Some(PutOptions::new().with_lease(lease)),
-    )]);
+    )])
+}
+
+/// The floor's owner-checked release: `key` deleted if the put at `revision` created it.
+fn delete_if_created_at(key: &[u8], revision: i64) -> Txn {
+    Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, revision)])
+        .and_then([TxnOp::delete(key, None)])
+}
+
+/// The floor: the acquire transaction on a long-lived lease, then the owner-checked delete.
+async fn raw_pair(client: &Client, key: &[u8], lease: i64) {
+    let mut kv = client.kv_client();
+    let put = put_if_absent(key, lease);
     let r = kv.txn(put).await.unwrap();
     assert!(r.succeeded(), "the raw key is free");
-    let rev = r.header().unwrap().revision();
-    let del = Txn::new()
-        .when([Compare::create_revision(key, CompareOp::Equal, rev)])
-        .and_then([TxnOp::delete(key, None)]);
+    let del = delete_if_created_at(key, r.header().unwrap().revision());
     assert!(kv.txn(del).await.unwrap().succeeded());
 }
 
-/// etcd's Lock API: `lock` (creates `<name>/<lease>` and waits for earlier keys) and `unlock`.
 /// The floor plus the keep-alive the provider sends beside its acquire on a reused lease: the
 /// put transaction and one renewal on the lease's open keep-alive stream, together, then the
 /// owner-checked delete. What the provider's design costs before any of its own code.
@@ -57,11 +65,7 @@ async fn raw_pair_with_keep_alive(
     keeper: &tokio::sync::Mutex<(LeaseKeeper, LeaseKeepAliveStream)>,
 ) {
     let mut kv = client.kv_client();
-    let put = Txn::new().when([Compare::version(key, CompareOp::Equal, 0)]).and_then([TxnOp::put(
-        key,
-        "bench",
-        Some(PutOptions::new().with_lease(lease)),
-    )]);
+    let put = put_if_absent(key, lease);
     let mut k = keeper.lock().await;
     let (keeper, stream) = &mut *k;
     let renew = async {
@@ -71,13 +75,11 @@ async fn raw_pair_with_keep_alive(
     let (r, renewed) = tokio::join!(kv.txn(put), renew);
     let r = r.unwrap();
     assert!(r.succeeded() && renewed.ttl() > 0, "the raw key is free and the lease alive");
-    let rev = r.header().unwrap().revision();
-    let del = Txn::new()
-        .when([Compare::create_revision(key, CompareOp::Equal, rev)])
-        .and_then([TxnOp::delete(key, None)]);
+    let del = delete_if_created_at(key, r.header().unwrap().revision());
     assert!(kv.txn(del).await.unwrap().succeeded());
 }
 
+/// etcd's Lock API: `lock` (creates `<name>/<lease>` and waits for earlier keys) and `unlock`.
 async fn lock_api(client: &Client, name: &[u8], session: i64) {
     let mut lock = client.lock_client();
     let r = lock.lock(name, Some(LockOptions::new().with_lease(session))).await.unwrap();
