@@ -746,8 +746,7 @@ impl<C: RedisConnection> RedisStore<C> {
     }
 
     /// The native acquire: `Some((token, locked_at_µs))` when `owner` now holds the key.
-    async fn take(&self, req: &Request<'_>, owner: &str) -> Result<Option<(u64, u64)>> {
-        let key = self.key(req.name());
+    async fn take(&self, req: &Request<'_>, key: &str, owner: &str) -> Result<Option<(u64, u64)>> {
         let fence = self.fence_key(req.name());
         let px = duration_millis_ceil(req.lock_at_most_for()).max(1).to_string();
         // The script is idempotent for one acquisition (a retry finds its own value), so a
@@ -757,7 +756,7 @@ impl<C: RedisConnection> RedisStore<C> {
             attempt += 1;
             let mut conn = self.conn.clone();
             let r: redis::RedisResult<Option<(String, String, String)>> =
-                self.scripts.acquire.run(&mut conn, &[&key, &fence], &[owner, &px]).await;
+                self.scripts.acquire.run(&mut conn, &[key, &fence], &[owner, &px]).await;
             match r {
                 Ok(None) => return Ok(None),
                 Ok(Some((tok, at, echoed))) => {
@@ -773,15 +772,14 @@ impl<C: RedisConnection> RedisStore<C> {
     }
 
     /// The ShedLock-compatible acquire: true iff `value` is now the key's.
-    async fn take_compat(&self, req: &Request<'_>, value: &str) -> Result<bool> {
-        let key = self.key(req.name());
+    async fn take_compat(&self, req: &Request<'_>, key: &str, value: &str) -> Result<bool> {
         let px = duration_millis_ceil(req.lock_at_most_for()).max(1).to_string();
         let mut attempt = 0;
         loop {
             attempt += 1;
             let mut conn = self.conn.clone();
             let r: redis::RedisResult<i64> =
-                self.scripts.acquire.run(&mut conn, &[&key], &[value, &px]).await;
+                self.scripts.acquire.run(&mut conn, &[key], &[value, &px]).await;
             match r {
                 Ok(won) => return Ok(won == 1),
                 // Idempotent like the native script: a retry finds its own value.
@@ -1161,14 +1159,14 @@ impl<C: RedisConnection> RedisStore<C> {
         let key = self.key(req.name());
         if self.compat {
             let value = shedlock_value(req.owner().locked_by());
-            if !self.take_compat(req, &value).await? {
+            if !self.take_compat(req, &key, &value).await? {
                 return Ok(None);
             }
             let px = duration_millis_ceil(req.lock_at_most_for()).max(1);
             return Ok(Some((Held { key, value, px }, None)));
         }
         let owner = format!("{}|{}", req.owner().hex(), req.owner().locked_by());
-        let Some((token, at)) = self.take(req, &owner).await? else {
+        let Some((token, at)) = self.take(req, &key, &owner).await? else {
             return Ok(None);
         };
         let held = Held { key, value: format!("{owner}|{token}|{at}"), px: 0 };
