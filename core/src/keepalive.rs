@@ -94,8 +94,10 @@ async fn keep_alive(
     backend: &'static str,
 ) {
     let at_most = original.lock_at_most_for();
-    // The acquisition began lock_at_most_for before its first deadline.
-    let acquired = lease.valid_until().checked_sub(at_most).unwrap_or_else(Instant::now);
+    // The acquisition began lock_at_most_for (less the clock step) before its first deadline.
+    let acquired = (lease.valid_until() + lease.clock_step())
+        .checked_sub(at_most)
+        .unwrap_or_else(Instant::now);
     let at_least_until = acquired.checked_add(original.lock_at_least_for()).unwrap_or(acquired);
     let period = (at_most / 2).max(Duration::from_millis(1));
     let mut next = Instant::now() + period;

@@ -4,15 +4,19 @@
 //! cannot know that moment, but it knows an instant that came before it: the instant it sent the
 //! request. So a lock is surely still held until `sent + lock_at_most_for`, measured on the
 //! caller's monotonic clock (tokio's [`Instant`], which is [`std::time::Instant`] unless a test
-//! pauses tokio's clock). Past that deadline the backend may have expired the lock and handed it
-//! to another node.
+//! pauses tokio's clock), less one clock step: a backend that keeps its times in milliseconds
+//! truncates the moment it read to the millisecond, so the record it writes can end up to one
+//! step before `sent + lock_at_most_for` (the step is the store's
+//! [`Capabilities::clock_step`](crate::Capabilities::clock_step), 1 ms unless declared). Past that
+//! deadline the backend may have expired the lock and handed it to another node.
 //!
 //! - A provider brackets its acquire with an [`Acquisition`]: [`Acquisition::begin`] before the
 //!   request is sent, [`Acquisition::grant`] once the backend said yes. `grant` is the only way to
 //!   build a [`Lock`], and it refuses (with [`Error::LeaseExpiredInFlight`], after a best-effort
 //!   owner-checked release) when the answer arrived after the deadline: a slow link or a
 //!   reconnecting pool must never hand out a lock that may already belong to someone else.
-//! - [`Lock::extend`] moves the deadline to `sent + new lock_at_most_for`, measured the same way.
+//! - [`Lock::extend`] moves the deadline to `sent + new lock_at_most_for - step`, measured the
+//!   same way.
 //! - The [`LostSignal`] of a lock fires when the deadline passes without a successful extension,
 //!   or when an extension reports the lock lost.
 
@@ -25,6 +29,10 @@ use crate::{
     error::{Error, Result},
     provider::{Lock, LockHandle},
 };
+
+/// The clock step a lease assumes unless told otherwise: the backend truncates the times it
+/// reads to the millisecond (see [`Capabilities::clock_step`](crate::Capabilities::clock_step)).
+pub const DEFAULT_CLOCK_STEP: Duration = Duration::from_millis(1);
 
 #[derive(Debug, Clone, Copy)]
 struct State {
@@ -39,6 +47,9 @@ struct State {
 #[derive(Clone)]
 pub struct Lease {
     state: Arc<watch::Sender<State>>,
+    /// The backend's clock step: every deadline ends this much before `sent +
+    /// lock_at_most_for`.
+    step: Duration,
 }
 
 impl fmt::Debug for Lease {
@@ -53,9 +64,15 @@ impl fmt::Debug for Lease {
 }
 
 impl Lease {
-    fn new(valid_until: Instant) -> Self {
+    fn new(valid_until: Instant, step: Duration) -> Self {
         let (tx, _) = watch::channel(State { valid_until, lost: false, released: false });
-        Self { state: Arc::new(tx) }
+        Self { state: Arc::new(tx), step }
+    }
+
+    /// The backend's clock step this lease ends early by (see
+    /// [`Acquisition::with_clock_step`]).
+    pub fn clock_step(&self) -> Duration {
+        self.step
     }
 
     /// The instant until which the lock is surely held (tokio's monotonic clock).
@@ -124,12 +141,12 @@ impl Lease {
 
     /// An extension with `lock_at_most_for` is about to be sent at `sent`: until it is
     /// confirmed, the lease ends at the earlier of its current deadline and `sent +
-    /// lock_at_most_for`. A request that shortens the lock may be applied by the backend even
+    /// lock_at_most_for - step`. A request that shortens the lock may be applied by the backend even
     /// when its answer is lost (a timeout, a cancelled future, a cut connection), so the lease
     /// must not go on trusting the longer deadline. It grows only with a confirmed extension
     /// ([`extended`](Self::extended)).
     pub(crate) fn extending(&self, sent: Instant, lock_at_most_for: Duration) {
-        let until = deadline(sent, lock_at_most_for);
+        let until = deadline(sent, lock_at_most_for, self.step);
         self.state.send_if_modified(|s| {
             if s.lost || s.released || until >= s.valid_until {
                 return false;
@@ -146,7 +163,7 @@ impl Lease {
         if self.is_lost() {
             return false;
         }
-        let until = deadline(sent, lock_at_most_for);
+        let until = deadline(sent, lock_at_most_for, self.step);
         self.state.send_if_modified(|s| {
             if s.lost || s.released {
                 return false;
@@ -158,9 +175,13 @@ impl Lease {
     }
 }
 
-fn deadline(start: Instant, d: Duration) -> Instant {
+/// `start + d - step`: the end of a lease whose request was sent at `start`, on a backend that
+/// truncates the times it reads to `step`.
+fn deadline(start: Instant, d: Duration, step: Duration) -> Instant {
     // An absurd duration saturates far in the future instead of panicking.
-    start.checked_add(d).unwrap_or_else(|| start + Duration::from_secs(100 * 365 * 24 * 3600))
+    let end =
+        start.checked_add(d).unwrap_or_else(|| start + Duration::from_secs(100 * 365 * 24 * 3600));
+    end.checked_sub(step).unwrap_or(start).max(start)
 }
 
 /// A signal that a lock was lost: its lease deadline passed without a successful extension, or an
@@ -231,13 +252,25 @@ impl LostSignal {
 pub struct Acquisition {
     config: LockConfig,
     started: Instant,
+    step: Duration,
 }
 
 impl Acquisition {
     /// Starts an acquire of `config` now: the lease deadline will be this instant plus
-    /// `lock_at_most_for`.
+    /// `lock_at_most_for`, less the [`DEFAULT_CLOCK_STEP`] (1 ms) unless
+    /// [`with_clock_step`](Self::with_clock_step) says otherwise.
     pub fn begin(config: &LockConfig) -> Self {
-        Self { config: config.clone(), started: Instant::now() }
+        Self { config: config.clone(), started: Instant::now(), step: DEFAULT_CLOCK_STEP }
+    }
+
+    /// The backend's [`clock_step`](crate::Capabilities::clock_step): how far before the moment
+    /// it read its clock (or the client's) the times it stores may lie. The lease, and every
+    /// extension of it, ends this much before `sent + lock_at_most_for`, so the holder never
+    /// trusts a lock that another node could already take. Zero for a backend that truncates
+    /// nothing (its record ends no earlier than `lock_at_most_for` after it read the clock).
+    pub fn with_clock_step(mut self, step: Duration) -> Self {
+        self.step = step;
+        self
     }
 
     /// When the acquire began.
@@ -247,7 +280,7 @@ impl Acquisition {
 
     /// The deadline of the lease this acquisition would grant.
     pub fn valid_until(&self) -> Instant {
-        deadline(self.started, self.config.lock_at_most_for())
+        deadline(self.started, self.config.lock_at_most_for(), self.step)
     }
 
     /// The backend answered that this caller won the lock, and `handle` now holds it. Returns
@@ -264,7 +297,7 @@ impl Acquisition {
         let valid_until = self.valid_until();
         let now = Instant::now();
         if now < valid_until {
-            return Ok(Lock::from_lease(self.config, handle, Lease::new(valid_until)));
+            return Ok(Lock::from_lease(self.config, handle, Lease::new(valid_until, self.step)));
         }
         let elapsed = now.saturating_duration_since(self.started);
         let name = self.config.name().to_owned();

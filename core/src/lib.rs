@@ -74,7 +74,7 @@ pub use executor::{
 pub use held::{DrainReport, DrainedLock, HeldLock};
 pub use inspect::{ForceRelease, LockInfo, LockPage};
 pub use keepalive::KeepAliveProvider;
-pub use lease::{Acquisition, Lease, LostSignal};
+pub use lease::{Acquisition, DEFAULT_CLOCK_STEP, Lease, LostSignal};
 pub use provider::{Capabilities, Lock, LockHandle, LockProvider};
 pub use scheduler::{Schedule, ScheduleError, Scheduler, scheduled_fire_time};
 #[cfg(feature = "macros")]

@@ -189,7 +189,8 @@ impl Lock {
     }
 
     /// The instant (on tokio's monotonic clock) until which this lock is surely held: the start
-    /// of the acquire (or of the last successful extension) plus its `lock_at_most_for`.
+    /// of the acquire (or of the last successful extension) plus its `lock_at_most_for`, less
+    /// the backend's [`clock_step`](Capabilities::clock_step).
     pub fn valid_until(&self) -> Instant {
         self.lease.valid_until()
     }
@@ -288,6 +289,13 @@ pub struct Capabilities {
     pub owner_checked: bool,
     /// The smallest time step the backend honours (e.g. 1 s for whole-second TTLs).
     pub granularity: Duration,
+    /// How finely the backend reads and stores the times that judge expiry (1 ms for
+    /// millisecond timestamps, 1 µs for PostgreSQL's, zero where nothing is truncated). A
+    /// time truncated to this step can lie up to one step before the moment it was read, so a
+    /// record's end can lie one step before `sent + lock_at_most_for`: every lease ends this
+    /// much earlier (see [`Acquisition::with_clock_step`](crate::Acquisition::with_clock_step)).
+    /// Default [`DEFAULT_CLOCK_STEP`](crate::DEFAULT_CLOCK_STEP), 1 ms.
+    pub clock_step: Duration,
     /// The longest lock name accepted, in bytes; `None` when effectively unlimited.
     pub max_name_len: Option<usize>,
     /// [`LockProvider::check`] asks the backend (an unreachable one is an error); `false`: it
@@ -304,7 +312,7 @@ pub struct Capabilities {
 
 impl Capabilities {
     /// Nothing optional supported: no extend, no fencing, client time, not owner-checked,
-    /// 1 ms granularity, unlimited names, no backend check, no inspection.
+    /// 1 ms granularity and clock step, unlimited names, no backend check, no inspection.
     pub fn new() -> Self {
         Self {
             extend: false,
@@ -312,6 +320,7 @@ impl Capabilities {
             server_time: false,
             owner_checked: false,
             granularity: Duration::from_millis(1),
+            clock_step: crate::DEFAULT_CLOCK_STEP,
             max_name_len: None,
             check: false,
             inspect: false,
@@ -347,6 +356,12 @@ impl Capabilities {
     /// Sets [`granularity`](Self::granularity).
     pub fn with_granularity(mut self, v: Duration) -> Self {
         self.granularity = v;
+        self
+    }
+
+    /// Sets [`clock_step`](Self::clock_step).
+    pub fn with_clock_step(mut self, v: Duration) -> Self {
+        self.clock_step = v;
         self
     }
 

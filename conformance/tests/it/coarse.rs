@@ -1,6 +1,7 @@
 //! A correct provider with whole-second expiry (like memcached or etcd leases): its clock ticks
-//! in whole seconds, so a lock frees up to one second early or late. With granularity 1 s
-//! declared, the kit's margins must accept it; the same provider declaring 1 ms must be caught.
+//! in whole seconds, so a lock frees up to one second early or late. With granularity and clock
+//! step 1 s declared (its leases end a second early), the kit's margins must accept it; the same
+//! provider declaring 1 ms must be caught.
 //! (The whole suite on this provider, granularity 1 s, passed in 188 s when measured; the
 //! quick checks below keep the kit's own test time low.)
 
@@ -53,7 +54,8 @@ struct Seconds {
 #[async_trait]
 impl LockProvider for Seconds {
     async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
-        let acquisition = Acquisition::begin(config);
+        // The record's times are whole seconds, up to 1 s before the moment they were read.
+        let acquisition = Acquisition::begin(config).with_clock_step(self.declared);
         let now = now_s();
         let owner = self.backend.next.fetch_add(1, Ordering::SeqCst) + 1;
         {
@@ -76,6 +78,7 @@ impl LockProvider for Seconds {
             .with_owner_checked(true)
             .with_server_time(true)
             .with_granularity(self.declared)
+            .with_clock_step(self.declared)
     }
 }
 

@@ -18,6 +18,9 @@ use shedlock_memory::{MemoryLockProvider, MemoryServer};
 use tokio::time::Instant;
 
 const AT_MOST: Duration = Duration::from_secs(10);
+/// The clock step of the hand-made providers here (they declare none): a lease ends this much
+/// before `sent + lock_at_most_for`.
+const STEP: Duration = shedlock::DEFAULT_CLOCK_STEP;
 
 fn cfg(name: &str) -> LockConfig {
     LockConfig::new(name, AT_MOST, Duration::from_secs(5)).unwrap()
@@ -81,8 +84,12 @@ async fn a_lock_is_valid_until_the_start_of_its_acquire_plus_at_most() {
     let start = Instant::now();
     let lock = link.try_lock(&cfg("quick")).await.unwrap().unwrap();
     assert_eq!(start.elapsed(), Duration::from_secs(4));
-    assert_eq!(lock.valid_until(), start + AT_MOST, "measured from before the request was sent");
-    assert_eq!(lock.remaining(), AT_MOST - Duration::from_secs(4));
+    assert_eq!(
+        lock.valid_until(),
+        start + AT_MOST - STEP,
+        "measured from before the request was sent, less one clock step"
+    );
+    assert_eq!(lock.remaining(), AT_MOST - STEP - Duration::from_secs(4));
     assert!(!lock.is_lost());
 }
 
@@ -311,7 +318,7 @@ impl LockHandle for UnansweredHandle {
 async fn a_shortening_extend_left_unanswered_ends_the_lease_at_the_shorter_deadline() {
     let start = Instant::now();
     let mut lock = Unanswered.try_lock(&cfg("short")).await.unwrap().unwrap();
-    assert_eq!(lock.valid_until(), start + AT_MOST);
+    assert_eq!(lock.valid_until(), start + AT_MOST - STEP);
     let lost = lock.lost_signal();
     // The backend may have applied the 2 s lease; the answer never comes (the caller's time
     // limit drops the future).
@@ -321,7 +328,7 @@ async fn a_shortening_extend_left_unanswered_ends_the_lease_at_the_shorter_deadl
     )
     .await;
     assert!(r.is_err(), "the extend cannot have answered");
-    assert_eq!(lock.valid_until(), start + Duration::from_secs(2));
+    assert_eq!(lock.valid_until(), start + Duration::from_secs(2) - STEP);
     tokio::time::timeout(Duration::from_millis(1001), lost.lost())
         .await
         .expect("the lost signal fires at the shorter deadline, not the original one");
@@ -337,5 +344,40 @@ async fn a_lengthening_extend_left_unanswered_keeps_the_old_deadline() {
     )
     .await;
     assert!(r.is_err());
-    assert_eq!(lock.valid_until(), start + AT_MOST, "a lease grows only once confirmed");
+    assert_eq!(lock.valid_until(), start + AT_MOST - STEP, "a lease grows only once confirmed");
+}
+
+/// A provider that grants at once, with the clock step it is given.
+struct Stepped(Duration);
+
+#[async_trait]
+impl LockProvider for Stepped {
+    async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
+        let acquisition = Acquisition::begin(config).with_clock_step(self.0);
+        tokio::time::sleep(Duration::from_secs(1)).await; // the round trip
+        acquisition.grant(UnansweredHandle).await.map(Some)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new().with_owner_checked(true).with_clock_step(self.0)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_ends_one_clock_step_before_sent_plus_at_most() {
+    // A backend that truncates the time it read to the millisecond can write a record ending up
+    // to 1 ms before sent + lock_at_most_for: the lease must end there, not later.
+    for step in [Duration::ZERO, Duration::from_micros(1), STEP, Duration::from_secs(2)] {
+        let start = Instant::now();
+        let lock = Stepped(step).try_lock(&cfg("stepped")).await.unwrap().unwrap();
+        assert_eq!(lock.valid_until(), start + AT_MOST - step, "step {step:?}");
+        assert_eq!(lock.lease().clock_step(), step);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_shorter_than_its_clock_step_is_never_granted() {
+    // 10 s of lease on a backend that truncates to 20 s could already be over when granted.
+    let r = Stepped(Duration::from_secs(20)).try_lock(&cfg("coarse")).await;
+    assert!(matches!(r, Err(Error::LeaseExpiredInFlight { .. })), "{r:?}");
 }

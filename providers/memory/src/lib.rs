@@ -232,6 +232,8 @@ impl LeaseStore for MemoryStore {
             .with_owner_checked(true)
             .with_server_time(settings.time_source().is_server())
             .with_granularity(Duration::from_millis(1))
+            // Records keep the clock's full precision: nothing is truncated.
+            .with_clock_step(Duration::ZERO)
             .with_max_name_len(self.max_name_len)
             .with_inspection(true, true, true)
     }

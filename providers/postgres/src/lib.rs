@@ -434,6 +434,8 @@ impl Dialect for PostgresDialect {
     const BACKEND: &'static str = BACKEND;
     const PROVIDER: &'static str = "PostgresLockProvider";
     const REJECT_NUL: bool = true;
+    /// `timestamp` keeps microseconds.
+    const CLOCK_STEP: Duration = Duration::from_micros(1);
     const QUOTE: char = '"';
     const MAX_NAME_LEN_LIMIT: usize = MAX_NAME_LEN_LIMIT;
     type Pool = PgPool;

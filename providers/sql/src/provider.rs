@@ -67,6 +67,9 @@ pub trait Dialect: Send + Sync + Sized + fmt::Debug + 'static {
     const QUOTE: char;
     /// The largest `max_name_len` the dialect's name column can hold.
     const MAX_NAME_LEN_LIMIT: usize;
+    /// The step the database truncates its times to ([`Capabilities::clock_step`]): 1 ms for
+    /// millisecond columns (the default), 1 µs for microsecond timestamps.
+    const CLOCK_STEP: Duration = shedlock::DEFAULT_CLOCK_STEP;
 
     /// What [`SqlLockProvider::builder`] takes: the caller's pool.
     type Pool: Send;
@@ -353,6 +356,7 @@ impl<D: Dialect> LeaseStore for SqlStore<D> {
             .with_owner_checked(true)
             .with_server_time(settings.time_source().is_server())
             .with_granularity(Duration::from_millis(1))
+            .with_clock_step(D::CLOCK_STEP)
             .with_max_name_len(Some(self.max_name_len))
             .with_check(true)
             .with_inspection(true, true, true)
