@@ -157,6 +157,7 @@ fn main() {
     g.finish();
 
     let mut zoo = Zoo::new("dynamodb", &rt);
+    zoo.server(service);
     zoo.b1(
         op(move || cycle(p, one)),
         ("conditional UpdateItem pair", op(move || raw_update_pair(raw, update_key))),

@@ -190,6 +190,7 @@ fn main() {
     g.finish();
 
     let mut zoo = Zoo::new("etcd", &rt);
+    zoo.server(service);
     zoo.b1(
         op(move || cycle(p, one)),
         (
@@ -210,7 +211,7 @@ fn main() {
         ],
     );
     zoo.contention(&url, provider.clone(), service.addr(), |u| async move { node(&u).await });
-    zoo.note("the Lock API's lock has no expiry of its own: it lives as long as the session lease the caller keeps alive, and it queues instead of answering 'held' (a try-lock needs a timeout around it). The provider's acquire on a reused lease sends its transaction and a keep-alive of the lease together (the lease must live lock_at_most_for from the acquire); the keep-alive is one message on the lease's open stream, answered by the leader beside the transaction, and the cycle waits for both: that pair against the floor's lone transaction is the provider's remaining cost (compare the row without the loss watch). The loss watch is created only for a lock held 200 ms, so a short task costs the server no watch");
+    zoo.note("the Lock API's lock has no expiry of its own: it lives as long as the session lease the caller keeps alive, and it queues instead of answering 'held' (a try-lock needs a timeout around it). The provider's acquire on a reused lease sends its transaction and a keep-alive of the lease together (the lease must live lock_at_most_for from the acquire); the keep-alive is one message on the lease's open stream, answered by the leader beside the transaction, and the cycle waits for both: that pair against the floor's lone transaction is the provider's remaining cost (compare the row without the loss watch). The loss watch is created only for a lock held 200 ms, so a short task costs the server no watch. The server CPU column shows what that keep-alive costs etcd per cycle (the floor with and without it); the Lock API pays it once per session, not per lock, because its lock has no expiry of its own");
     zoo.finish();
     rt.block_on(async {
         let _ = admin.lease_revoke(lease).await;

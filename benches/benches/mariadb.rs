@@ -151,6 +151,7 @@ fn main() {
     g.finish();
 
     let mut zoo = Zoo::new("mariadb", &rt);
+    zoo.server(service);
     zoo.b1(
         op(move || cycle(p, one)),
         (
@@ -167,7 +168,7 @@ fn main() {
         ],
     );
     zoo.contention(&url, provider.clone(), service.addr(), |u| async move { node(&u).await });
-    zoo.note("no peer crate is measured; the extra row is MariaDB's own session lock (GET_LOCK), which writes nothing and never expires, like PostgreSQL's advisory locks");
+    zoo.note("no peer crate is measured; the extra row is MariaDB's own session lock (GET_LOCK), which writes nothing and never expires, like PostgreSQL's advisory locks. The CPU columns split the provider's gap to the floor between the client (sqlx, the provider, the runtime) and the server");
     zoo.finish();
     c.final_summary();
 }

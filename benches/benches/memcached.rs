@@ -59,6 +59,7 @@ fn main() {
     g.finish();
 
     let mut zoo = Zoo::new("memcached", &rt);
+    zoo.server(service);
     zoo.b1(
         op(move || cycle(p, one)),
         ("meta ms (add) + CAS-checked md", op(move || raw_pair(raw, add, key))),

@@ -102,6 +102,7 @@ fn main() {
     g.finish();
 
     let mut zoo = Zoo::new("mongodb", &rt);
+    zoo.server(service);
     zoo.b1(
         op(move || cycle(p, one)),
         (

@@ -62,6 +62,7 @@ fn main() {
     g.finish();
 
     let mut zoo = Zoo::new("nats", &rt);
+    zoo.server(service);
     zoo.b1(
         op(move || cycle(p, one)),
         ("expected-sequence publish + STREAM.PURGE", op(move || raw_pair(client, subject, purge))),

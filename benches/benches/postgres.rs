@@ -157,6 +157,10 @@ fn main() {
     g.finish();
 
     let mut zoo = Zoo::new("postgres", &rt);
+    zoo.server(service);
+    if let Some(d) = &durable_service {
+        zoo.server(d);
+    }
     let mut extras =
         vec![("provider, ShedLock-compatible mode (no fencing)", op(move || cycle(sc, one)))];
     if let Some(d) = &durable {

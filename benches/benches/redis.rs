@@ -100,6 +100,7 @@ fn main() {
     g.finish();
 
     let mut zoo = Zoo::new("redis", &rt);
+    zoo.server(service);
     #[cfg(feature = "peers")]
     let peer = {
         let (rl, key) = (&rl, peer_key.as_str());
@@ -129,7 +130,7 @@ fn main() {
         ],
     );
     zoo.contention(&url, provider.clone(), service.addr(), |u| async move { node(&u).await });
-    zoo.note("the provider's acquire is one Lua script (GET, TIME, SET … GET of the fencing counter, SET PX) and its release another (GET, DEL; TIME only with lock_at_least_for): server time per cycle measured with INFO commandstats at about 14.5 µs against the floor's 6 µs (SET NX PX, which has no token and no server time, and a compare-DEL script); a bare scripted GET + SET PX already costs 10 µs, the clock read and the counter write 2 µs each; on 2 cores the server's extra work is also the client's wait. The ShedLock-compatible mode's row (no fencing, no clock) is the floor's commands inside the provider");
+    zoo.note("the provider's acquire is one Lua script (GET, TIME, SET … GET of the fencing counter, SET PX) and its release another (GET, DEL; TIME only with lock_at_least_for); the floor is SET NX PX and a compare-DEL script, which is also all rslock sends: neither has a fencing token or server-time at-least. The gap to the floor is CPU on both sides, in the CPU columns of this run. The server's share is the script (INFO commandstats: about 14.5 µs of script time per cycle against the floor's 6 µs; a bare scripted GET + SET PX already costs 10 µs). The client's share is spread thin: a perf profile of the provider against the floor (SHEDLOCK_BENCH_PROFILE=provider, then =SET) put no symbol above 1.6 µs per cycle: allocation about 3 µs, core's try_lock and unlock frames with the delegating layer about 2.5 µs, parsing the script's three-value answer about 1.5 µs, spans and the operation timer about 1 µs. On 2 cores the client and the server take turns, so a cycle is slower by about the sum. The ShedLock-compatible mode's row (no fencing, no clock) is the floor's commands inside the provider");
     zoo.finish();
     c.final_summary();
 }

@@ -116,6 +116,7 @@ fn main() {
     g.finish();
 
     let mut zoo = Zoo::new("s3", &rt);
+    zoo.server(service);
     zoo.b1(
         op(move || cycle(p, one)),
         (

@@ -90,6 +90,7 @@ fn main() {
     g.finish();
 
     let mut zoo = Zoo::new("zookeeper", &rt);
+    zoo.server(service);
     zoo.b1(
         op(move || cycle(p, one)),
         (

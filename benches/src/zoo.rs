@@ -39,6 +39,45 @@ use tokio::runtime::Runtime;
 /// One measured operation (a whole acquire + release cycle), borrowing what it needs.
 pub type Op<'a> = Box<dyn FnMut() -> Pin<Box<dyn Future<Output = ()> + 'a>> + 'a>;
 
+/// The B1 subject to profile alone (`SHEDLOCK_BENCH_PROFILE`), if any.
+fn profile_subject() -> Option<String> {
+    std::env::var("SHEDLOCK_BENCH_PROFILE").ok().filter(|v| !v.is_empty())
+}
+
+/// CPU time used so far by every thread of this process.
+fn process_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    Duration::new(u64::try_from(t.tv_sec).unwrap_or(0), u32::try_from(t.tv_nsec).unwrap_or(0))
+}
+
+/// CPU time used so far by the processes `pids` and all their descendants, every thread
+/// (`/proc/<pid>/task/<tid>/schedstat`, nanoseconds): zero without pids or off Linux.
+fn server_cpu(pids: &[u32]) -> Duration {
+    fn tree(pid: u32, total: &mut u64, depth: u32) {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return };
+        for task in tasks.flatten() {
+            let path = task.path();
+            if let Ok(stat) = std::fs::read_to_string(path.join("schedstat"))
+                && let Some(ns) = stat.split_whitespace().next().and_then(|v| v.parse::<u64>().ok())
+            {
+                *total += ns;
+            }
+            if depth < 4
+                && let Ok(children) = std::fs::read_to_string(path.join("children"))
+            {
+                for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+                    tree(child, total, depth + 1);
+                }
+            }
+        }
+    }
+    let mut total = 0;
+    for &pid in pids {
+        tree(pid, &mut total, 0);
+    }
+    Duration::from_nanos(total)
+}
+
 /// Wraps an async closure as an [`Op`].
 pub fn op<'a, F, Fut>(mut f: F) -> Op<'a>
 where
@@ -202,6 +241,8 @@ pub struct Zoo<'rt> {
     size: Size,
     row: serde_json::Map<String, Value>,
     notes: Vec<String>,
+    /// The server processes whose CPU B1 reads (see [`Zoo::server`]).
+    server_pids: Vec<u32>,
 }
 
 impl<'rt> Zoo<'rt> {
@@ -216,7 +257,21 @@ impl<'rt> Zoo<'rt> {
             json!(shedlock::support::iso8601_millis(SystemTime::now())),
         );
         println!("zoo: {provider} ({} size)", size.name());
-        Self { provider: provider.to_owned(), rt, size, row, notes: Vec::new() }
+        Self {
+            provider: provider.to_owned(),
+            rt,
+            size,
+            row,
+            notes: Vec::new(),
+            server_pids: Vec::new(),
+        }
+    }
+
+    /// Adds a server B1 charges server CPU to: the launcher's native processes of `service`
+    /// and their child processes (PostgreSQL's backends). A server given by URL, in Docker or
+    /// embedded has none; without any, B1 reports no server CPU.
+    pub fn server(&mut self, service: &shedlock_launcher::Service) {
+        self.server_pids.extend(service.pids().into_iter().flatten());
     }
 
     /// How much this run measures.
@@ -250,6 +305,10 @@ impl<'rt> Zoo<'rt> {
         for (name, op) in extras {
             subjects.push((name.to_owned(), op));
         }
+        if let Some(which) = profile_subject() {
+            self.profile(subjects, &which);
+            return;
+        }
         let (rounds, batch_time) = self.size.b1();
         // Warm-up, which also sizes each subject's batch.
         let mut batch = Vec::with_capacity(subjects.len());
@@ -265,11 +324,15 @@ impl<'rt> Zoo<'rt> {
             batch.push(k.clamp(2, 2000));
         }
         let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); subjects.len()];
+        let mut cpu = vec![Duration::ZERO; subjects.len()];
+        let mut server = vec![Duration::ZERO; subjects.len()];
         for r in 0..rounds {
             for j in 0..subjects.len() {
                 let i = (j + r) % subjects.len();
                 let (k, out) = (batch[i], &mut samples[i]);
                 let op = &mut subjects[i].1;
+                let server_before = server_cpu(&self.server_pids);
+                let cpu_before = process_cpu();
                 self.rt.block_on(async {
                     for _ in 0..k {
                         let started = Instant::now();
@@ -277,35 +340,109 @@ impl<'rt> Zoo<'rt> {
                         out.push(started.elapsed());
                     }
                 });
+                cpu[i] += process_cpu().saturating_sub(cpu_before);
+                server[i] += server_cpu(&self.server_pids).saturating_sub(server_before);
             }
         }
+        // Client CPU per cycle: every thread of this process (the caller, the runtime's workers,
+        // a client's own threads; for an embedded database also the database's work).
+        let cpu_us: Vec<f64> = cpu
+            .iter()
+            .zip(&samples)
+            .map(|(c, s)| c.as_secs_f64() * 1e6 / s.len().max(1) as f64)
+            .collect();
+        // Server CPU per cycle: the server's processes (every thread, and their children), from
+        // the scheduler's exact run times; `None` without a native server.
+        let server_us: Vec<Option<f64>> = server
+            .iter()
+            .zip(&samples)
+            .map(|(c, s)| {
+                (!self.server_pids.is_empty())
+                    .then(|| c.as_secs_f64() * 1e6 / s.len().max(1) as f64)
+            })
+            .collect();
         let lat: Vec<Latency> = samples.into_iter().map(latency).collect();
-        for ((name, _), l) in subjects.iter().zip(&lat) {
-            println!("  B1 {name:<44} p50 {:>10.1} µs  p99 {:>10.1} µs  (n={})", l.p50, l.p99, l.n);
+        for ((((name, _), l), c), sv) in subjects.iter().zip(&lat).zip(&cpu_us).zip(&server_us) {
+            let sv = sv.map_or_else(|| "–".to_owned(), |v| format!("{v:.1}"));
+            println!(
+                "  B1 {name:<44} p50 {:>10.1} µs  p99 {:>10.1} µs  CPU client {c:>8.1} µs, \
+                 server {sv:>8} µs  (n={})",
+                l.p50, l.p99, l.n
+            );
         }
+        let server_cell = |i: usize| server_us[i].map_or(Value::Null, |v| round(v, 1));
         let row = &mut self.row;
         row.insert("b1_p50_us".into(), round(lat[0].p50, 1));
         row.insert("b1_p99_us".into(), round(lat[0].p99, 1));
         row.insert("b1_samples".into(), json!(lat[0].n));
+        row.insert("b1_cpu_us".into(), round(cpu_us[0], 1));
+        row.insert("b1_server_cpu_us".into(), server_cell(0));
         row.insert("raw".into(), json!(subjects[1].0));
         row.insert("raw_p50_us".into(), round(lat[1].p50, 1));
         row.insert("raw_p99_us".into(), round(lat[1].p99, 1));
+        row.insert("raw_cpu_us".into(), round(cpu_us[1], 1));
+        row.insert("raw_server_cpu_us".into(), server_cell(1));
         row.insert("b1_ratio".into(), round(lat[0].p50 / lat[1].p50, 3));
         let mut next = 2;
         if has_peer {
             row.insert("peer".into(), json!(subjects[2].0));
             row.insert("peer_p50_us".into(), round(lat[2].p50, 1));
             row.insert("peer_p99_us".into(), round(lat[2].p99, 1));
+            row.insert("peer_cpu_us".into(), round(cpu_us[2], 1));
+            row.insert("peer_server_cpu_us".into(), server_cell(2));
             next = 3;
         }
-        let extras: Vec<Value> = subjects[next..]
-            .iter()
-            .zip(&lat[next..])
-            .map(|((name, _), l)| {
-                json!({"label": name, "p50_us": round(l.p50, 1), "p99_us": round(l.p99, 1)})
+        let extras: Vec<Value> = (next..subjects.len())
+            .map(|i| {
+                json!({"label": subjects[i].0, "p50_us": round(lat[i].p50, 1),
+                       "p99_us": round(lat[i].p99, 1), "cpu_us": round(cpu_us[i], 1),
+                       "server_cpu_us": server_cell(i)})
             })
             .collect();
         row.insert("b1_extras".into(), Value::Array(extras));
+    }
+
+    /// The profiling mode of B1 (`SHEDLOCK_BENCH_PROFILE=<subject>`): runs only the subject
+    /// whose label contains `which` (`provider`, or part of the floor's, the peer's or a
+    /// variant's label) for `SHEDLOCK_BENCH_PROFILE_SECS` (default 20) and prints its cycles and
+    /// client CPU per cycle, so that `perf record` / `perf stat` on the bench process sees that
+    /// subject alone; the rest of the zoo is skipped and nothing is recorded.
+    ///
+    /// # Panics
+    /// If no subject's label contains `which`.
+    #[allow(clippy::panic)]
+    fn profile(&mut self, mut subjects: Vec<(String, Op<'_>)>, which: &str) {
+        let labels: Vec<String> = subjects.iter().map(|(n, _)| n.clone()).collect();
+        let Some((name, op)) = subjects.iter_mut().find(|(n, _)| n.contains(which)) else {
+            panic!("SHEDLOCK_BENCH_PROFILE={which:?} names no B1 subject of {labels:?}");
+        };
+        let secs = std::env::var("SHEDLOCK_BENCH_PROFILE_SECS")
+            .ok()
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(20.0);
+        let run_for = Duration::from_secs_f64(secs.max(0.1));
+        self.rt.block_on(async {
+            for _ in 0..100 {
+                op().await;
+            }
+        });
+        let (started, cpu_before) = (Instant::now(), process_cpu());
+        let mut n = 0u64;
+        self.rt.block_on(async {
+            while started.elapsed() < run_for {
+                op().await;
+                n += 1;
+            }
+        });
+        let (wall, cpu) = (started.elapsed(), process_cpu().saturating_sub(cpu_before));
+        println!(
+            "  B1 profile {name}: {n} cycles, {:.1} µs each, client CPU {:.1} µs each",
+            wall.as_secs_f64() * 1e6 / n.max(1) as f64,
+            cpu.as_secs_f64() * 1e6 / n.max(1) as f64
+        );
+        // Nothing else of the zoo runs, and nothing is recorded. Servers are the launcher's
+        // shared ones, which end with this process as after any bench run.
+        std::process::exit(0);
     }
 
     /// **B2, a stress test (not a workload)**: 1, 4, 16 and 64 contenders, each its own instance

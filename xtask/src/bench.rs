@@ -257,8 +257,9 @@ impl<'a> Summary<'a> {
         }
         s.push_str("\n## B1: one uncontended try_lock + unlock cycle\n\n");
         s.push_str(
-            "| provider | B1 p50 µs | B1 p99 µs | raw p50 µs | B1 / raw | round trips acquire / \
-             release | peer | peer p50 µs | B1 / peer |\n|---|---|---|---|---|---|---|---|---|\n",
+            "| provider | B1 p50 µs | B1 p99 µs | raw p50 µs | B1 / raw | client CPU µs B1 / raw \
+             | server CPU µs B1 / raw | round trips acquire / release | peer | peer p50 µs | B1 / \
+             peer |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
         );
         for (p, v) in &self.rows {
             let rt = match (num(v, "round_trips_acquire"), num(v, "round_trips_release")) {
@@ -269,9 +270,15 @@ impl<'a> Summary<'a> {
                 (Some(b), Some(q)) => cell(Some(b / q)),
                 _ => "–".into(),
             };
+            let pair = |b: &str, r: &str| match (num(v, b), num(v, r)) {
+                (Some(b), Some(r)) => format!("{} / {}", cell(Some(b)), cell(Some(r))),
+                _ => "–".into(),
+            };
+            let cpu = pair("b1_cpu_us", "raw_cpu_us");
+            let server = pair("b1_server_cpu_us", "raw_server_cpu_us");
             let _ = writeln!(
                 s,
-                "| {p} | {} | {} | {} | {} | {rt} | {} | {} | {peer_ratio} |",
+                "| {p} | {} | {} | {} | {} | {cpu} | {server} | {rt} | {} | {} | {peer_ratio} |",
                 cell(num(v, "b1_p50_us")),
                 cell(num(v, "b1_p99_us")),
                 cell(num(v, "raw_p50_us")),
@@ -280,6 +287,16 @@ impl<'a> Summary<'a> {
                 cell(num(v, "peer_p50_us")),
             );
         }
+        s.push_str(
+            "\nCPU per cycle, read around the same interleaved batches: **client** is the whole \
+             bench process (every thread: the caller, the runtime's workers, a client's own \
+             threads; for SQLite also the database, which runs in-process; \
+             `CLOCK_PROCESS_CPUTIME_ID`), **server** the server's processes and their children, \
+             every thread (the scheduler's run times in `/proc`; background work during the \
+             batch included, so a slower row carries a little more of it; – where the server \
+             is not a native process of the launcher). Where the two cores are the limit, a row \
+             that costs more CPU is slower by about that much.\n",
+        );
         s.push_str(
             "\nRaw floors (what the provider sends, issued by hand on the same client):\n\n",
         );
@@ -299,14 +316,19 @@ impl<'a> Summary<'a> {
             .collect();
         if !extras.is_empty() {
             s.push_str("\nFurther variants, measured in the same interleaved pass:\n\n");
-            s.push_str("| provider | variant | p50 µs | p99 µs |\n|---|---|---|---|\n");
+            s.push_str(
+                "| provider | variant | p50 µs | p99 µs | client CPU µs | server CPU µs |\n\
+                 |---|---|---|---|---|---|\n",
+            );
             for (p, e) in extras {
                 let _ = writeln!(
                     s,
-                    "| {p} | {} | {} | {} |",
+                    "| {p} | {} | {} | {} | {} | {} |",
                     text(e, "label").unwrap_or("?"),
                     cell(num(e, "p50_us")),
-                    cell(num(e, "p99_us"))
+                    cell(num(e, "p99_us")),
+                    cell(num(e, "cpu_us")),
+                    cell(num(e, "server_cpu_us"))
                 );
             }
         }
