@@ -187,7 +187,8 @@ pub enum Error {
         name: String,
     },
     /// The backend granted the lock, but its answer arrived after the lock's lease could have
-    /// ended (an instant taken before the request was sent plus `lock_at_most_for`): by then the
+    /// ended (an instant taken before the request was sent plus `lock_at_most_for`, less the
+    /// backend's clock step): by then the
     /// backend may have expired the lock and handed it to another instance, so it is not reported
     /// as held. It was released (owner-checked, best effort). Retrying may help; a
     /// `lock_at_most_for` well above the backend's round-trip time avoids it.

@@ -140,7 +140,8 @@ pub trait LockHandle: Send + Sync + 'static {
 /// has passed (the safe default); the [`LockingExecutor`](crate::LockingExecutor) always releases.
 ///
 /// A `Lock` knows how long it is surely held: its [`Lease`] ends at an instant taken before the
-/// acquire request was sent plus `lock_at_most_for` ([`valid_until`](Lock::valid_until)), and
+/// acquire request was sent plus `lock_at_most_for`, less the backend's
+/// [`clock_step`](Capabilities::clock_step) ([`valid_until`](Lock::valid_until)), and
 /// successful extensions move it forward. Providers build locks only through
 /// [`Acquisition::grant`](crate::Acquisition::grant), which never hands out a lock whose lease
 /// has already ended: there is no `Lock::new`. A provider calls

@@ -20,6 +20,8 @@ const DENSE: Duration = Duration::from_millis(5);
 /// it, and not earlier: not before `lock_at_most_for` (within the timing tolerance) and, exactly,
 /// not before the holder's own [`Lock::valid_until`](shedlock::Lock::valid_until) (probed
 /// without pauses just before it, so a lease that outlives the record by a millisecond is found).
+/// The lock's lease must also end at least the declared
+/// [`clock_step`](shedlock::Capabilities::clock_step) early.
 pub async fn c05_expires_after_at_most(suite: &Suite) -> Verdict {
     finish(c05(suite).await)
 }
@@ -30,6 +32,17 @@ async fn c05(suite: &Suite) -> R {
     let cfg = suite.config(&suite.lock_name("c05"), t.at_most, Duration::ZERO)?;
     let (l, a0, a1) = timed_try_lock(suite, &p[0], &cfg).await?;
     let Some(l) = l else { return Err(Verdict::fail("first try_lock found a fresh name held")) };
+    let (declared, used) = (suite.capabilities().clock_step, l.lease().clock_step());
+    if used < declared {
+        let _ = bounded(suite, "unlock", l.unlock()).await;
+        bail!(
+            "the lock's lease ends {} µs early (Lease::clock_step), less than the {} µs clock step \
+             the provider declares (Capabilities::clock_step): build the Acquisition with \
+             with_clock_step(the declared step)",
+            used.as_micros(),
+            declared.as_micros()
+        );
+    }
     must_not_lock(suite, &p[1], &cfg, "other instance right after").await?;
     let valid_until = l.valid_until().into_std();
     tokio::time::sleep_until(valid_until.checked_sub(DENSE).unwrap_or(valid_until).into()).await;

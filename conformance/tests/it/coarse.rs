@@ -48,14 +48,17 @@ struct Backend {
 #[derive(Clone)]
 struct Seconds {
     backend: Arc<Backend>,
+    /// The declared granularity and clock step.
     declared: Duration,
+    /// The clock step its leases are built with (the declared one, unless a test says not).
+    lease_step: Duration,
 }
 
 #[async_trait]
 impl LockProvider for Seconds {
     async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
         // The record's times are whole seconds, up to 1 s before the moment they were read.
-        let acquisition = Acquisition::begin(config).with_clock_step(self.declared);
+        let acquisition = Acquisition::begin(config).with_clock_step(self.lease_step);
         let now = now_s();
         let owner = self.backend.next.fetch_add(1, Ordering::SeqCst) + 1;
         {
@@ -121,6 +124,7 @@ impl LockHandle for Handle {
 struct Factory {
     backend: Arc<Backend>,
     declared: Duration,
+    lease_step: Duration,
 }
 
 #[async_trait]
@@ -130,14 +134,21 @@ impl ProviderFactory for Factory {
     }
 
     async fn create(&self, _options: InstanceOptions) -> Result<Arc<dyn LockProvider>, BoxError> {
-        Ok(Arc::new(Seconds { backend: self.backend.clone(), declared: self.declared }))
+        Ok(Arc::new(Seconds {
+            backend: self.backend.clone(),
+            declared: self.declared,
+            lease_step: self.lease_step,
+        }))
     }
 }
 
 async fn suite(declared: Duration) -> Suite {
-    Suite::new(Factory { backend: Arc::default(), declared }, Options::new().with_seed(3))
-        .await
-        .unwrap()
+    suite_with_lease_step(declared, declared).await
+}
+
+async fn suite_with_lease_step(declared: Duration, lease_step: Duration) -> Suite {
+    let factory = Factory { backend: Arc::default(), declared, lease_step };
+    Suite::new(factory, Options::new().with_seed(3)).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -167,4 +178,14 @@ async fn whole_second_expiry_declared_as_one_millisecond_is_caught() {
     }
     let detail = failed.expect("C05 never failed a 1 s-granularity provider declaring 1 ms");
     println!("{detail}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_built_without_the_declared_clock_step_is_caught() {
+    // It declares its 1 s step but builds its Acquisition with the default 1 ms: its leases
+    // end up to a second after its records.
+    let s = suite_with_lease_step(Duration::from_secs(1), Duration::from_millis(1)).await;
+    let r = s.run_check(checks::by_id("C05").unwrap()).await;
+    assert_eq!(r.outcome, Outcome::Fail, "{}", r.detail);
+    assert!(r.detail.contains("Capabilities::clock_step"), "{}", r.detail);
 }

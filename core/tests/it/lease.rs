@@ -1,5 +1,6 @@
 //! Lease validity, under tokio's paused clock so that every instant is exact: a lock is surely held
-//! until an instant taken before its acquire was sent plus `lock_at_most_for`; `grant` refuses an
+//! until an instant taken before its acquire was sent plus `lock_at_most_for`, less the backend's
+//! clock step; `grant` refuses an
 //! answer that arrives later; extensions move the deadline; the lost signal fires at it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

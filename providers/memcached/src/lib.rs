@@ -55,8 +55,8 @@
 //! with TTL `n` therefore lives between `n - 2` and `n` seconds. Hence:
 //!
 //! - acquire and extend use **TTL = ⌈lock_at_most_for⌉ + 2 s**, the smallest TTL that surely
-//!   outlives `lock_at_most_for` (and so the lock's lease, which ends `lock_at_most_for` after
-//!   the request was sent). A lock frees between `lock_at_most_for` and
+//!   outlives `lock_at_most_for` (and so the lock's lease, which ends `lock_at_most_for`, less
+//!   the 1 ms clock step, after the request was sent). A lock frees between `lock_at_most_for` and
 //!   `⌈lock_at_most_for⌉ + 2 s` after it was taken;
 //! - an unlock with `lock_at_least_for` time left (counted from when the acquire or the last
 //!   extend was answered) rewrites the record, CAS-checked, with **TTL = ⌈remaining⌉ + 1 s**, and
