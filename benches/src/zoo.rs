@@ -15,6 +15,12 @@
 //!
 //! The output directory is `$SHEDLOCK_BENCH_OUT`, else `target/bench/` of the workspace.
 //!
+//! B1 also reads the CPU each cycle costs: the bench process's (client) and the server
+//! processes' given by [`Zoo::server`]. To profile one B1 row, `SHEDLOCK_BENCH_PROFILE=<part of
+//! its label>` runs that row alone for `SHEDLOCK_BENCH_PROFILE_SECS` (default 20) and exits, e.g.
+//! `SHEDLOCK_BENCH_PROFILE=provider perf record -F 10000 target/release/deps/redis-<hash> --bench
+//! none` (the filter `none` skips criterion's own runs).
+//!
 //! Every measured acquire is checked: a cycle whose `try_lock` finds its name held panics, and in
 //! B2 a shared flag proves that no two contenders ever held the name at once. A benchmark that
 //! fails writes no row, so no number is reported for a run that did not happen.
