@@ -7,7 +7,8 @@ use crate::{
     outcome::Verdict,
     suite::Suite,
     tools::calls::{
-        R, at, bounded, finish, instances, ms, must_not_lock, poll_acquire, timed_try_lock, unlock,
+        R, at, bounded, finish, instances, ms, must_not_lock, not_early, poll_acquire,
+        timed_try_lock, unlock,
     },
 };
 
@@ -68,19 +69,7 @@ async fn c05(suite: &Suite) -> R {
         }
     }
     let (l2, got) = match early {
-        Some((l2, b0, b1)) => {
-            if b1 + t.early < a0 + t.at_most {
-                let _ = bounded(suite, "unlock", l2.unlock()).await;
-                bail!(
-                    "expiry: acquired at +{} ms, but the lock must stay held until +{} ms \
-                     (tolerance {} ms)",
-                    at(a0, b1),
-                    ms(t.at_most),
-                    ms(t.early)
-                );
-            }
-            (l2, b0)
-        }
+        Some((l2, b0, b1)) => (not_early(suite, l2, a0, t.at_most, b1, "expiry").await?, b0),
         None => {
             let deadline = t.at_most + a1.duration_since(a0) + t.slack;
             poll_acquire(suite, &p[1], &cfg, a0, t.at_most, deadline, "expiry").await?

@@ -184,17 +184,7 @@ pub(crate) async fn poll_acquire(
         let (r, b0, b1) = timed_try_lock(suite, p, cfg).await?;
         match r {
             Some(lock) => {
-                if b1 + t.early < origin + not_before {
-                    let _ = bounded(suite, "unlock", lock.unlock()).await;
-                    bail!(
-                        "{what}: acquired at +{} ms, but the lock must stay held until +{} ms \
-                         (tolerance {} ms)",
-                        at(origin, b1),
-                        ms(not_before),
-                        ms(t.early)
-                    );
-                }
-                return Ok((lock, b0));
+                return not_early(suite, lock, origin, not_before, b1, what).await.map(|l| (l, b0));
             }
             None => {
                 if b0 > origin + deadline {
@@ -208,6 +198,29 @@ pub(crate) async fn poll_acquire(
         }
         tokio::time::sleep(t.poll).await;
     }
+}
+
+/// A lock taken by a call that ended at `ended`: refused (released, and the check failed) when
+/// that is earlier than `origin + not_before` by more than the timing tolerance.
+pub(crate) async fn not_early(
+    suite: &Suite,
+    lock: Lock,
+    origin: Instant,
+    not_before: Duration,
+    ended: Instant,
+    what: &str,
+) -> Result<Lock, Verdict> {
+    let t = suite.timing();
+    if ended + t.early < origin + not_before {
+        let _ = bounded(suite, "unlock", lock.unlock()).await;
+        bail!(
+            "{what}: acquired at +{} ms, but the lock must stay held until +{} ms (tolerance {} ms)",
+            at(origin, ended),
+            ms(not_before),
+            ms(t.early)
+        );
+    }
+    Ok(lock)
 }
 
 /// Polls `try_lock` on `p` until `origin + until`; any success whose call ended before
