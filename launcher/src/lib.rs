@@ -38,6 +38,7 @@ mod options;
 mod ports;
 mod probe;
 mod process;
+mod secure;
 mod service;
 
 use std::{
@@ -50,6 +51,7 @@ pub use error::{LaunchError, ServerOutput};
 pub use locate::{backends_dir, which, workspace_root};
 pub use native::PG_PASSWORD_ROLE;
 pub use options::{LaunchOptions, Placement, Via};
+pub use secure::{APP_USER, Secure};
 pub use service::{DetachedService, Mode, Service};
 
 /// The backends listed in `SHEDLOCK_SKIP_BACKENDS` (comma or space separated names, or `all`).

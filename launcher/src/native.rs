@@ -15,7 +15,12 @@ use crate::{
     locate::{Programs, system_user},
     probe::Probe,
     process::{NodeSpec, shell_quote},
+    secure::{self, Secure},
 };
+
+#[path = "native_secure.rs"]
+mod native_secure;
+use native_secure::{secure_nodes, secure_setup};
 
 /// Where each node runs: its placement's address, or 127.0.0.1.
 #[derive(Clone, Copy)]
@@ -169,6 +174,7 @@ pub(crate) fn prepare(
     backend: Backend,
     programs: &Programs,
     dir: &Path,
+    secure: Option<&Secure>,
 ) -> Result<(), LaunchError> {
     match programs {
         Programs::Postgres { initdb, .. } => {
@@ -176,6 +182,9 @@ pub(crate) fn prepare(
             let pg = dir.join("pg");
             mkdir(backend, &pg)?;
             chown_tree(backend, &pg, owner)?;
+            if let Some(s) = secure {
+                chown_tree(backend, &s.key_path(), owner)?;
+            }
             let mut cmd = match owner {
                 Some((uid, gid)) => {
                     let mut c = Command::new("/usr/bin/setpriv");
@@ -191,20 +200,45 @@ pub(crate) fn prepare(
             cmd.current_dir(&pg).arg("-D").arg(pg.join("data")).args([
                 "-U",
                 "postgres",
-                "--auth=trust",
                 "--no-sync",
                 "-E",
                 "UTF8",
                 "--locale=C",
             ]);
+            let Some(s) = secure else {
+                cmd.arg("--auth=trust");
+                run(backend, &mut cmd, &pg.join("initdb.log"))?;
+                return require_password_for_test_role(
+                    backend,
+                    &pg.join("data").join("pg_hba.conf"),
+                );
+            };
+            // Every role authenticates with SCRAM, and only over TLS (no `host` rule: a
+            // plaintext TCP connection matches `hostnossl ... reject`).
+            let pwfile = pg.join("pwfile");
+            secure::write_secret(backend, &pwfile, &format!("{}\n", s.admin_password()))?;
+            chown_tree(backend, &pwfile, owner)?;
+            cmd.args(["--auth-local=scram-sha-256", "--auth-host=scram-sha-256"])
+                .arg(format!("--pwfile={}", pwfile.display()));
             run(backend, &mut cmd, &pg.join("initdb.log"))?;
-            require_password_for_test_role(backend, &pg.join("data").join("pg_hba.conf"))
+            let _ = std::fs::remove_file(&pwfile);
+            write(
+                backend,
+                &pg.join("data").join("pg_hba.conf"),
+                "local all all scram-sha-256\n\
+                 hostssl all all 127.0.0.1/32 scram-sha-256\n\
+                 hostssl all all ::1/128 scram-sha-256\n\
+                 hostnossl all all all reject\n",
+            )
         }
         Programs::MariaDb { install_db, .. } => {
             let owner = service_user(backend, "mysql", "mariadb-server")?;
             let m = dir.join("maria");
             mkdir(backend, &m)?;
             chown_tree(backend, &m, owner)?;
+            if let Some(s) = secure {
+                chown_tree(backend, &s.key_path(), owner)?;
+            }
             let mut cmd = Command::new(install_db);
             cmd.current_dir(&m)
                 .arg("--no-defaults")
@@ -214,6 +248,24 @@ pub(crate) fn prepare(
                 cmd.arg("--user=mysql");
             }
             run(backend, &mut cmd, &m.join("install-db.log"))?;
+            if let Some(s) = secure {
+                // Run at every start (so idempotent): root gets a password, the administrator
+                // and the application user connect over TLS only (the server also refuses any
+                // plaintext TCP connection), and the application user has no privilege at all.
+                let init = format!(
+                    "CREATE DATABASE IF NOT EXISTS shedlock;\n\
+                     ALTER USER 'root'@'localhost' IDENTIFIED BY '{admin}';\n\
+                     CREATE USER IF NOT EXISTS '{admin_user}'@'127.0.0.1' IDENTIFIED BY '{admin}' REQUIRE SSL;\n\
+                     GRANT ALL PRIVILEGES ON *.* TO '{admin_user}'@'127.0.0.1' WITH GRANT OPTION;\n\
+                     CREATE USER IF NOT EXISTS '{app_user}'@'127.0.0.1' IDENTIFIED BY '{app}' REQUIRE SSL;\n",
+                    admin = s.admin_password(),
+                    admin_user = s.admin_user(),
+                    app_user = s.app_user(),
+                    app = s.app_password(),
+                );
+                secure::write_secret(backend, &m.join("init.sql"), &init)?;
+                return chown_tree(backend, &m.join("init.sql"), owner);
+            }
             // root from the namespaces of a placed launch (10.0.0.0/8); an unplaced server
             // listens on 127.0.0.1 only, so this admits no one else.
             write(
@@ -231,8 +283,17 @@ pub(crate) fn prepare(
 /// The `-c` settings of a native PostgreSQL listening on `ip`: for speed, no commit waits for a
 /// disk (`fsync`, `synchronous_commit` and `full_page_writes` off) unless `durable`, which keeps
 /// PostgreSQL's own defaults (all three on; [`LaunchOptions::durable`](crate::LaunchOptions)).
-fn postgres_settings(ip: &str, durable: bool) -> Vec<String> {
+fn postgres_settings(ip: &str, durable: bool, secure: Option<&Secure>) -> Vec<String> {
     let mut settings = vec![format!("listen_addresses={ip}")];
+    if let Some(s) = secure {
+        settings.extend([
+            "ssl=on".to_owned(),
+            format!("ssl_cert_file={}", s.cert_path().display()),
+            format!("ssl_key_file={}", s.key_path().display()),
+            "ssl_min_protocol_version=TLSv1.3".to_owned(),
+            "password_encryption=scram-sha-256".to_owned(),
+        ]);
+    }
     if !durable {
         settings.extend(
             ["fsync=off", "synchronous_commit=off", "full_page_writes=off"].map(String::from),
@@ -251,9 +312,10 @@ pub(crate) fn nodes(
     ports: &[u16],
     placement: &[Placement],
     durable: bool,
+    secure: Option<&Secure>,
 ) -> Result<Vec<NodeSpec>, LaunchError> {
     let hosts = Hosts(placement);
-    let specs = nodes_at(backend, programs, dir, ports, hosts, durable)?;
+    let specs = nodes_at(backend, programs, dir, ports, hosts, durable, secure)?;
     Ok(specs.into_iter().enumerate().map(|(i, s)| s.in_netns(hosts.netns(i))).collect())
 }
 
@@ -264,7 +326,11 @@ fn nodes_at(
     ports: &[u16],
     hosts: Hosts<'_>,
     durable: bool,
+    secure: Option<&Secure>,
 ) -> Result<Vec<NodeSpec>, LaunchError> {
+    if let Some(s) = secure {
+        return secure_nodes(backend, programs, dir, ports, s);
+    }
     let port = |i: usize| ports.get(i).copied().unwrap_or(0);
     let local = |p: u16| hosts.at(0, p);
     let ip0 = hosts.ip(0).to_string();
@@ -281,7 +347,7 @@ fn nodes_at(
                 .arg(port(0).to_string())
                 .arg("-k")
                 .arg(pg.as_os_str())
-                .args(postgres_settings(ip0, durable))
+                .args(postgres_settings(ip0, durable, None))
                 .cwd(&pg)
                 // SIGINT is PostgreSQL's "fast" shutdown; SIGTERM would wait for clients to leave.
                 .stop_with(Signal::SIGINT)
@@ -448,7 +514,13 @@ pub(crate) fn after_first_start(
     programs: &Programs,
     dir: &Path,
     specs: &[NodeSpec],
+    secure: Option<&Secure>,
 ) -> Result<(), LaunchError> {
+    if let Some(s) = secure {
+        let addr =
+            specs.first().map_or(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), |n| n.probe.addr());
+        return secure_setup(backend, programs, addr, s);
+    }
     let Programs::RedisCluster { cli, .. } = programs else {
         return Ok(());
     };
@@ -601,13 +673,13 @@ mod tests {
 
     #[test]
     fn a_durable_postgres_keeps_its_own_durability_defaults() {
-        let fast = postgres_settings("127.0.0.1", false);
+        let fast = postgres_settings("127.0.0.1", false, None);
         assert_eq!(fast.len(), 10, "{fast:?}");
         assert!(fast.chunks(2).all(|c| c[0] == "-c"), "{fast:?}");
         for off in ["fsync=off", "synchronous_commit=off", "full_page_writes=off"] {
             assert!(fast.iter().any(|a| a == off), "{fast:?}");
         }
-        let durable = postgres_settings("127.0.0.1", true);
+        let durable = postgres_settings("127.0.0.1", true, None);
         assert_eq!(
             durable,
             ["-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300"].map(String::from)

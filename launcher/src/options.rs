@@ -71,6 +71,7 @@ pub struct LaunchOptions {
     backends_dir: Option<std::path::PathBuf>,
     placement: Vec<Placement>,
     durable: bool,
+    secure: bool,
 }
 
 /// Where one server process of a native launch runs: in the network namespace `netns` (a name
@@ -108,6 +109,7 @@ impl Default for LaunchOptions {
             backends_dir: None,
             placement: Vec::new(),
             durable: false,
+            secure: false,
         }
     }
 }
@@ -191,6 +193,22 @@ impl LaunchOptions {
         self
     }
 
+    /// Whether the server requires TLS and authentication (default `false`).
+    ///
+    /// A secure launch makes a throwaway certificate authority and server certificate
+    /// (`127.0.0.1`, `::1`, `localhost`) and random passwords, and starts the server with TLS
+    /// as the only way in and every client authenticated: an administrator, and an application
+    /// user with no privilege on lock data, for the test to grant exactly what its provider
+    /// needs. [`Service::secure`](crate::Service::secure) gives the CA and the credentials, and
+    /// [`Service::url`](crate::Service::url) is then the application user's URL over TLS.
+    /// Native PostgreSQL, MariaDB, Redis and etcd (one node) only: any other backend, a Docker
+    /// launch or a placement fails with [`LaunchError::Unsupported`](crate::LaunchError).
+    /// [`Secure`](crate::Secure) lists what each server gets.
+    pub fn secure(mut self, secure: bool) -> Self {
+        self.secure = secure;
+        self
+    }
+
     /// The launch mode.
     pub fn get_via(&self) -> Via {
         self.via
@@ -222,6 +240,10 @@ impl LaunchOptions {
 
     pub(crate) fn get_durable(&self) -> bool {
         self.durable
+    }
+
+    pub(crate) fn get_secure(&self) -> bool {
+        self.secure
     }
 
     pub(crate) fn get_preferred_ports(&self) -> &[u16] {

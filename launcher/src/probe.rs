@@ -31,6 +31,9 @@ pub(crate) enum Probe {
         addr: SocketAddr,
         path: &'static str,
     },
+    /// A secure launch's server, probed with its own client over TLS and with credentials
+    /// (`pg_isready`, `mariadb-admin ping`, `redis-cli PING`, `curl /health`).
+    Command(Box<crate::secure::CommandProbe>),
 }
 
 const IO_TIMEOUT: Duration = Duration::from_secs(3);
@@ -63,12 +66,14 @@ impl Probe {
             | Probe::ZooKeeper(a) => *a,
             Probe::Nats { client, .. } => *client,
             Probe::HttpOk { addr, .. } => *addr,
+            Probe::Command(c) => c.addr,
         }
     }
 
     /// `Ok(())` when the server answered a real request; `Err` says what it answered instead.
     pub(crate) fn check(&self) -> Result<(), String> {
         match self {
+            Probe::Command(c) => c.check(),
             Probe::Postgres(a) => postgres(*a),
             Probe::MySql(a) => mysql(*a),
             Probe::Redis(a) => {

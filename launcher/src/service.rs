@@ -13,7 +13,7 @@ use std::{
 use nix::sys::signal::Signal;
 
 use crate::{
-    Backend, LaunchError, LaunchOptions, Via,
+    Backend, LaunchError, LaunchOptions, Secure, Via,
     docker::{self, Compose},
     error::ServerOutput,
     locate::{self, Programs},
@@ -49,6 +49,7 @@ pub struct Service {
     mode: Mode,
     ready_timeout: Duration,
     started_in: Duration,
+    secure: Option<Secure>,
     inner: Mutex<Inner>,
 }
 
@@ -62,6 +63,7 @@ impl std::fmt::Debug for Service {
             .field("mode", &self.mode)
             .field("ready_timeout", &self.ready_timeout)
             .field("started_in", &self.started_in)
+            .field("secure", &self.secure)
             .field("inner", &self.inner)
             .finish()
     }
@@ -337,8 +339,9 @@ impl Native {
         programs: &Programs,
         dir: &Path,
         opts: &LaunchOptions,
+        secure: Option<&Secure>,
     ) -> Result<Native, LaunchError> {
-        native::prepare(backend, programs, dir)?;
+        native::prepare(backend, programs, dir, secure)?;
         let needed = native::ports_needed(backend);
         let mut last = String::new();
         const ATTEMPTS: u32 = 5;
@@ -356,6 +359,7 @@ impl Native {
                 lease.ports(),
                 opts.get_placement(),
                 opts.get_durable(),
+                secure,
             )?;
             let nodes = spawn_nodes(backend, &specs)?;
             let mut native = Native {
@@ -372,10 +376,11 @@ impl Native {
             }
             match wait_native(backend, &mut native.nodes, opts.get_ready_timeout()) {
                 Ok(()) => {
-                    let formed = native::after_first_start(backend, programs, dir, &native.specs)
-                        .and_then(|()| {
-                            native::settle(backend, &native.specs, opts.get_ready_timeout())
-                        });
+                    let formed =
+                        native::after_first_start(backend, programs, dir, &native.specs, secure)
+                            .and_then(|()| {
+                                native::settle(backend, &native.specs, opts.get_ready_timeout())
+                            });
                     if let Err(e) = formed {
                         native.shutdown();
                         return Err(e);
@@ -472,6 +477,7 @@ impl Service {
             mode: Mode::External,
             ready_timeout: Duration::ZERO,
             started_in: Duration::ZERO,
+            secure: None,
             inner: Mutex::new(Inner::External),
         }
     }
@@ -495,10 +501,31 @@ impl Service {
                 mode: Mode::Native,
                 ready_timeout: options.get_ready_timeout(),
                 started_in: Duration::ZERO,
+                secure: None,
                 inner: Mutex::new(Inner::Sqlite { dir, _watchdog: watchdog }),
             });
         }
-        match Native::start(backend, &programs, &dir, options) {
+        let secure = if options.get_secure() {
+            if !options.get_placement().is_empty() || backend.node_count() > 1 {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(LaunchError::Unsupported {
+                    backend: backend.name(),
+                    what: "a secure launch of a cluster or with a placement: one server on \
+                           loopback only"
+                        .to_owned(),
+                });
+            }
+            match Secure::generate(backend, &dir) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    return Err(e);
+                }
+            }
+        } else {
+            None
+        };
+        match Native::start(backend, &programs, &dir, options, secure.as_ref()) {
             Ok(native) => {
                 let clients: Vec<SocketAddr> = native
                     .specs
@@ -506,14 +533,19 @@ impl Service {
                     .take(backend.node_count())
                     .map(|s| s.probe.addr())
                     .collect();
+                let url = match (&secure, clients.first()) {
+                    (Some(s), Some(a)) => s.url_for(*a, s.app_user(), s.app_password()),
+                    _ => backend.url_for_addrs(&clients),
+                };
                 Ok(Service {
                     backend,
-                    url: backend.url_for_addrs(&clients),
+                    url,
                     server,
                     addrs: native.specs.iter().map(|s| s.probe.addr()).collect(),
                     mode: Mode::Native,
                     ready_timeout: options.get_ready_timeout(),
                     started_in: Duration::ZERO,
+                    secure,
                     inner: Mutex::new(Inner::Native(native)),
                 })
             }
@@ -525,6 +557,14 @@ impl Service {
     }
 
     fn start_docker(backend: Backend, options: &LaunchOptions) -> Result<Service, LaunchError> {
+        if options.get_secure() {
+            return Err(LaunchError::Unsupported {
+                backend: backend.name(),
+                what: "a secure launch with Docker: docker-compose.yml's servers run without \
+                       authentication or TLS; a secure launch needs a native server"
+                    .to_owned(),
+            });
+        }
         if !options.get_placement().is_empty() {
             return Err(LaunchError::Unsupported {
                 backend: backend.name(),
@@ -554,6 +594,7 @@ impl Service {
                 mode: Mode::Docker,
                 ready_timeout: options.get_ready_timeout(),
                 started_in: Duration::ZERO,
+                secure: None,
                 inner: Mutex::new(Inner::Container(Box::new(running))),
             });
         }
@@ -566,8 +607,15 @@ impl Service {
             mode: Mode::Docker,
             ready_timeout: options.get_ready_timeout(),
             started_in: Duration::ZERO,
+            secure: None,
             inner: Mutex::new(Inner::Compose(compose)),
         })
+    }
+
+    /// What a secure launch made ([`LaunchOptions::secure`]): the CA and the credentials.
+    /// `None` for every other launch.
+    pub fn secure(&self) -> Option<&Secure> {
+        self.secure.as_ref()
     }
 
     /// The backend.
@@ -583,7 +631,8 @@ impl Service {
         &self.server
     }
 
-    /// The URL to connect to (see [`Backend`] for each backend's form).
+    /// The URL to connect to (see [`Backend`] for each backend's form; a secure launch's is the
+    /// application user's, over TLS, with its password).
     pub fn url(&self) -> &str {
         &self.url
     }

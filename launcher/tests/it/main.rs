@@ -9,3 +9,4 @@ mod common;
 mod compose;
 mod faults;
 mod native;
+mod secure;

@@ -1,0 +1,305 @@
+//! The server processes of a secure launch ([`LaunchOptions::secure`](crate::LaunchOptions)) and
+//! the set-up that follows their first start: TLS on the client port and authentication
+//! enforced, as [`Secure`] describes per backend.
+
+use std::{
+    ffi::OsString,
+    net::{Ipv4Addr, SocketAddr},
+    path::{Path, PathBuf},
+};
+
+use nix::sys::signal::Signal;
+
+use super::{as_user, fresh_dir, is_root, postgres_settings, service_user};
+use crate::{
+    Backend, LaunchError,
+    locate::{Programs, which},
+    probe::Probe,
+    process::NodeSpec,
+    secure::{self, CommandProbe, Secure},
+};
+
+fn unsupported(backend: Backend) -> LaunchError {
+    LaunchError::Unsupported {
+        backend: backend.name(),
+        what: "a secure launch (authentication and TLS): the launcher secures postgres, \
+               mariadb, redis and etcd"
+            .to_owned(),
+    }
+}
+
+fn client(backend: Backend, name: &str, package: &str) -> Result<PathBuf, LaunchError> {
+    which(name).ok_or_else(|| LaunchError::NotInstalled {
+        backend: backend.name(),
+        looked_for: format!(
+            "{name} on PATH (a secure launch probes and sets up the server with it)"
+        ),
+        hint: format!("run `cargo xtask provision` or `apt-get install {package}`"),
+    })
+}
+
+fn os(args: &[&str]) -> Vec<OsString> {
+    args.iter().map(OsString::from).collect()
+}
+
+/// The one server of a secure launch on `ports[0]` (and `ports[1]`, etcd's peer port).
+pub(super) fn secure_nodes(
+    backend: Backend,
+    programs: &Programs,
+    dir: &Path,
+    ports: &[u16],
+    s: &Secure,
+) -> Result<Vec<NodeSpec>, LaunchError> {
+    let port = |i: usize| ports.get(i).copied().unwrap_or(0);
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port(0)));
+    let ca = s.ca_path().display().to_string();
+    let spec = match programs {
+        Programs::Postgres { postgres, .. } => {
+            let owner = service_user(backend, "postgres", "postgresql")?;
+            let pg = dir.join("pg");
+            let probe = CommandProbe {
+                addr,
+                program: client(backend, "pg_isready", "postgresql-client")?,
+                // pg_isready answers 0 once the server accepts connections, before any login.
+                args: os(&[
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    &port(0).to_string(),
+                    "-d",
+                    "postgres",
+                    "-t",
+                    "2",
+                ]),
+                env: Vec::new(),
+                expect: "accepting connections",
+            };
+            as_user(postgres, owner, pg.join("server.log"), Probe::Command(Box::new(probe)))
+                .arg("-D")
+                .arg(pg.join("data").as_os_str())
+                .arg("-p")
+                .arg(port(0).to_string())
+                .arg("-k")
+                .arg(pg.as_os_str())
+                .args(postgres_settings("127.0.0.1", false, Some(s)))
+                .cwd(&pg)
+                .stop_with(Signal::SIGINT)
+        }
+        Programs::MariaDb { server, .. } => {
+            let m = dir.join("maria");
+            let probe = CommandProbe {
+                addr,
+                program: client(backend, "mariadb-admin", "mariadb-client")?,
+                args: os(&[
+                    "--no-defaults",
+                    "--protocol=tcp",
+                    "-h127.0.0.1",
+                    &format!("-P{}", port(0)),
+                    &format!("-u{}", s.admin_user()),
+                    "--ssl",
+                    &format!("--ssl-ca={ca}"),
+                    "--ssl-verify-server-cert",
+                    "--connect-timeout=2",
+                    "ping",
+                ]),
+                env: vec![("MYSQL_PWD".to_owned(), s.admin_password().to_owned())],
+                expect: "is alive",
+            };
+            let mut spec =
+                NodeSpec::new(server, m.join("server.log"), Probe::Command(Box::new(probe)))
+                    .arg("--no-defaults")
+                    .arg(format!("--datadir={}", m.join("data").display()))
+                    .arg(format!("--port={}", port(0)))
+                    .arg("--bind-address=127.0.0.1")
+                    .arg(format!("--socket={}", m.join("sock").display()))
+                    .arg(format!("--pid-file={}", m.join("pid").display()))
+                    .arg(format!("--init-file={}", m.join("init.sql").display()))
+                    .arg(format!("--ssl-ca={ca}"))
+                    .arg(format!("--ssl-cert={}", s.cert_path().display()))
+                    .arg(format!("--ssl-key={}", s.key_path().display()))
+                    .args([
+                        "--require-secure-transport=ON",
+                        "--tls-version=TLSv1.3",
+                        "--skip-log-bin",
+                        "--skip-name-resolve",
+                        "--innodb-flush-log-at-trx-commit=0",
+                        "--innodb-buffer-pool-size=64M",
+                        "--max-connections=500",
+                    ])
+                    .cwd(&m);
+            if is_root() {
+                spec = spec.arg("--user=mysql");
+            }
+            spec
+        }
+        Programs::Redis { server } => {
+            let d = dir.join("redis");
+            fresh_dir(backend, &d)?;
+            // Users live in an ACL file, so that users a test adds (`ACL SETUSER` then
+            // `ACL SAVE`) survive a restart; `default` (the password-less user) is off.
+            let acl = d.join("users.acl");
+            secure::write_secret(
+                backend,
+                &acl,
+                &format!(
+                    "user default off\nuser {} on >{} ~* &* +@all\n",
+                    s.admin_user(),
+                    s.admin_password()
+                ),
+            )?;
+            let conf = d.join("redis.conf");
+            secure::write_secret(
+                backend,
+                &conf,
+                &format!(
+                    "port 0\ntls-port {port}\nbind 127.0.0.1\nprotected-mode yes\ndir {dir}\n\
+                     tls-cert-file {cert}\ntls-key-file {key}\ntls-ca-cert-file {ca}\n\
+                     tls-auth-clients no\ntls-protocols \"TLSv1.3\"\naclfile {acl}\n\
+                     save \"\"\nappendonly yes\nappendfsync no\n",
+                    port = port(0),
+                    dir = d.display(),
+                    cert = s.cert_path().display(),
+                    key = s.key_path().display(),
+                    acl = acl.display(),
+                ),
+            )?;
+            let cli = client(backend, "redis-cli", "redis-tools")?;
+            let probe = CommandProbe {
+                addr,
+                program: cli,
+                args: os(&[
+                    "--tls",
+                    "--cacert",
+                    &ca,
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    &port(0).to_string(),
+                    "--user",
+                    s.admin_user(),
+                    "--no-auth-warning",
+                    "PING",
+                ]),
+                env: vec![("REDISCLI_AUTH".to_owned(), s.admin_password().to_owned())],
+                expect: "PONG",
+            };
+            NodeSpec::new(server, d.join("server.log"), Probe::Command(Box::new(probe)))
+                .arg(conf.as_os_str())
+                .cwd(&d)
+        }
+        Programs::Etcd { server } => {
+            let d = dir.join("etcd0");
+            fresh_dir(backend, &d)?;
+            let c = format!("https://{addr}");
+            let p = format!("http://127.0.0.1:{}", port(1));
+            let probe = CommandProbe {
+                addr,
+                program: client(backend, "curl", "curl")?,
+                // etcd answers /health without a login, also once auth is enabled.
+                args: os(&["-s", "--max-time", "2", "--cacert", &ca, &format!("{c}/health")]),
+                env: Vec::new(),
+                expect: "true",
+            };
+            NodeSpec::new(server, d.join("server.log"), Probe::Command(Box::new(probe)))
+                .args(["--name", "n0", "--data-dir"])
+                .arg(d.join("data").as_os_str())
+                .args(["--listen-client-urls", &c, "--advertise-client-urls", &c])
+                .args(["--listen-peer-urls", &p, "--initial-advertise-peer-urls", &p])
+                .args(["--initial-cluster", &format!("n0={p}"), "--initial-cluster-state", "new"])
+                .arg("--cert-file")
+                .arg(s.cert_path().as_os_str())
+                .arg("--key-file")
+                .arg(s.key_path().as_os_str())
+                .args(["--logger", "zap", "--log-level", "warn"])
+                .cwd(&d)
+        }
+        _ => return Err(unsupported(backend)),
+    };
+    Ok(vec![spec])
+}
+
+/// What a secure server needs once it answers, on its first start: PostgreSQL's application
+/// role; etcd's root user and role, the application user, and `auth enable`. (MariaDB's users
+/// come from its init file at every start, Redis's from its ACL file.)
+pub(super) fn secure_setup(
+    backend: Backend,
+    programs: &Programs,
+    addr: SocketAddr,
+    s: &Secure,
+) -> Result<(), LaunchError> {
+    let ca = s.ca_path().display().to_string();
+    match programs {
+        Programs::Postgres { postgres, .. } => {
+            let psql = postgres
+                .parent()
+                .map(|d| d.join("psql"))
+                .filter(|p| p.is_file())
+                .map_or_else(|| client(backend, "psql", "postgresql-client"), Ok)?;
+            let conn = format!(
+                "host=127.0.0.1 port={} user=postgres dbname=postgres sslmode=verify-full sslrootcert={ca}",
+                addr.port()
+            );
+            // A login role and nothing more: no table of its own, and no CREATE on `public`
+            // (PostgreSQL 15 grants PUBLIC only USAGE there).
+            let sql =
+                format!("CREATE ROLE {} LOGIN PASSWORD '{}';\n", s.app_user(), s.app_password());
+            run_secret(
+                backend,
+                s,
+                "creating the application role",
+                &psql,
+                &[&conn, "-v", "ON_ERROR_STOP=1", "-q"],
+                &[("PGPASSWORD", s.admin_password())],
+                Some(&sql),
+            )
+        }
+        Programs::Etcd { .. } => {
+            let etcdctl = client(backend, "etcdctl", "etcd-client")?;
+            let endpoint = format!("--endpoints=https://{addr}");
+            let cacert = format!("--cacert={ca}");
+            let root = format!("root:{}", s.admin_password());
+            let app = format!("{}:{}", s.app_user(), s.app_password());
+            let steps: [(&str, Vec<&str>); 5] = [
+                ("adding user root", vec!["user", "add", &root]),
+                ("adding role root", vec!["role", "add", "root"]),
+                ("granting role root to root", vec!["user", "grant-role", "root", "root"]),
+                ("adding the application user", vec!["user", "add", &app]),
+                ("enabling authentication", vec!["auth", "enable"]),
+            ];
+            for (what, args) in steps {
+                let mut all = vec![endpoint.as_str(), cacert.as_str()];
+                all.extend(args);
+                run_secret(backend, s, what, &etcdctl, &all, &[("ETCDCTL_API", "3")], None)?;
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// [`secure::setup_step`] with both passwords hidden from whatever its error quotes.
+fn run_secret(
+    backend: Backend,
+    s: &Secure,
+    what: &str,
+    program: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    stdin: Option<&str>,
+) -> Result<(), LaunchError> {
+    let env: Vec<(String, String)> =
+        env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    secure::setup_step(backend, what, program, args, &env, stdin).map(drop).map_err(|e| match e {
+        LaunchError::CommandFailed { backend, command, status, output } => {
+            let hide =
+                |t: String| t.replace(s.admin_password(), "***").replace(s.app_password(), "***");
+            LaunchError::CommandFailed {
+                backend,
+                command: hide(command),
+                status,
+                output: hide(output),
+            }
+        }
+        other => other,
+    })
+}

@@ -1,0 +1,185 @@
+//! Secure launches ([`LaunchOptions::secure`]): each server is reached with its own command-line
+//! client, and refuses plaintext, a missing password and a wrong one, while the administrator
+//! over TLS verified against the throwaway CA gets in; restarts keep it so.
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use crate::common;
+
+use std::process::Command;
+
+use common::native;
+use shedlock_launcher::{Backend, Service};
+
+fn start_secure(backend: Backend) -> Service {
+    let s = Service::start(backend, &native().secure(true)).unwrap_or_else(|e| panic!("{e}"));
+    let sec = s.secure().expect("a secure launch says what it made");
+    for secret in [sec.admin_password(), sec.app_password()] {
+        assert!(!format!("{s:?}").contains(secret), "Debug shows a password: {s:?}");
+    }
+    s
+}
+
+/// Runs `program`; returns whether it succeeded and what it printed.
+fn attempt(program: &str, args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
+    let out = Command::new(program)
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+#[test]
+fn secure_postgres_takes_only_scram_logins_over_tls() {
+    let s = start_secure(Backend::Postgres);
+    let sec = s.secure().unwrap();
+    let port = s.addr().unwrap().port();
+    let ca = sec.ca_path().display().to_string();
+    let conn = |user: &str, mode: &str| {
+        format!(
+            "host=127.0.0.1 port={port} user={user} dbname=postgres sslmode={mode} sslrootcert={ca}"
+        )
+    };
+    let psql =
+        |c: String, pw: &str, sql: &str| attempt("psql", &[&c, "-Atc", sql], &[("PGPASSWORD", pw)]);
+    let (ok, out) = psql(
+        conn("postgres", "verify-full"),
+        sec.admin_password(),
+        "SELECT version FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+    );
+    assert!(ok, "{out}");
+    assert_eq!(out.trim(), "TLSv1.3");
+    let (ok, out) =
+        psql(conn(sec.app_user(), "verify-full"), sec.app_password(), "SELECT current_user");
+    assert!(ok, "{out}");
+    assert_eq!(out.trim(), sec.app_user());
+    // The application role can create nothing.
+    let (ok, out) =
+        psql(conn(sec.app_user(), "verify-full"), sec.app_password(), "CREATE TABLE t(x int)");
+    assert!(!ok && out.contains("permission denied"), "{out}");
+    let (ok, out) = psql(conn("postgres", "disable"), sec.admin_password(), "SELECT 1");
+    assert!(!ok && out.contains("no encryption"), "plaintext must be refused: {out}");
+    let (ok, out) = psql(conn("postgres", "verify-full"), "wrong", "SELECT 1");
+    assert!(!ok && out.contains("password authentication failed"), "{out}");
+    s.restart().unwrap();
+    let (ok, out) = psql(conn(sec.app_user(), "verify-full"), sec.app_password(), "SELECT 1");
+    assert!(ok, "after a restart: {out}");
+}
+
+#[test]
+fn secure_mariadb_takes_only_tls_logins_and_the_app_user_has_no_privilege() {
+    let s = start_secure(Backend::MariaDb);
+    let sec = s.secure().unwrap();
+    let port = s.addr().unwrap().port().to_string();
+    let ca = format!("--ssl-ca={}", sec.ca_path().display());
+    let sql = |user: &str, pw: &str, tls: bool, q: &str| {
+        let u = format!("-u{user}");
+        let mut args =
+            vec!["--no-defaults", "--protocol=tcp", "-h127.0.0.1", "-P", &port, &u, "-N", "-e", q];
+        if tls {
+            args.extend(["--ssl", &ca, "--ssl-verify-server-cert"]);
+        } else {
+            args.push("--skip-ssl");
+        }
+        attempt("mariadb", &args, &[("MYSQL_PWD", pw)])
+    };
+    let (ok, out) =
+        sql(sec.admin_user(), sec.admin_password(), true, "SHOW STATUS LIKE 'Ssl_version'");
+    assert!(ok, "{out}");
+    assert!(out.contains("TLSv1.3"), "{out}");
+    let (ok, out) = sql(sec.app_user(), sec.app_password(), true, "SHOW GRANTS");
+    assert!(ok, "{out}");
+    assert!(out.contains("GRANT USAGE") && !out.contains("ALL PRIVILEGES"), "{out}");
+    let (ok, out) = sql(sec.admin_user(), sec.admin_password(), false, "SELECT 1");
+    assert!(!ok, "plaintext must be refused: {out}");
+    let (ok, out) = sql(sec.app_user(), "wrong", true, "SELECT 1");
+    assert!(!ok && out.contains("Access denied"), "{out}");
+    s.restart().unwrap();
+    let (ok, out) = sql(sec.app_user(), sec.app_password(), true, "SELECT 1");
+    assert!(ok, "after a restart: {out}");
+}
+
+#[test]
+fn secure_redis_listens_only_on_tls_and_refuses_the_default_user() {
+    let s = start_secure(Backend::Redis);
+    let sec = s.secure().unwrap();
+    let port = s.addr().unwrap().port().to_string();
+    let ca = sec.ca_path().display().to_string();
+    let cli = |tls: bool, user: Option<&str>, pw: &str, cmd: &[&str]| {
+        let mut args = vec!["-h", "127.0.0.1", "-p", &port, "--no-auth-warning"];
+        if tls {
+            args.extend(["--tls", "--cacert", &ca]);
+        }
+        if let Some(u) = user {
+            args.extend(["--user", u]);
+        }
+        args.extend(cmd);
+        attempt("redis-cli", &args, &[("REDISCLI_AUTH", pw)])
+    };
+    let admin = Some(sec.admin_user());
+    let (_, out) = cli(true, admin, sec.admin_password(), &["PING"]);
+    assert_eq!(out.trim(), "PONG");
+    let (_, out) = cli(true, None, "", &["PING"]);
+    assert!(out.contains("NOAUTH") || out.contains("WRONGPASS"), "{out}");
+    let (_, out) = cli(true, admin, "wrong", &["PING"]);
+    assert!(out.contains("WRONGPASS") || out.contains("AUTH failed"), "{out}");
+    let (_, out) = cli(false, admin, sec.admin_password(), &["PING"]);
+    assert_ne!(out.trim(), "PONG", "plaintext must be refused");
+    // A user added by a test survives a restart once saved.
+    let pw = format!(">{}", sec.app_password());
+    let (_, out) = cli(
+        true,
+        admin,
+        sec.admin_password(),
+        &["ACL", "SETUSER", sec.app_user(), "on", &pw, "~app:*", "+ping"],
+    );
+    assert_eq!(out.trim(), "OK");
+    let (_, out) = cli(true, admin, sec.admin_password(), &["ACL", "SAVE"]);
+    assert_eq!(out.trim(), "OK");
+    s.restart().unwrap();
+    let (_, out) = cli(true, Some(sec.app_user()), sec.app_password(), &["PING"]);
+    assert_eq!(out.trim(), "PONG", "after a restart");
+}
+
+#[test]
+fn secure_etcd_serves_https_only_and_enforces_authentication() {
+    let s = start_secure(Backend::Etcd);
+    let sec = s.secure().unwrap();
+    assert!(s.url().starts_with("https://"), "{}", s.url());
+    let endpoint = format!("--endpoints={}", s.url());
+    let ca = format!("--cacert={}", sec.ca_path().display());
+    let ctl = |user: Option<String>, args: &[&str]| {
+        let mut all = vec![endpoint.as_str(), ca.as_str(), "--command-timeout=3s"];
+        let u = user.map(|u| format!("--user={u}"));
+        if let Some(u) = &u {
+            all.push(u);
+        }
+        all.extend(args);
+        attempt("etcdctl", &all, &[("ETCDCTL_API", "3")])
+    };
+    let root = Some(format!("root:{}", sec.admin_password()));
+    let (ok, out) = ctl(root.clone(), &["put", "/x", "1"]);
+    assert!(ok, "{out}");
+    let (ok, out) = ctl(None, &["get", "/x"]);
+    assert!(!ok && out.contains("user name is empty"), "no login must be refused: {out}");
+    let app = Some(format!("{}:{}", sec.app_user(), sec.app_password()));
+    let (ok, out) = ctl(app.clone(), &["get", "/x"]);
+    assert!(!ok && out.contains("permission denied"), "the app user has no role yet: {out}");
+    let (ok, out) = ctl(Some(format!("{}:wrong", sec.app_user())), &["get", "/x"]);
+    assert!(!ok && out.contains("authentication failed"), "{out}");
+    let plain = s.url().replacen("https://", "http://", 1);
+    let (ok, out) = attempt(
+        "etcdctl",
+        &[
+            &format!("--endpoints={plain}"),
+            "--command-timeout=2s",
+            "--dial-timeout=2s",
+            "get",
+            "/x",
+        ],
+        &[("ETCDCTL_API", "3")],
+    );
+    assert!(!ok, "plaintext must be refused: {out}");
+}
