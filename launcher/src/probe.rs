@@ -3,11 +3,17 @@
 //! COM_PING; Redis: PING; memcached: version; NATS: INFO plus the JetStream health endpoint;
 //! MongoDB: `hello`; DynamoDB: ListTables; S3: ListBuckets; etcd: `/health`; ZooKeeper: `srvr`
 //! reporting a Mode), not merely when its port accepts connections.
+//!
+//! A probe trusts nothing the server sends: every length it reads is checked against
+//! [`MAX_REPLY`] before anything is allocated for it, every line stops at [`MAX_LINE`], every
+//! loop over messages at [`MAX_MESSAGES`], and a whole probe at [`PROBE_DEADLINE`] however
+//! slowly the server drips its bytes. A server over a limit fails the probe with a message that
+//! says what it sent.
 
 use std::{
-    io::{Read, Write},
+    io::{self, Read, Write},
     net::{SocketAddr, TcpStream},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 /// One readiness probe.
@@ -38,13 +44,99 @@ pub(crate) enum Probe {
 
 const IO_TIMEOUT: Duration = Duration::from_secs(3);
 
-fn connect(addr: SocketAddr) -> Result<TcpStream, String> {
+/// The longest time one probe spends on its connection, however the server paces its bytes.
+const PROBE_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The longest line a probe reads (Redis, memcached, NATS `INFO`): 64 KiB. A NATS `INFO` line,
+/// the longest of them, is a few KiB.
+const MAX_LINE: usize = 64 * 1024;
+
+/// The largest reply a probe reads whole or allocates for from a server-sent length: 1 MiB (an
+/// HTTP response, a Redis bulk string, ZooKeeper's `srvr`, a PostgreSQL message, a MySQL packet,
+/// a MongoDB reply). The replies a probe expects are a few KiB at most.
+const MAX_REPLY: usize = 1 << 20;
+
+/// The most messages a probe reads before the one it waits for (PostgreSQL sends about twenty
+/// before ReadyForQuery; MySQL one authentication switch or two).
+const MAX_MESSAGES: usize = 256;
+
+/// A probe's connection: reads and writes end at the probe's deadline, each within
+/// [`IO_TIMEOUT`].
+struct Wire {
+    s: TcpStream,
+    deadline: Instant,
+}
+
+impl Wire {
+    /// The time left, at most [`IO_TIMEOUT`]; an error once the deadline has passed.
+    fn left(&self) -> io::Result<Duration> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the probe's {PROBE_DEADLINE:?} deadline passed"),
+            ));
+        }
+        Ok(left.min(IO_TIMEOUT))
+    }
+
+    /// `e`, or the deadline's error if `e` is a time-out that reached the deadline.
+    fn timed_out(&self, e: io::Error) -> io::Error {
+        let timeout = matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut);
+        match self.left() {
+            Err(deadline) if timeout => deadline,
+            _ => e,
+        }
+    }
+}
+
+impl Read for Wire {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.s.set_read_timeout(Some(self.left()?))?;
+        self.s.read(buf).map_err(|e| self.timed_out(e))
+    }
+}
+
+impl Write for Wire {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.s.set_write_timeout(Some(self.left()?))?;
+        self.s.write(buf).map_err(|e| self.timed_out(e))
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.s.flush()
+    }
+}
+
+fn connect(addr: SocketAddr) -> Result<Wire, String> {
     let s = TcpStream::connect_timeout(&addr, Duration::from_secs(1))
         .map_err(|e| format!("connect {addr}: {e}"))?;
-    let _ = s.set_read_timeout(Some(IO_TIMEOUT));
-    let _ = s.set_write_timeout(Some(IO_TIMEOUT));
     let _ = s.set_nodelay(true);
-    Ok(s)
+    Ok(Wire { s, deadline: Instant::now() + PROBE_DEADLINE })
+}
+
+/// `len`, a length the server sent for `what`, if it is within [`MAX_REPLY`].
+fn bounded(what: &str, len: usize) -> Result<usize, String> {
+    if len > MAX_REPLY {
+        Err(format!(
+            "the server announced a {what} of {len} bytes; a probe reads at most {MAX_REPLY}"
+        ))
+    } else {
+        Ok(len)
+    }
+}
+
+/// Reads until the server closes the connection, at most [`MAX_REPLY`] bytes: more is an error.
+fn read_to_close(s: &mut Wire, what: &str) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    let r = Read::by_ref(s).take(MAX_REPLY as u64 + 1).read_to_end(&mut out);
+    if out.len() > MAX_REPLY {
+        return Err(format!("the server sent a {what} longer than {MAX_REPLY} bytes"));
+    }
+    match r {
+        Err(e) if out.is_empty() => Err(format!("read {what}: {e}")),
+        _ => Ok(out),
+    }
 }
 
 fn io(what: &str) -> impl Fn(std::io::Error) -> String + '_ {
@@ -146,8 +238,8 @@ impl Probe {
             Probe::ZooKeeper(a) => {
                 let mut s = connect(*a)?;
                 s.write_all(b"srvr").map_err(io("send srvr"))?;
-                let mut out = String::new();
-                let _ = s.read_to_string(&mut out);
+                let out = read_to_close(&mut s, "srvr reply")?;
+                let out = String::from_utf8_lossy(&out);
                 let mode = out.lines().find_map(|l| l.strip_prefix("Mode:")).map(str::trim);
                 match mode {
                     Some("standalone" | "leader" | "follower") => Ok(()),
@@ -173,10 +265,18 @@ fn expect_prefix(reply: &str, prefix: &str) -> Result<(), String> {
     }
 }
 
-fn read_line(s: &mut TcpStream) -> Result<String, String> {
+/// Reads one line (with its newline, if the server closed after it without one: without), at
+/// most [`MAX_LINE`] bytes: a longer one is an error.
+fn read_line(s: &mut Wire) -> Result<String, String> {
     let mut buf = Vec::new();
     let mut byte = [0u8; 1];
-    while buf.len() < 64 * 1024 {
+    loop {
+        if buf.len() == MAX_LINE {
+            return Err(format!(
+                "the server sent a line longer than {MAX_LINE} bytes, starting {:?}",
+                snippet(&String::from_utf8_lossy(&buf[..64]))
+            ));
+        }
         match s.read(&mut byte) {
             Ok(0) => break,
             Ok(_) => {
@@ -227,12 +327,13 @@ fn redis_bulk(addr: SocketAddr, request: &[u8]) -> Result<String, String> {
     let len: usize = header
         .strip_prefix('$')
         .and_then(|n| n.trim().parse().ok())
-        .ok_or_else(|| format!("{addr} answered {header:?}"))?;
-    let mut body = vec![0; len];
+        .ok_or_else(|| format!("{addr} answered {}", snippet(&header)))?;
+    let mut body = vec![0; bounded("bulk string", len)?];
     s.read_exact(&mut body).map_err(io("read a bulk reply"))?;
     Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
+/// Sends `request` and reads one line of reply.
 fn line_exchange(addr: SocketAddr, request: &[u8]) -> Result<String, String> {
     let mut s = connect(addr)?;
     s.write_all(request).map_err(io("send"))?;
@@ -258,12 +359,7 @@ pub(crate) fn http(
     req.push_str("\r\n");
     req.push_str(body);
     s.write_all(req.as_bytes()).map_err(io("send HTTP request"))?;
-    let mut resp = Vec::new();
-    if let Err(e) = s.read_to_end(&mut resp)
-        && resp.is_empty()
-    {
-        return Err(format!("read HTTP response: {e}"));
-    }
+    let resp = read_to_close(&mut s, "HTTP response")?;
     let text = String::from_utf8_lossy(&resp);
     let status = text
         .split(' ')
@@ -285,11 +381,14 @@ fn postgres(addr: SocketAddr) -> Result<(), String> {
     msg.extend_from_slice(&196_608u32.to_be_bytes());
     msg.extend_from_slice(params);
     s.write_all(&msg).map_err(io("send startup"))?;
-    loop {
+    for _ in 0..MAX_MESSAGES {
         let mut head = [0u8; 5];
         s.read_exact(&mut head).map_err(io("read"))?;
         let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
-        let mut body = vec![0u8; len.saturating_sub(4).min(1 << 20)];
+        if len < 4 {
+            return Err(format!("a message of type {:?} with length {len}", char::from(head[0])));
+        }
+        let mut body = vec![0u8; bounded("message", len - 4)?];
         s.read_exact(&mut body).map_err(io("read"))?;
         match head[0] {
             b'R' => {
@@ -313,20 +412,21 @@ fn postgres(addr: SocketAddr) -> Result<(), String> {
             _ => {}
         }
     }
+    Err(format!("no ReadyForQuery after {MAX_MESSAGES} messages"))
 }
 
 // ---------- MySQL / MariaDB ----------
 
-fn mysql_read(s: &mut TcpStream) -> Result<(u8, Vec<u8>), String> {
+fn mysql_read(s: &mut Wire) -> Result<(u8, Vec<u8>), String> {
     let mut head = [0u8; 4];
     s.read_exact(&mut head).map_err(io("read"))?;
     let len = usize::from(head[0]) | usize::from(head[1]) << 8 | usize::from(head[2]) << 16;
-    let mut payload = vec![0u8; len];
+    let mut payload = vec![0u8; bounded("packet", len)?];
     s.read_exact(&mut payload).map_err(io("read"))?;
     Ok((head[3], payload))
 }
 
-fn mysql_write(s: &mut TcpStream, seq: u8, payload: &[u8]) -> Result<(), String> {
+fn mysql_write(s: &mut Wire, seq: u8, payload: &[u8]) -> Result<(), String> {
     let len = payload.len();
     let mut p =
         vec![(len & 0xff) as u8, ((len >> 8) & 0xff) as u8, ((len >> 16) & 0xff) as u8, seq];
@@ -367,7 +467,10 @@ fn mysql(addr: SocketAddr) -> Result<(), String> {
     resp.extend_from_slice(b"mysql_native_password\0");
     let mut seq = seq.wrapping_add(1);
     mysql_write(&mut s, seq, &resp)?;
-    loop {
+    for n in 0.. {
+        if n == MAX_MESSAGES {
+            return Err(format!("no login answer after {MAX_MESSAGES} packets"));
+        }
         let (got, reply) = mysql_read(&mut s)?;
         match reply.first() {
             Some(0) => break,
@@ -467,10 +570,13 @@ fn mongo_hello(addr: SocketAddr) -> Result<(), String> {
     s.write_all(&msg).map_err(io("send hello"))?;
     let mut head = [0u8; 16];
     s.read_exact(&mut head).map_err(io("read"))?;
-    let len =
-        usize::try_from(i32::from_le_bytes([head[0], head[1], head[2], head[3]])).unwrap_or(0);
+    let len = i32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+    let len = usize::try_from(len)
+        .ok()
+        .filter(|l| *l >= 16)
+        .ok_or_else(|| format!("a reply with message length {len}"))?;
     let opcode = i32::from_le_bytes([head[12], head[13], head[14], head[15]]);
-    let mut rest = vec![0u8; len.saturating_sub(16).min(16 << 20)];
+    let mut rest = vec![0u8; bounded("reply", len - 16)?];
     s.read_exact(&mut rest).map_err(io("read"))?;
     if opcode != 2013 || rest.len() < 5 || rest[4] != 0 {
         return Err(format!("unexpected reply (opcode {opcode})"));
@@ -507,6 +613,146 @@ mod tests {
         drop(l);
         let err = Probe::Redis(addr).check().unwrap_err();
         assert!(err.contains("connect"), "{err}");
+    }
+
+    /// A hostile server on 127.0.0.1: each connection gets `answer`, then stays open until the
+    /// client closes it.
+    fn hostile(answer: impl Fn(&mut TcpStream) + Send + 'static) -> SocketAddr {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(mut s) = s else { return };
+                answer(&mut s);
+                let mut sink = [0u8; 1024];
+                while matches!(s.read(&mut sink), Ok(n) if n > 0) {}
+            }
+        });
+        addr
+    }
+
+    /// Writes `head`, then `fill` until the client goes away.
+    fn endless(s: &mut TcpStream, head: &[u8], fill: u8) {
+        let chunk = vec![fill; 64 * 1024];
+        if s.write_all(head).is_ok() {
+            while s.write_all(&chunk).is_ok() {}
+        }
+    }
+
+    /// The error of `probe`, which must come well before [`PROBE_DEADLINE`]: the limits end it,
+    /// not the clock.
+    fn fails_fast(probe: impl FnOnce() -> Result<(), String>) -> String {
+        let started = Instant::now();
+        let e = probe().expect_err("a hostile server fails the probe");
+        assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+        e
+    }
+
+    fn says(e: &str, words: &[&str]) {
+        for w in words {
+            assert!(e.contains(w), "{e:?} should say {w:?}");
+        }
+    }
+
+    #[test]
+    fn an_endless_line_is_an_error_at_64_kib_not_a_truncated_line_that_passes() {
+        // Each starts with what the probe looks for: a cut line would have passed.
+        let redis = hostile(|s| endless(s, b"+PONG", b'x'));
+        says(&fails_fast(|| Probe::Redis(redis).check()), &["longer than 65536", "+PONGx"]);
+        let memcached = hostile(|s| endless(s, b"VERSION ", b'1'));
+        says(&fails_fast(|| Probe::Memcached(memcached).check()), &["longer than 65536"]);
+        let nats = hostile(|s| endless(s, b"INFO {", b' '));
+        let monitor = nats;
+        says(&fails_fast(|| Probe::Nats { client: nats, monitor }.check()), &["longer than"]);
+    }
+
+    #[test]
+    fn a_redis_bulk_length_of_99999999999_is_refused_before_allocating() {
+        let a = hostile(|s| {
+            let _ = s.write_all(b"$99999999999\r\n");
+        });
+        says(&fails_fast(|| redis_cluster_ok(a)), &["bulk string of 99999999999 bytes", "1048576"]);
+    }
+
+    #[test]
+    fn an_endless_http_response_is_an_error_at_1_mib() {
+        let head = b"HTTP/1.1 200 OK\r\n\r\n{\"health\":\"true\"";
+        let etcd = hostile(move |s| endless(s, head, b' '));
+        says(&fails_fast(|| Probe::Etcd(etcd).check()), &["HTTP response longer than 1048576"]);
+        let ok = hostile(|s| endless(s, b"HTTP/1.1 200 OK\r\n\r\n", b'x'));
+        let e = fails_fast(|| Probe::HttpOk { addr: ok, path: "/ready" }.check());
+        says(&e, &["longer than 1048576"]);
+    }
+
+    #[test]
+    fn an_endless_zookeeper_srvr_reply_is_an_error_at_1_mib() {
+        let zk = hostile(|s| endless(s, b"Mode: standalone\n", b'x'));
+        says(&fails_fast(|| Probe::ZooKeeper(zk).check()), &["srvr reply longer than 1048576"]);
+    }
+
+    #[test]
+    fn a_postgres_message_length_of_4_gib_is_refused_before_allocating() {
+        let a = hostile(|s| {
+            let _ = s.write_all(&[b'R', 0xff, 0xff, 0xff, 0xff]);
+        });
+        says(&fails_fast(|| Probe::Postgres(a).check()), &["message of 4294967291 bytes"]);
+        let a = hostile(|s| {
+            let _ = s.write_all(&[b'R', 0, 0, 0, 3]);
+        });
+        says(&fails_fast(|| Probe::Postgres(a).check()), &["length 3"]);
+    }
+
+    #[test]
+    fn a_postgres_server_that_never_says_ready_is_cut_after_256_messages() {
+        // Empty ParameterStatus messages, forever.
+        let a = hostile(|s| {
+            let msgs = [b'S', 0, 0, 0, 4].repeat(4096);
+            while s.write_all(&msgs).is_ok() {}
+        });
+        says(&fails_fast(|| Probe::Postgres(a).check()), &["no ReadyForQuery after 256"]);
+    }
+
+    #[test]
+    fn a_mysql_packet_length_of_16_mib_is_refused_before_allocating() {
+        let a = hostile(|s| {
+            let _ = s.write_all(&[0xff, 0xff, 0xff, 0]);
+        });
+        says(&fails_fast(|| Probe::MySql(a).check()), &["packet of 16777215 bytes"]);
+    }
+
+    #[test]
+    fn a_mongo_reply_length_of_2_gib_or_below_its_header_is_refused_before_allocating() {
+        let head = |len: i32| {
+            let mut h = len.to_le_bytes().to_vec();
+            h.extend_from_slice(&[0; 8]);
+            h.extend_from_slice(&2013i32.to_le_bytes());
+            h
+        };
+        let big = head(i32::MAX);
+        let a = hostile(move |s| {
+            let _ = s.write_all(&big);
+        });
+        says(&fails_fast(|| Probe::MongoDb(a).check()), &["reply of 2147483631 bytes"]);
+        let negative = head(-1);
+        let a = hostile(move |s| {
+            let _ = s.write_all(&negative);
+        });
+        says(&fails_fast(|| Probe::MongoDb(a).check()), &["message length -1"]);
+    }
+
+    #[test]
+    fn a_server_dripping_bytes_is_cut_at_the_probe_deadline() {
+        let a = hostile(|s| {
+            while s.write_all(b"x").is_ok() {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        let mut w = connect(a).unwrap();
+        w.deadline = Instant::now() + Duration::from_millis(300);
+        let started = Instant::now();
+        let e = read_line(&mut w).unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
+        says(&e, &["deadline passed"]);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use tokio::{
     time::{Instant, Sleep},
 };
 
-use crate::proto::{Line, Reply, parse_line};
+use crate::proto::{Line, MAX_LINE_LEN, MAX_STATS_LINES, MAX_VALUE_LEN, Reply, parse_line};
 
 /// Why an exchange failed. Every failure leaves the connection in an unknown state: it is
 /// discarded, never reused.
@@ -32,6 +32,11 @@ pub(crate) enum ConnError {
     /// The server answered something this client does not understand.
     #[error("unexpected reply {0:?}")]
     Protocol(String),
+    /// The server sent more than this client ever reads: a value block over
+    /// [`MAX_VALUE_LEN`], a line over [`MAX_LINE_LEN`], a `stats` reply over
+    /// [`MAX_STATS_LINES`] lines. Nothing was allocated for it; the connection is dropped.
+    #[error("{0}")]
+    Oversized(String),
     /// The call's deadline passed first.
     #[error("the deadline passed")]
     TimedOut,
@@ -127,7 +132,12 @@ impl Io {
     async fn stats_epoch(&mut self) -> Result<Epoch, ConnError> {
         self.stream.get_mut().write_all(b"stats\r\n").await?;
         let (mut pid, mut time, mut uptime) = (None, None, None);
-        loop {
+        for n in 0.. {
+            if n == MAX_STATS_LINES {
+                return Err(ConnError::Oversized(format!(
+                    "the server's stats reply went on past {MAX_STATS_LINES} lines without END"
+                )));
+            }
             let line = self.read_line().await?;
             let text = String::from_utf8_lossy(line);
             if text == "END" {
@@ -145,15 +155,26 @@ impl Io {
         match (pid, time, uptime) {
             // `time` and `uptime` are read from one clock sample, so their difference is the
             // same for every `stats` of one process.
-            (Some(pid), Some(time), Some(uptime)) => Ok(Epoch { pid, started: time - uptime }),
+            (Some(pid), Some(time), Some(uptime)) => match time.checked_sub(uptime) {
+                Some(started) => Ok(Epoch { pid, started }),
+                None => Err(ConnError::Protocol(format!("stats: time {time}, uptime {uptime}"))),
+            },
             _ => Err(ConnError::Protocol("stats without pid, time and uptime".into())),
         }
     }
 
-    /// Reads one line, without its CRLF.
+    /// Reads one line, without its CRLF: at most [`MAX_LINE_LEN`] bytes before it, whatever
+    /// the server sends.
     async fn read_line(&mut self) -> Result<&[u8], ConnError> {
         self.line.clear();
-        let n = self.stream.read_until(b'\n', &mut self.line).await?;
+        let limit = MAX_LINE_LEN + 2;
+        let n = (&mut self.stream).take(limit as u64).read_until(b'\n', &mut self.line).await?;
+        if n == limit && !self.line.ends_with(b"\n") {
+            let start = String::from_utf8_lossy(&self.line[..64]).into_owned();
+            return Err(ConnError::Oversized(format!(
+                "the server sent a line longer than {MAX_LINE_LEN} bytes, starting {start:?}"
+            )));
+        }
         if n == 0 || !self.line.ends_with(b"\r\n") {
             return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed").into());
         }
@@ -167,6 +188,13 @@ impl Io {
         match parse_line(line) {
             Line::Error(e) => Err(ConnError::Server(e)),
             Line::Meta(reply, None) => Ok(reply),
+            Line::Meta(reply, Some(len)) if len > MAX_VALUE_LEN => {
+                Err(ConnError::Oversized(format!(
+                    "the server announced a value of {len} bytes ({} {len}); this client reads \
+                     at most {MAX_VALUE_LEN} (a lock record is far smaller)",
+                    reply.code_str()
+                )))
+            }
             Line::Meta(mut reply, Some(len)) => {
                 let mut value = vec![0; len + 2];
                 self.stream.read_exact(&mut value).await?;

@@ -92,6 +92,12 @@
 //! [`operation_timeout`](MemcachedLockProviderBuilder::operation_timeout) (default 10 s),
 //! connecting included.
 //!
+//! Nothing the server sends is trusted for a size: a value block over [`MAX_VALUE_LEN`] (four
+//! times the longest record the provider writes), a line over [`MAX_LINE_LEN`] or a `stats`
+//! reply that never ends fails the call with [`Error::Backend`] saying what the server sent,
+//! after reading at most that much and allocating nothing for the announced size, and the
+//! connection is closed.
+//!
 //! # Eviction
 //!
 //! memcached is a cache: under memory pressure it may evict any item, a held lock included,
@@ -123,7 +129,7 @@ use crate::{
     proto::{Reply, at_least_ttl, at_most_ttl, base64, meta_delete, meta_get, meta_set},
 };
 
-pub use crate::proto::{MAX_KEY_LEN, MAX_LOCK_DURATION};
+pub use crate::proto::{MAX_KEY_LEN, MAX_LINE_LEN, MAX_LOCK_DURATION, MAX_VALUE_LEN};
 /// The builder setters every provider shares (`operation_timeout`, `locked_by`).
 pub use shedlock::ProviderBuilder;
 /// The default time limit of each operation, connecting included: 10 s, as for every provider.
@@ -236,9 +242,10 @@ fn parse_address(address: &str) -> Result<String> {
 fn map_err(e: ConnError) -> Error {
     match e {
         ConnError::Io(e) => Error::unavailable(BACKEND, e),
-        e @ (ConnError::Server(_) | ConnError::Protocol(_) | ConnError::TimedOut) => {
-            Error::backend(BACKEND, e)
-        }
+        e @ (ConnError::Server(_)
+        | ConnError::Protocol(_)
+        | ConnError::Oversized(_)
+        | ConnError::TimedOut) => Error::backend(BACKEND, e),
     }
 }
 
@@ -560,10 +567,13 @@ impl DelegatingProvider for MemcachedLockProvider {
 /// A bare meta-protocol connection, for tests, benchmarks and operators: it sends the bytes it
 /// is given and reads one reply, with none of the provider's logic (no key encoding, no pool,
 /// no time limit). Combine it with [`MemcachedLockProvider::key`] to inspect or remove a lock's
-/// record (`mg <key> b t v`, `md <key> b`). After an error the connection may be out of step
-/// with the server: open a new one.
+/// record (`mg <key> b t v`, `md <key> b`). It reads what the provider reads: values up to
+/// [`MAX_VALUE_LEN`] bytes and lines up to [`MAX_LINE_LEN`]. After an error other than an error
+/// line from the server the connection is closed, and every later request fails with
+/// [`Error::Unavailable`]: open a new one.
 pub struct RawConnection {
-    conn: Conn,
+    /// `None` once an exchange failed and the connection was closed.
+    conn: Option<Conn>,
 }
 
 impl fmt::Debug for RawConnection {
@@ -595,16 +605,33 @@ impl RawConnection {
     /// Connects to `address` (`host:port` or `memcache://host:port`).
     pub async fn connect(address: &str) -> Result<Self> {
         let address = parse_address(address)?;
-        Ok(Self { conn: Conn::open(&address).await.map_err(map_err)? })
+        Ok(Self { conn: Some(Conn::open(&address).await.map_err(map_err)?) })
     }
 
     /// Sends `request` — a meta command line and, for `ms`, its data block, each ending in
     /// `\r\n` — and reads the reply. An error line (`ERROR`, `CLIENT_ERROR …`,
     /// `SERVER_ERROR …`) is [`Error::Backend`]; a broken connection
-    /// [`Error::Unavailable`].
+    /// [`Error::Unavailable`]; a reply over this client's limits (a value over
+    /// [`MAX_VALUE_LEN`], a line over [`MAX_LINE_LEN`]) [`Error::Backend`], read no further.
+    /// After any error but an error line the connection is closed.
     pub async fn request(&mut self, request: &[u8]) -> Result<RawReply> {
-        let r = self.conn.request(request, None).await.map_err(map_err)?;
-        Ok(RawReply { code: r.code_str(), flags: r.flags, value: r.value })
+        let conn = self.conn.as_mut().ok_or_else(|| {
+            Error::unavailable(
+                BACKEND,
+                ConnError::Io(std::io::Error::other(
+                    "this connection was closed after an earlier error; open a new one",
+                )),
+            )
+        })?;
+        match conn.request(request, None).await {
+            Ok(r) => Ok(RawReply { code: r.code_str(), flags: r.flags, value: r.value }),
+            Err(e @ ConnError::Server(_)) => Err(map_err(e)),
+            Err(e) => {
+                // Out of step with the server (or broken): never read from it again.
+                self.conn = None;
+                Err(map_err(e))
+            }
+        }
     }
 }
 

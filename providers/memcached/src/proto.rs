@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use shedlock::support::duration_secs_ceil;
+use shedlock::support::{MAX_LOCKED_BY_LEN, duration_secs_ceil};
 
 /// The longest key memcached accepts, in bytes of the key token on the wire (`KEY_MAX_LENGTH`).
 const KEY_TOKEN_MAX: usize = 250;
@@ -12,6 +12,26 @@ const KEY_TOKEN_MAX: usize = 250;
 /// encoded with the meta `b` flag, and memcached limits the *encoded* token to 250 characters:
 /// 4 × ⌈186 / 3⌉ = 248 ≤ 250, while 187 bytes would need 252.
 pub const MAX_KEY_LEN: usize = KEY_TOKEN_MAX / 4 * 3;
+
+/// The longest value this provider writes: `<acquisition id, 16 hex digits> <locked_by>`, with
+/// `locked_by` at most [`MAX_LOCKED_BY_LEN`] bytes (272 bytes).
+pub(crate) const RECORD_VALUE_MAX: usize = 16 + 1 + MAX_LOCKED_BY_LEN;
+
+/// The largest value block this client reads, in bytes: four times the longest value the
+/// provider writes (1 088 bytes). A server announcing a larger value (`VA <len>`) is not
+/// answering about a lock record: the call fails with `Error::Backend` before anything is
+/// allocated for it, and the connection is closed.
+pub const MAX_VALUE_LEN: usize = 4 * RECORD_VALUE_MAX;
+
+/// The longest response line this client reads, in bytes without its CRLF (2 048, memcached's
+/// own limit on a request line). The lines it expects (`HD c<cas>`, `VA <len> t<ttl> c<cas>`,
+/// `STAT <name> <value>`, an error line) are far shorter; a longer one fails the call with
+/// `Error::Backend` after at most this many bytes, and the connection is closed.
+pub const MAX_LINE_LEN: usize = 2048;
+
+/// The most lines a `stats` reply may have (memcached 1.6 sends about a hundred): a server
+/// that keeps sending `STAT` lines fails the connection instead of holding it forever.
+pub(crate) const MAX_STATS_LINES: usize = 1024;
 
 /// The largest TTL memcached reads as relative: a larger value is taken as an absolute Unix
 /// time (`REALTIME_MAXDELTA`, 30 days).
@@ -107,7 +127,8 @@ impl Reply {
 /// from the server.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Line {
-    /// A meta reply; `Some(n)` when an `n`-byte value block follows (`VA n ...`).
+    /// A meta reply; `Some(n)` when an `n`-byte value block follows (`VA n ...`), `n` as sent
+    /// (saturated at `usize::MAX`): the caller bounds it before reading the block.
     Meta(Reply, Option<usize>),
     /// `ERROR`, `CLIENT_ERROR ...` or `SERVER_ERROR ...` (the whole line), or anything that is
     /// not a meta reply.
@@ -125,9 +146,12 @@ pub(crate) fn parse_line(line: &[u8]) -> Line {
     };
     let mut len = None;
     if code == "VA" {
-        match tokens.next().and_then(|t| t.parse::<usize>().ok()) {
-            Some(n) => len = Some(n),
-            None => return Line::Error(text.into_owned()),
+        match tokens.next() {
+            // All digits: a length, however large (bounded by the caller, never trusted).
+            Some(t) if t.bytes().all(|b| b.is_ascii_digit()) => {
+                len = Some(t.parse::<usize>().unwrap_or(usize::MAX));
+            }
+            _ => return Line::Error(text.into_owned()),
         }
     }
     let flags = tokens.map(str::to_owned).collect();
@@ -212,7 +236,23 @@ mod tests {
             Line::Error("CLIENT_ERROR bad command line format".into())
         );
         assert!(matches!(parse_line(b"VA x"), Line::Error(_)));
+        assert!(matches!(parse_line(b"VA -1"), Line::Error(_)));
+        assert!(matches!(parse_line(b"VA"), Line::Error(_)));
+        // A length past usize is still a length (saturated), for the caller to refuse.
+        let Line::Meta(_, Some(n)) = parse_line(b"VA 999999999999999999999999999") else {
+            panic!()
+        };
+        assert_eq!(n, usize::MAX);
         assert!(matches!(parse_line(b""), Line::Error(_)));
+    }
+
+    #[test]
+    fn the_value_cap_holds_the_longest_record_the_provider_writes_with_a_margin() {
+        assert_eq!(RECORD_VALUE_MAX, 272);
+        assert_eq!(MAX_VALUE_LEN, 1088);
+        // The longest meta reply line the provider asks for is far below the line cap.
+        let line = format!("VA {MAX_VALUE_LEN} t{MAX_RELATIVE_TTL} c{}", u64::MAX);
+        assert!(line.len() * 10 < MAX_LINE_LEN);
     }
 
     #[test]
