@@ -26,6 +26,18 @@
 //!   increasing across the whole ensemble and its restarts.
 //! - **Unlock / extend**: one transaction each, owner-checked by the name node's version.
 //!
+//! **Authentication and ACLs.** [`digest_auth`](ZooKeeperLockProviderBuilder::digest_auth) (or
+//! [`auth`](ZooKeeperLockProviderBuilder::auth) for another scheme) authenticates every session
+//! the provider opens; the nodes it creates (root, name nodes, clock node, lock nodes) then get
+//! [`NodeAcl::CreatorAll`] (`auth::cdrwa`) by default, so that only that identity can read,
+//! take, release or change them, and every instance of the application must authenticate as the
+//! same identity. Without credentials they are [`NodeAcl::Open`] (`world:anyone:cdrwa`): open to
+//! anyone who reaches the ensemble. [`node_acl`](ZooKeeperLockProviderBuilder::node_acl) chooses
+//! another ACL. A request the server refuses for want of a right (`NoAuth`), rejected credentials
+//! (`AuthFailed`) and a refused ACL (`InvalidAcl`) are [`Error::Setup`] naming what is missing.
+//! Credentials are never printed. See the README's "Authentication" and "Permissions" sections,
+//! which also say how to close an existing open tree.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
@@ -41,6 +53,10 @@
 //! # Ok(()) }
 //! ```
 #![deny(missing_docs)]
+
+mod auth;
+
+pub use auth::{AclEntry, NodeAcl};
 
 use std::{
     collections::HashMap,
@@ -65,9 +81,11 @@ use tokio::{
 };
 use tracing::Instrument;
 use zookeeper_client::{
-    Acls, Client, CreateMode, CreateOptions, MultiReadResult, MultiWriteError, SessionState, Stat,
-    StateWatcher,
+    Acl, Acls, Client, CreateMode, CreateOptions, MultiReadResult, MultiWriteError, SessionState,
+    Stat, StateWatcher,
 };
+
+use crate::auth::{Credential, Op};
 
 const BACKEND: &str = "zookeeper";
 
@@ -193,6 +211,9 @@ pub struct ZooKeeperLockProviderBuilder {
     session_timeout: Duration,
     connection_timeout: Option<Duration>,
     settings: ProviderSettings,
+    /// Never printed: `Credential`'s `Debug` shows the scheme and the digest user only.
+    credentials: Vec<Credential>,
+    node_acl: Option<NodeAcl>,
 }
 
 impl fmt::Debug for ZooKeeperLockProviderBuilder {
@@ -204,6 +225,8 @@ impl fmt::Debug for ZooKeeperLockProviderBuilder {
             .field("session_timeout", &self.session_timeout)
             .field("connection_timeout", &self.connection_timeout)
             .field("settings", &self.settings)
+            .field("auth", &self.credentials)
+            .field("node_acl", &self.node_acl)
             .finish_non_exhaustive()
     }
 }
@@ -216,8 +239,9 @@ impl ProviderBuilder for ZooKeeperLockProviderBuilder {
 
 impl ZooKeeperLockProviderBuilder {
     /// The root path under which lock nodes live (default [`DEFAULT_ROOT`]). Created on first
-    /// use if missing (persistent, open ACL). Must be absolute, not `/`, without a trailing `/`,
-    /// and not under `/zookeeper`.
+    /// use if missing (persistent, with the [`node_acl`](Self::node_acl), as are its missing
+    /// ancestors). Must be absolute, not `/`, without a trailing `/`, and not under
+    /// `/zookeeper`.
     pub fn root(mut self, root: impl Into<String>) -> Self {
         self.root = root.into();
         self
@@ -237,9 +261,46 @@ impl ZooKeeperLockProviderBuilder {
         self
     }
 
+    /// Authenticates the session with ZooKeeper's `digest` scheme (`addauth digest
+    /// user:password`), when it connects and again on every reconnection. The server accepts any
+    /// digest credentials (a wrong password is simply another identity); what they are worth is
+    /// decided per node by its ACL. Nodes the provider creates are then, by default,
+    /// creator-only ([`NodeAcl::CreatorAll`]): every instance of the application must use the
+    /// same user and password. The password is never printed (`Debug` shows the user).
+    ///
+    /// `user` must not be empty and must not contain `:` ([`Error::Setup`] from `build()`).
+    pub fn digest_auth(self, user: impl AsRef<str>, password: impl AsRef<str>) -> Self {
+        self.auth_credential(Credential::digest(user.as_ref(), password.as_ref()))
+    }
+
+    /// Authenticates the session with `scheme` and `auth` bytes (`addauth <scheme> <auth>`), for
+    /// a scheme the server has an authentication provider for; `auth("digest",
+    /// b"user:password")` is [`digest_auth`](Self::digest_auth). May be called more than once
+    /// (the session then has every identity). A scheme the server does not know, or credentials
+    /// it rejects, fail the session with `AuthFailed`: [`Error::Setup`] from the first call.
+    /// The bytes are never printed (`Debug` shows the scheme).
+    pub fn auth(self, scheme: impl Into<String>, auth: impl Into<Vec<u8>>) -> Self {
+        self.auth_credential(Credential::new(scheme.into(), auth.into()))
+    }
+
+    fn auth_credential(mut self, credential: Credential) -> Self {
+        self.credentials.push(credential);
+        self
+    }
+
+    /// The ACL of the nodes the provider creates: the root (and its missing ancestors), the
+    /// name nodes, the clock node and the lock nodes. Default: [`NodeAcl::CreatorAll`] when the
+    /// provider authenticates, [`NodeAcl::Open`] (anyone can do anything, as in earlier
+    /// versions) when it does not. Nodes that exist already keep their ACL.
+    pub fn node_acl(mut self, acl: NodeAcl) -> Self {
+        self.node_acl = Some(acl);
+        self
+    }
+
     /// Validates the configuration and builds the provider. Does no I/O: the session is opened
     /// by the first lock call (bounded by the operation timeout). An invalid root path, connect
-    /// string or `locked_by` gives [`Error::Setup`].
+    /// string, `locked_by`, credentials or node ACL (a creator ACL without credentials) gives
+    /// [`Error::Setup`].
     pub fn build(self) -> Result<ZooKeeperLockProvider> {
         check_root(&self.root)
             .map_err(|why| setup(format!("root path {:?} is invalid: {why}", self.root)))?;
@@ -257,6 +318,16 @@ impl ZooKeeperLockProviderBuilder {
             ));
         }
         let settings = self.settings.validate(BACKEND)?;
+        for c in &self.credentials {
+            c.validate().map_err(setup)?;
+        }
+        let authenticated = !self.credentials.is_empty();
+        let node_acl = self.node_acl.unwrap_or(if authenticated {
+            NodeAcl::CreatorAll
+        } else {
+            NodeAcl::Open
+        });
+        let acls = node_acl.resolve(authenticated).map_err(setup)?;
         Ok(ZooKeeperLockProvider {
             inner: Arc::new(Inner {
                 clock_path: format!("{}/{CLOCK_CHILD}", self.root),
@@ -266,6 +337,10 @@ impl ZooKeeperLockProviderBuilder {
                 connection_timeout: self.connection_timeout,
                 timeout: settings.timeout(),
                 locked_by: settings.locked_by().to_owned(),
+                identity: auth::identity(&self.credentials),
+                credentials: self.credentials,
+                node_acl,
+                acls,
                 client: Mutex::new(None),
                 live: std::sync::Mutex::default(),
             }),
@@ -287,6 +362,8 @@ impl fmt::Debug for ZooKeeperLockProvider {
             .field("session_timeout", &self.inner.session_timeout)
             .field("operation_timeout", &self.inner.timeout)
             .field("locked_by", &self.inner.locked_by)
+            .field("identity", &self.inner.identity)
+            .field("node_acl", &self.inner.node_acl)
             .finish_non_exhaustive()
     }
 }
@@ -299,6 +376,13 @@ struct Inner {
     connection_timeout: Option<Duration>,
     timeout: Option<Duration>,
     locked_by: String,
+    /// Presented by every session this provider opens. Never printed.
+    credentials: Vec<Credential>,
+    /// Who the credentials make the provider, for messages (schemes and digest users only).
+    identity: String,
+    /// What nodes are created with (the builder's choice or the default), and as entries.
+    node_acl: NodeAcl,
+    acls: Vec<Acl>,
     /// The session, opened on first use and replaced once it expired or closed.
     client: Mutex<Option<Client>>,
     /// Per lock node seen live by a clock-node look: its mzxid and a monotonic instant before
@@ -384,14 +468,10 @@ fn map_err(root: &str, e: zookeeper_client::Error) -> Error {
         | Z::Custom(_) => Error::unavailable(BACKEND, e),
         Z::NoAuth | Z::AuthFailed | Z::InvalidAcl => setup(format!(
             "no permission on {root} ({e}): the session needs create, write, read and delete \
-             rights on the root and its children"
+             rights on the root and its children (see the README's \"Permissions\" section)"
         )),
         other => Error::backend(BACKEND, other),
     }
-}
-
-fn multi_source(e: MultiWriteError) -> zookeeper_client::Error {
-    e.into()
 }
 
 /// The paths of one lock name.
@@ -478,15 +558,37 @@ fn record(name: &str, data: &[u8], stat: &Stat, now: i64) -> LockInfo {
     info
 }
 
-fn persistent() -> CreateOptions<'static> {
-    CreateMode::Persistent.with_acls(Acls::anyone_all())
-}
-
-fn ephemeral() -> CreateOptions<'static> {
-    CreateMode::Ephemeral.with_acls(Acls::anyone_all())
-}
-
 impl Inner {
+    /// How persistent nodes (root, name nodes, clock node) are created: with the node ACL.
+    fn persistent(&self) -> CreateOptions<'_> {
+        CreateMode::Persistent.with_acls(Acls::new(&self.acls))
+    }
+
+    /// How lock nodes are created: ephemeral, with the node ACL.
+    fn ephemeral(&self) -> CreateOptions<'_> {
+        CreateMode::Ephemeral.with_acls(Acls::new(&self.acls))
+    }
+
+    /// Maps the server's answer to `op`: a refusal for want of a permission, credentials or a
+    /// valid ACL is [`Error::Setup`] naming what is missing; the rest as [`Inner::map`].
+    fn refused(&self, op: Op<'_>, e: zookeeper_client::Error) -> Error {
+        match auth::refusal(op, &e, &self.identity, &self.node_acl) {
+            Some(message) => setup(message),
+            None => self.map(e),
+        }
+    }
+
+    /// [`Inner::refused`] for a failed transaction whose requests are `ops`, in order.
+    fn refused_multi(&self, ops: &[Op<'_>], e: MultiWriteError) -> Error {
+        match e {
+            MultiWriteError::OperationFailed { index, source } => match ops.get(index) {
+                Some(op) => self.refused(*op, source),
+                None => self.map(source),
+            },
+            MultiWriteError::RequestFailed { source } => self.map(source),
+        }
+    }
+
     fn paths(&self, name: &str) -> Paths {
         let node = format!("{}/{}", self.root, key_for(name));
         Paths { lock: format!("{node}/{LOCK_CHILD}"), name: node }
@@ -537,6 +639,9 @@ impl Inner {
         if let Some(t) = self.connection_timeout {
             connector = connector.with_connection_timeout(t);
         }
+        for c in &self.credentials {
+            connector = connector.with_auth(c.scheme(), c.secret());
+        }
         let client = match connector.connect(&self.connect_string).await {
             Ok(c) => c,
             Err(e @ zookeeper_client::Error::NoHosts) => {
@@ -545,27 +650,39 @@ impl Inner {
                     HostsFailed::probe(e, &self.connect_string).await,
                 ));
             }
-            Err(e) => return Err(self.map(e)),
+            Err(e) => return Err(self.refused(Op::Authenticate, e)),
         };
         tracing::debug!(session = %client.session_id(), "ZooKeeper session opened");
         *slot = Some(client.clone());
         Ok(client)
     }
 
-    /// Creates the name node (and the root when missing). Idempotent.
+    /// Creates a node under the root (and the root when missing). Idempotent: a node that
+    /// exists is fine even where this identity may not create it (the server checks CREATE on
+    /// the parent before it looks whether the node exists).
     async fn ensure_node(&self, client: &Client, path: &str) -> Result<()> {
-        match client.create(path, b"", &persistent()).await {
-            Ok(_) | Err(zookeeper_client::Error::NodeExists) => Ok(()),
-            Err(zookeeper_client::Error::NoNode) => {
-                tracing::debug!(root = %self.root, "creating the root path");
-                client.mkdir(&self.root, &persistent()).await.map_err(|e| self.map(e))?;
-                match client.create(path, b"", &persistent()).await {
-                    Ok(_) | Err(zookeeper_client::Error::NodeExists) => Ok(()),
-                    Err(e) => Err(self.map(e)),
-                }
+        use zookeeper_client::Error as Z;
+        let created = match client.create(path, b"", &self.persistent()).await {
+            Err(Z::NoNode) => {
+                self.create_root(client).await?;
+                client.create(path, b"", &self.persistent()).await
             }
-            Err(e) => Err(self.map(e)),
+            other => other,
+        };
+        match created {
+            Ok(_) | Err(Z::NodeExists) => Ok(()),
+            Err(Z::NoAuth) if client.check_stat(path).await.is_ok_and(|s| s.is_some()) => Ok(()),
+            Err(e) => Err(self.refused(Op::Create(path), e)),
         }
+    }
+
+    /// Creates the root and its missing ancestors, with the node ACL.
+    async fn create_root(&self, client: &Client) -> Result<()> {
+        tracing::debug!(root = %self.root, "creating the root path");
+        client
+            .mkdir(&self.root, &self.persistent())
+            .await
+            .map_err(|e| self.refused(Op::CreatePath(&self.root), e))
     }
 
     /// One acquire transaction. [`Txn::Existing`]: bump the name node's version and create our
@@ -580,11 +697,12 @@ impl Inner {
         txn: Txn,
     ) -> Result<std::result::Result<Granted, Refused>> {
         let mut w = client.new_multi_writer();
+        let (persistent, ephemeral) = (self.persistent(), self.ephemeral());
         let built = (|| {
             match txn {
                 Txn::Existing => w.add_set_data(&p.name, b"", None)?,
                 Txn::Fresh => {
-                    w.add_create(&p.name, b"", &persistent())?;
+                    w.add_create(&p.name, b"", &persistent)?;
                     w.add_set_data(&p.name, b"", Some(0))?;
                 }
                 Txn::Takeover { name_version, lock_version } => {
@@ -592,8 +710,15 @@ impl Inner {
                     w.add_delete(&p.lock, Some(lock_version))?;
                 }
             }
-            w.add_create(&p.lock, data, &ephemeral())
+            w.add_create(&p.lock, data, &ephemeral)
         })();
+        let ops: &[Op<'_>] = match txn {
+            Txn::Existing => &[Op::SetData(&p.name), Op::Create(&p.lock)],
+            Txn::Fresh => &[Op::Create(&p.name), Op::SetData(&p.name), Op::Create(&p.lock)],
+            Txn::Takeover { .. } => {
+                &[Op::SetData(&p.name), Op::Delete(&p.lock), Op::Create(&p.lock)]
+            }
+        };
         built.map_err(|e| self.map(e))?;
         let set_index = usize::from(matches!(txn, Txn::Fresh));
         match w.commit().await {
@@ -622,10 +747,13 @@ impl Inner {
                         Ok(Err(Refused::Changed))
                     }
                     (_, i, Z::NodeExists) if i == create_index => Ok(Err(Refused::Held)),
-                    (_, _, e) => Err(self.map(e)),
+                    (_, index, source) => {
+                        Err(self
+                            .refused_multi(ops, MultiWriteError::OperationFailed { index, source }))
+                    }
                 }
             }
-            Err(e) => Err(self.map(multi_source(e))),
+            Err(e) => Err(self.refused_multi(ops, e)),
         }
     }
 
@@ -669,14 +797,17 @@ impl Inner {
                     self.ensure_node(client, &self.clock_path).await?;
                     continue;
                 }
-                Some(Err(e)) => return Err(self.map(e)),
+                Some(Err(e)) => return Err(self.refused(Op::SetData(&self.clock_path), e)),
             };
             let mut nodes = Vec::with_capacity(paths.len());
-            for answer in read.map_err(|e| self.map(e))? {
+            for (i, answer) in read.map_err(|e| self.map(e))?.into_iter().enumerate() {
                 nodes.push(match answer {
                     MultiReadResult::Data { data, stat } => Some((data, stat)),
                     MultiReadResult::Error { err: zookeeper_client::Error::NoNode } => None,
-                    MultiReadResult::Error { err } => return Err(self.map(err)),
+                    MultiReadResult::Error { err } => match paths.get(i) {
+                        Some(path) => return Err(self.refused(Op::Read(path), err)),
+                        None => return Err(self.map(err)),
+                    },
                     other => {
                         return Err(Error::backend(
                             BACKEND,
@@ -722,7 +853,7 @@ impl Inner {
         let children = match client.list_children(&self.root).await {
             Ok(c) => c,
             Err(zookeeper_client::Error::NoNode) => Vec::new(),
-            Err(e) => return Err(self.map(e)),
+            Err(e) => return Err(self.refused(Op::List(&self.root), e)),
         };
         let mut names: Vec<String> = children
             .iter()
@@ -790,7 +921,9 @@ impl Inner {
                 Err(MultiWriteError::OperationFailed {
                     source: Z::NoNode | Z::BadVersion, ..
                 }) => {}
-                Err(e) => return Err(self.map(multi_source(e))),
+                Err(e) => {
+                    return Err(self.refused_multi(&[Op::Check(&p.name), Op::Delete(&p.lock)], e));
+                }
             }
         }
         Err(Error::unavailable(
@@ -813,8 +946,7 @@ impl Inner {
                     continue;
                 }
                 Err(Refused::NoRoot) => {
-                    tracing::debug!(root = %self.root, "creating the root path");
-                    client.mkdir(&self.root, &persistent()).await.map_err(|e| self.map(e))?;
+                    self.create_root(&client).await?;
                     continue;
                 }
                 Err(Refused::Changed) if matches!(txn, Txn::Takeover { .. }) => return Ok(None),
@@ -1071,7 +1203,13 @@ impl ZkHandle {
                 MultiWriteError::RequestFailed { source: Z::SessionExpired }
                 | MultiWriteError::OperationFailed { source: Z::SessionExpired, .. },
             ) => Ok(None),
-            Err(e) => Err(inner.map(multi_source(e))),
+            Err(e) => {
+                let write = match data {
+                    Some(_) => Op::SetData(&self.paths.lock),
+                    None => Op::Delete(&self.paths.lock),
+                };
+                Err(inner.refused_multi(&[Op::Check(&self.paths.name), write], e))
+            }
         }
     }
 }
@@ -1154,13 +1292,18 @@ impl LockProvider for ZooKeeperLockProvider {
         BACKEND
     }
 
-    /// Opens the session if there is none (or says it is reconnecting), then reads the root
-    /// node's stat: the ensemble answers. A missing root is fine: the first lock creates it.
+    /// Opens the session if there is none (or says it is reconnecting; credentials the server
+    /// rejects are [`Error::Setup`]), then reads the clock node: the ensemble answers, and an
+    /// identity the tree's ACL does not let read it is [`Error::Setup`] naming the missing
+    /// right. A missing root or clock node is fine: the first lock creates them.
     async fn check(&self) -> Result<()> {
         let inner = &self.inner;
         let read = async {
             let client = inner.client().await?;
-            client.check_stat(&inner.root).await.map(drop).map_err(|e| inner.map(e))
+            match client.get_data(&inner.clock_path).await {
+                Ok(_) | Err(zookeeper_client::Error::NoNode) => Ok(()),
+                Err(e) => Err(inner.refused(Op::Read(&inner.clock_path), e)),
+            }
         };
         Operation::Check.run(BACKEND, "", inner.timeout, read).await
     }
@@ -1212,12 +1355,21 @@ impl ZooKeeperLockProvider {
             session_timeout: DEFAULT_SESSION_TIMEOUT,
             connection_timeout: None,
             settings: ProviderSettings::new(),
+            credentials: Vec::new(),
+            node_acl: None,
         }
     }
 
     /// The root path.
     pub fn root(&self) -> &str {
         &self.inner.root
+    }
+
+    /// The ACL the provider creates nodes with: the builder's
+    /// [`node_acl`](ZooKeeperLockProviderBuilder::node_acl), or the default it chose
+    /// ([`NodeAcl::CreatorAll`] when authenticated, [`NodeAcl::Open`] when not).
+    pub fn node_acl(&self) -> &NodeAcl {
+        &self.inner.node_acl
     }
 
     /// The name node of a lock name: `<root>/<key_for(name)>`.

@@ -6,5 +6,6 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod auth;
 mod cluster;
 mod zookeeper;
