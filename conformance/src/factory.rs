@@ -68,6 +68,14 @@ pub trait ProviderFactory: Send + Sync + 'static {
     fn server(&self) -> Option<String> {
         None
     }
+
+    /// How the instances reach the backend when the suite runs in production posture: the
+    /// user, its exact grants and the TLS, stated in the report's header; its secrets are
+    /// checked never to appear in the report. Asked once, after the last check. Default: none
+    /// (the report says nothing of it).
+    fn security(&self) -> Option<crate::Security> {
+        None
+    }
 }
 
 #[async_trait]
@@ -90,6 +98,10 @@ impl<F: ProviderFactory + ?Sized> ProviderFactory for Arc<F> {
 
     fn server(&self) -> Option<String> {
         (**self).server()
+    }
+
+    fn security(&self) -> Option<crate::Security> {
+        (**self).security()
     }
 }
 

@@ -441,8 +441,22 @@ fn run_trials(
                 State::NotStarted(_) => None,
             };
             if let Some(report) = report {
-                println!("\n{}", report.to_text());
-                if shared.ran.load(Ordering::SeqCst) == *total {
+                let leaked = report.security.as_ref().is_some_and(|s| {
+                    s.leaked_in(&report.to_text())
+                        || s.leaked_in(&report.to_markdown())
+                        || s.leaked_in(&report.to_json())
+                });
+                if leaked {
+                    // Neither printed nor written: the run fails instead.
+                    let e = format!(
+                        "the report of {name} contains one of the secrets its factory declared \
+                         (Security::secret): a check's detail quotes a password, token or key; \
+                         no report was printed or written"
+                    );
+                    eprintln!("shedlock-conformance: {e}");
+                    run.write_error = Some(e);
+                } else if shared.ran.load(Ordering::SeqCst) == *total {
+                    println!("\n{}", report.to_text());
                     match report.write_to(&report_dir()) {
                         Ok((md, json)) => {
                             println!("report written to {} and {}", md.display(), json.display())
@@ -457,9 +471,12 @@ fn run_trials(
                         }
                     }
                 } else {
+                    println!("\n{}", report.to_text());
                     println!("filtered run: report files not written");
                 }
-                run.reports.push(report);
+                if !leaked {
+                    run.reports.push(report);
+                }
             }
             if let State::Ready(suite) = state {
                 rt.block_on(suite.factory().teardown());

@@ -195,6 +195,7 @@ mod options;
 mod outcome;
 mod report;
 mod runner;
+mod security;
 mod soak;
 mod suite;
 #[cfg(test)]
@@ -210,4 +211,5 @@ pub use options::Options;
 pub use outcome::{CheckResult, Expectation, Figures, Outcome, Report, Verdict};
 pub use report::report_dir;
 pub use runner::run;
+pub use security::Security;
 pub use suite::{Suite, Timing};

@@ -219,6 +219,10 @@ pub struct Report {
     /// What the provider ran against, as its factory says ([`ProviderFactory::server`](crate::ProviderFactory::server)):
     /// the product and its version, and whether it is a stand-in. `None` when it did not say.
     pub server: Option<String>,
+    /// The posture the instances ran in, as the factory says
+    /// ([`ProviderFactory::security`](crate::ProviderFactory::security)); `None` when it did not
+    /// say.
+    pub security: Option<crate::Security>,
     /// The declared capabilities (from an instance).
     pub capabilities: Capabilities,
     /// One result per check that ran, in catalogue order.

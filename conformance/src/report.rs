@@ -59,11 +59,21 @@ struct JsonFigures {
 }
 
 #[derive(Serialize, Deserialize)]
+struct JsonSecurity {
+    user: String,
+    grants: Vec<String>,
+    tls: String,
+}
+
+#[derive(Serialize, Deserialize)]
 struct JsonReport {
     provider: String,
     /// What it ran against (absent from reports written before it was recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     server: Option<String>,
+    /// The user, grants and TLS of a secure suite (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    security: Option<JsonSecurity>,
     capabilities: JsonCaps,
     results: Vec<JsonResult>,
     figures: JsonFigures,
@@ -80,6 +90,11 @@ impl Report {
         let r = JsonReport {
             provider: self.provider.clone(),
             server: self.server.clone(),
+            security: self.security.as_ref().map(|s| JsonSecurity {
+                user: s.user().to_owned(),
+                grants: s.grants().to_vec(),
+                tls: s.tls().to_owned(),
+            }),
             capabilities: JsonCaps {
                 extend: c.extend,
                 fencing: c.fencing,
@@ -125,6 +140,18 @@ impl Report {
         let mut s = format!("# Conformance report: {}\n\n", self.provider);
         if let Some(server) = &self.server {
             s.push_str(&format!("Ran against: {server}.\n\n"));
+        }
+        if let Some(sec) = &self.security {
+            s.push_str(&format!(
+                "## Security\n\nEvery instance logged in as `{}` over {}, holding exactly these \
+                 grants:\n\n",
+                sec.user(),
+                sec.tls()
+            ));
+            for g in sec.grants() {
+                s.push_str(&format!("- `{g}`\n"));
+            }
+            s.push('\n');
         }
         s.push_str("## Capabilities\n\n| capability | declared |\n|---|---|\n");
         s.push_str(&format!("| extend | {} |\n", yn(c.extend)));
@@ -343,6 +370,7 @@ mod tests {
     fn sample() -> Report {
         Report {
             server: Some("PostgreSQL 15.14, native processes on loopback".into()),
+            security: None,
             provider: "p".into(),
             capabilities: Capabilities::new()
                 .with_extend(true)

@@ -92,6 +92,7 @@ impl Suite {
         Report {
             provider,
             server: self.factory().server(),
+            security: self.factory().security(),
             capabilities: self.capabilities().clone(),
             results,
             figures: self.figures(),
@@ -159,6 +160,7 @@ pub(crate) fn setup_failed_report(provider: &str, error: &str) -> Report {
     Report {
         provider: provider.to_owned(),
         server: None,
+        security: None,
         capabilities: Capabilities::new(),
         results: checks::catalogue()
             .iter()

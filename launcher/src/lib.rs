@@ -119,6 +119,37 @@ pub fn shared(backend: Backend) -> Result<&'static Service, LaunchError> {
     .clone()
 }
 
+/// The process-wide *secure* instance of `backend` ([`LaunchOptions::secure`]): started on
+/// first use (native, private: `$SHEDLOCK_*_URL` is not used) and kept for the life of the
+/// process, beside [`shared`]'s plaintext one. In a process started with the variable of
+/// [`Service::secure_env`] (a conformance node process), the server it names is used instead,
+/// as an external one.
+///
+/// Blocking: from async tests call it in `spawn_blocking`.
+pub fn shared_secure(backend: Backend) -> Result<&'static Service, LaunchError> {
+    if skip_requested(backend) {
+        return Err(LaunchError::Skipped { backend: backend.name(), list: skip_list().join(",") });
+    }
+    static CELLS: OnceLock<Mutex<HashMap<Backend, SharedCell>>> = OnceLock::new();
+    let cell = CELLS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .entry(backend)
+        .or_default()
+        .clone();
+    cell.get_or_init(|| {
+        let service = match Service::from_secure_env(backend) {
+            Some(s) => s,
+            None => {
+                Service::start(backend, &LaunchOptions::default().ignore_env(true).secure(true))?
+            }
+        };
+        Ok(&*Box::leak(Box::new(service)))
+    })
+    .clone()
+}
+
 /// Like [`shared`], but `Ok(None)` when the backend is skipped on request
 /// (`SHEDLOCK_SKIP_BACKENDS`, announced loudly on stderr). Any other failure — a missing server
 /// included — is an error, so a test cannot pass silently without its backend.

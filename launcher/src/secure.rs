@@ -86,6 +86,40 @@ impl Secure {
         })
     }
 
+    /// The variable of [`Service::secure_env`](crate::Service::secure_env).
+    pub(crate) fn env_var(backend: Backend) -> String {
+        format!("SHEDLOCK_SECURE_{}", backend.name().to_ascii_uppercase().replace('-', "_"))
+    }
+
+    /// One line per field: address, TLS directory, administrator, its password, the
+    /// application user's password.
+    pub(crate) fn encode(&self, addr: SocketAddr) -> String {
+        [
+            addr.to_string(),
+            self.tls_dir.display().to_string(),
+            self.admin_user.clone(),
+            self.admin_password.clone(),
+            self.app_password.clone(),
+        ]
+        .join("\n")
+    }
+
+    pub(crate) fn decode(backend: Backend, value: &str) -> Option<(Secure, SocketAddr)> {
+        let mut lines = value.lines();
+        let addr = lines.next()?.parse().ok()?;
+        let tls_dir = PathBuf::from(lines.next()?);
+        let ca_pem = std::fs::read_to_string(tls_dir.join("ca.pem")).ok()?;
+        let secure = Secure {
+            backend,
+            ca_pem,
+            tls_dir,
+            admin_user: lines.next()?.to_owned(),
+            admin_password: lines.next()?.to_owned(),
+            app_password: lines.next()?.to_owned(),
+        };
+        Some((secure, addr))
+    }
+
     /// The certificate authority's certificate, PEM: the only root a client should trust.
     pub fn ca_pem(&self) -> &str {
         &self.ca_pem

@@ -618,6 +618,29 @@ impl Service {
         self.secure.as_ref()
     }
 
+    /// For a secure service: the environment variable (`SHEDLOCK_SECURE_<BACKEND>`) that makes
+    /// [`shared_secure`](crate::shared_secure) in a child process use this very server (its
+    /// address, credentials and CA), as the conformance kit's node processes must. It carries
+    /// the passwords: give it to child processes only, never print it.
+    pub fn secure_env(&self) -> Option<(String, String)> {
+        let s = self.secure.as_ref()?;
+        let addr = self.addr()?;
+        Some((Secure::env_var(self.backend), s.encode(addr)))
+    }
+
+    /// The service a [`secure_env`](Self::secure_env) variable names, if this process has one.
+    pub(crate) fn from_secure_env(backend: Backend) -> Option<Service> {
+        let value = std::env::var(Secure::env_var(backend)).ok()?;
+        let (secure, addr) = Secure::decode(backend, &value)?;
+        let mut service = Service::external(
+            backend,
+            secure.url_for(addr, secure.app_user(), secure.app_password()),
+        );
+        service.server = format!("the secure server of the parent process at {addr}");
+        service.secure = Some(secure);
+        Some(service)
+    }
+
     /// The backend.
     pub fn backend(&self) -> Backend {
         self.backend

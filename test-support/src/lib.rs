@@ -24,6 +24,7 @@ pub use shedlock_conformance::tools::proxy::FaultProxy;
 pub mod aws;
 pub mod faults;
 pub mod fleet;
+pub mod secure;
 pub mod unreachable;
 use shedlock_conformance::{
     Hooks, InstanceOptions, Options, ProviderFactory, RecordHooks, RestartHook, SuiteSpec,
@@ -172,11 +173,11 @@ pub fn server_hooks(
     addr: SocketAddr,
     service: &'static Service,
 ) -> Hooks {
-    let hooks = Hooks::new()
-        .with_records(records)
-        .with_backend_address(addr)
-        // C28's node processes use this very server.
-        .with_node_env([(service.backend().env_var(), service.url())]);
+    // C28's node processes use this very server (a secure one through its own variable, which
+    // carries its credentials and CA).
+    let mut env = vec![(service.backend().env_var().to_owned(), service.url().to_owned())];
+    env.extend(service.secure_env());
+    let hooks = Hooks::new().with_records(records).with_backend_address(addr).with_node_env(env);
     if service.mode() == Mode::External { hooks } else { hooks.with_restart(Restart(service)) }
 }
 
@@ -262,6 +263,10 @@ impl<P: ProviderFactory> ProviderFactory for OnServer<P> {
         self.inner
             .server()
             .or_else(|| shedlock_launcher::started(self.backend).map(|s| s.server().to_owned()))
+    }
+
+    fn security(&self) -> Option<shedlock_conformance::Security> {
+        self.inner.security()
     }
 }
 

@@ -3,7 +3,9 @@
 //!
 //! - `postgres`: database time, one-statement upsert acquire;
 //! - `postgres-client-time`: the instances' own clocks, to show what the skew checks detect;
-//! - `postgres-shedlock-compat`: ShedLock's table (C20/C21 unsupported: no token).
+//! - `postgres-shedlock-compat`: ShedLock's table (C20/C21 unsupported: no token);
+//! - `postgres-secure`: the native mode against a server that takes only SCRAM logins over TLS,
+//!   as a role with only the grants of the README's "Permissions" section.
 //!
 //! Each instance has its own pool (like a separate node). The hooks give the kit raw row access
 //! (C14), the server address for its fault proxy (C24) and a restart of the server (C25) —
@@ -12,7 +14,7 @@
 
 mod pg_conformance;
 
-use pg_conformance::suite;
+use pg_conformance::{secure_suite, suite};
 
 fn main() -> std::process::ExitCode {
     shedlock_conformance::harness_suites(vec![
@@ -24,5 +26,6 @@ fn main() -> std::process::ExitCode {
         )),
         suite(false, true),
         suite(true, false),
+        secure_suite(),
     ])
 }
