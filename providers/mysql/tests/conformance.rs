@@ -5,7 +5,9 @@
 //! - `mariadb-client-time`: the instances' own clocks, to show what the skew checks detect;
 //! - `mariadb-mysql-flavor`: the MySQL code path (upsert, then a primary-key `SELECT`; no
 //!   `RETURNING`) against MariaDB;
-//! - `mariadb-shedlock-compat`: ShedLock's table (C20/C21 unsupported: no token).
+//! - `mariadb-shedlock-compat`: ShedLock's table (C20/C21 unsupported: no token);
+//! - `mariadb-secure`: the native mode against a server that takes only TLS connections, as a
+//!   user with only the grants of the README's "Permissions" section.
 //!
 //! Each instance has its own pool (like a separate node). The hooks give the kit raw row access
 //! (C14), the server address for its fault proxy (C24) and a restart of the server (C25) —
@@ -15,7 +17,7 @@
 
 mod maria_conformance;
 
-use maria_conformance::suite;
+use maria_conformance::{secure_suite, suite};
 
 fn main() -> std::process::ExitCode {
     shedlock_conformance::harness_suites(vec![
@@ -28,5 +30,6 @@ fn main() -> std::process::ExitCode {
         suite(false, true, false),
         suite(false, false, true),
         suite(true, false, false),
+        secure_suite(),
     ])
 }

@@ -82,3 +82,66 @@ pub fn suite(compat: bool, client_time: bool, mysql_path: bool) -> shedlock_conf
     let options = testing::sql::suite::options(Backend::MariaDb, mode);
     testing::suite(Backend::MariaDb, name, options, move || new(name, mode, mysql_path))
 }
+
+/// The grants of the application user in `mariadb-secure`: exactly what the README's
+/// "Permissions" section lists for locking, inspection and forced release.
+const SECURE_GRANTS: &str = "SELECT, INSERT, UPDATE, DELETE";
+
+async fn new_secure() -> Result<testing::secure::Secured<SqlSuite<MySqlDialect>>, BoxError> {
+    let service = testing::secure::service(Backend::MariaDb, "MariaDB").await?;
+    let secure = service.secure().ok_or("the secure launch says nothing of its credentials")?;
+    let app: MySqlConnectOptions = service.url().parse()?;
+    let addr = testing::resolve((app.get_host(), app.get_port()))?;
+    let admin: MySqlConnectOptions =
+        secure.url_for(addr, secure.admin_user(), secure.admin_password()).parse()?;
+    let admin_pool = recommended_pool_options().connect_with(admin).await?;
+    let table = format!("shedlock.t_sec_{}", shedlock_conformance::run_id());
+    let pool = move |address: Option<std::net::SocketAddr>| {
+        let mut opts = app.clone();
+        if let Some(a) = address {
+            opts = opts.host(&a.ip().to_string()).port(a.port());
+        }
+        recommended_pool_options()
+            .max_connections(2)
+            .acquire_timeout(Duration::from_secs(2))
+            .connect_lazy_with(opts)
+    };
+    let mode = Mode { compat: false, client_time: false };
+    let inner = SqlSuite::new(
+        "mariadb-secure",
+        (service, addr),
+        table.clone(),
+        mode,
+        admin_pool.clone(),
+        pool,
+        |b| b.option(Flavor::Detect),
+    )
+    .await?;
+    // Both names are ours: the run id is digits, the user is the launcher's constant.
+    let grant = format!("GRANT {SECURE_GRANTS} ON {table} TO '{}'@'127.0.0.1'", secure.app_user());
+    sqlx::query(sqlx::AssertSqlSafe(grant)).execute(&admin_pool).await?;
+    let (_, tls): (String, String) =
+        sqlx::query_as("SHOW SESSION STATUS LIKE 'Ssl_version'").fetch_one(&admin_pool).await?;
+    let security = shedlock_conformance::Security::new(
+        format!("'{}'@'127.0.0.1' (REQUIRE SSL)", secure.app_user()),
+        format!("{tls} (ssl-mode=VERIFY_IDENTITY against the launcher's throwaway CA)"),
+    )
+    .grant(format!(
+        "GRANT {SECURE_GRANTS} ON shedlock.<table> TO '{}'@'127.0.0.1'",
+        secure.app_user()
+    ))
+    .secret(secure.app_password())
+    .secret(secure.admin_password());
+    Ok(testing::secure::Secured::new(inner, security, service))
+}
+
+/// `mariadb-secure`: the native mode against a server that takes only TLS 1.3 connections, as a
+/// user holding only the grants of the README's "Permissions" section on its table.
+pub fn secure_suite() -> shedlock_conformance::SuiteSpec {
+    testing::secure::suite(
+        Backend::MariaDb,
+        "mariadb-secure",
+        testing::secure::options(),
+        new_secure,
+    )
+}
