@@ -40,6 +40,13 @@
 //! hash slot, which is what lets one script touch both on Redis Cluster. The default prefix is
 //! `shedlock:`. The value is `<acquisition id>|<locked_by>|<token>|<server µs>`.
 //!
+//! # Permissions
+//!
+//! The README's "Permissions" lists every command the provider sends and the exact ACL rules
+//! (`ACL SETUSER … ~<prefix>* -@all +evalsha …`) for locking, `list`, `wait_for_replicas` and
+//! Redis Cluster. A denied command or key, or a refused login, is an [`Error::Setup`] naming
+//! what to grant.
+//!
 //! # Redis Cluster and replication
 //!
 //! Writes are acknowledged by the master before they reach its replicas. If a master fails
@@ -47,6 +54,8 @@
 //! and may grant it again: a lock can be lost on fail-over (see the README for what was measured).
 //! Fencing tokens are not safe across such a fail-over either, unless `WAIT` is used; the clock
 //! term keeps them increasing as long as the new master's clock is not behind.
+
+mod error;
 
 use std::{
     fmt,
@@ -68,6 +77,8 @@ use shedlock::{
         acquisition_id, duration_micros, duration_millis_ceil, from_unix_micros, iso8601_millis,
     },
 };
+
+use crate::error::{Sent, bad_reply, map_err, setup};
 
 const BACKEND: &str = "redis";
 
@@ -227,9 +238,10 @@ end
 return {v, pttl, t[1], t[2], 0}
 ";
 
-/// One `SCAN` step on the node that serves KEYS[1] (a key only used to route the script to a
-/// master of a cluster; never read). ARGV: the scan cursor, the `MATCH` pattern, `COUNT`, `1` to
-/// keep only native lock keys (ending in `}`: not their `:fence` counters). Reads only. Returns
+/// One `SCAN` step on the node that serves KEYS[1] (a key under the prefix, only used to route
+/// the script to a master of a cluster; never read). ARGV: the scan cursor, the `MATCH`
+/// pattern, `COUNT`, `1` to keep only native lock keys (ending in `}`: not their `:fence`
+/// counters). Reads only. Returns
 /// the next scan cursor, the server clock (`TIME`), then key, value and PTTL of every string key
 /// found (a key that expired in between is left out).
 const LIST: &str = r"
@@ -257,13 +269,15 @@ pub const SHEDLOCK_ENVIRONMENT: &str = "default";
 
 /// One Lua script and its SHA1.
 struct Lua {
+    /// What it is, for errors: `the acquire script`.
+    what: &'static str,
     source: &'static str,
     script: Script,
 }
 
 impl Lua {
-    fn new(source: &'static str) -> Self {
-        Self { source, script: Script::new(source) }
+    fn new(what: &'static str, source: &'static str) -> Self {
+        Self { what, source, script: Script::new(source) }
     }
 
     /// `EVALSHA`, and on `NOSCRIPT` (a node that restarted, or a replica promoted since the
@@ -307,12 +321,12 @@ impl Scripts {
             (ACQUIRE, UNLOCK, EXTEND)
         };
         Self {
-            acquire: Lua::new(acquire),
-            unlock: Lua::new(unlock),
-            extend: Lua::new(extend),
-            inspect: Lua::new(INSPECT),
-            force_release: Lua::new(FORCE_RELEASE),
-            list: Lua::new(LIST),
+            acquire: Lua::new("the acquire script (try_lock)", acquire),
+            unlock: Lua::new("the unlock script (unlock, and build's check)", unlock),
+            extend: Lua::new("the extend script (extend)", extend),
+            inspect: Lua::new("the inspect script (inspect)", INSPECT),
+            force_release: Lua::new("the force_release script (force_release)", FORCE_RELEASE),
+            list: Lua::new("the list script (list)", LIST),
         }
     }
 }
@@ -385,10 +399,6 @@ impl<C> fmt::Debug for RedisLockProviderBuilder<C> {
             .field("wait_for_replicas", &self.wait)
             .finish_non_exhaustive()
     }
-}
-
-fn setup(message: impl Into<String>) -> Error {
-    Error::Setup { backend: BACKEND, message: message.into() }
 }
 
 /// A key segment (prefix or environment) must keep the name's braces the key's hash tag.
@@ -466,8 +476,10 @@ impl<C: RedisConnection> RedisLockProviderBuilder<C> {
     }
 
     /// Checks the settings, loads the scripts into the server (every master on a cluster) and
-    /// runs one of them, so that a server without Lua, or a user whom an ACL denies `EVALSHA`
-    /// or the key pattern, is an [`Error::Setup`] now instead of at the first lock.
+    /// runs one of them, so that a server without Lua, or a user whom an ACL denies `EVALSHA`,
+    /// `SCRIPT LOAD`, `GET` or the key pattern, is an [`Error::Setup`] now instead of at the
+    /// first lock. The README's "Permissions" gives the ACL rules each call needs; a call
+    /// denied a command it alone runs is an [`Error::Setup`] naming it.
     pub async fn build(self) -> Result<RedisLockProvider<C>> {
         let prefix = if self.compat {
             // ShedLock's `String.format("%s:%s:%s", keyPrefix, env, lockName)`.
@@ -501,50 +513,6 @@ impl<C: RedisConnection> RedisLockProviderBuilder<C> {
         // Loads the scripts and proves the connection answers (LeaseStore::check).
         provider.inner.check().await?;
         Ok(provider)
-    }
-}
-
-/// What a Redis error means for the caller: a connection or fail-over problem is
-/// [`Error::Unavailable`] (try again later), a missing permission or Lua is [`Error::Setup`].
-fn map_err(e: RedisError) -> Error {
-    let text = e.to_string();
-    let unavailable = e.is_io_error()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || e.is_timeout()
-        || matches!(
-            e.kind(),
-            ErrorKind::Server(
-                ServerErrorKind::ClusterDown
-                    | ServerErrorKind::MasterDown
-                    | ServerErrorKind::TryAgain
-                    | ServerErrorKind::BusyLoading
-                    | ServerErrorKind::ReadOnly
-            )
-        )
-        // A master that lost its replicas under `min-replicas-to-write` refuses writes.
-        || text.contains("NOREPLICAS");
-    if unavailable {
-        return Error::Unavailable { backend: BACKEND, source: Box::new(e) };
-    }
-    if e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm) {
-        return setup(format!(
-            "the connection's user may not run the provider's Lua scripts (EVALSHA, EVAL, SCRIPT \
-             LOAD) on its keys: grant them in the ACL ({text})"
-        ));
-    }
-    if text.contains("unknown command") || text.contains("scripting is disabled") {
-        return setup(format!(
-            "this server does not run Lua scripts (EVALSHA), which the provider needs ({text})"
-        ));
-    }
-    Error::Backend { backend: BACKEND, source: Box::new(e) }
-}
-
-fn bad_reply(what: &str, detail: impl fmt::Debug) -> Error {
-    Error::Backend {
-        backend: BACKEND,
-        source: format!("unexpected reply to {what}: {detail:?}").into(),
     }
 }
 
@@ -609,6 +577,23 @@ impl<C: RedisConnection> RedisLockProvider<C> {
 }
 
 impl<C: RedisConnection> RedisStore<C> {
+    /// Runs `lua` on a clone of the connection; its errors mapped ([`RedisStore::script_err`]).
+    async fn run<T: FromRedisValue>(&self, lua: &Lua, keys: &[&str], args: &[&str]) -> Result<T> {
+        let mut conn = self.conn.clone();
+        lua.run(&mut conn, keys, args).await.map_err(|e| self.script_err(lua, keys, e))
+    }
+
+    /// The [`Error`] for a failure of `lua` run on `keys`: an ACL denial names the command (read
+    /// from the script's source when the server does not name it) or the key pattern.
+    fn script_err(&self, lua: &Lua, keys: &[&str], e: RedisError) -> Error {
+        map_err(e, &Sent { what: lua.what, source: Some(lua.source), keys, prefix: &self.prefix })
+    }
+
+    /// The [`Error`] for a failure of a command that is not a script and names no key.
+    fn command_err(&self, what: &str, e: RedisError) -> Error {
+        map_err(e, &Sent::command(what, &self.prefix))
+    }
+
     fn key(&self, name: &str) -> String {
         if self.compat {
             format!("{}{name}", self.prefix)
@@ -712,7 +697,7 @@ impl<C: RedisConnection> RedisStore<C> {
             Err(e) if e.to_string().contains("cluster support disabled") => {
                 return Ok(vec![(0, 16383)]);
             }
-            Err(e) => return Err(map_err(e)),
+            Err(e) => return Err(self.command_err("list (CLUSTER SLOTS, to find the masters)", e)),
         };
         let mut lowest: Vec<(String, (u16, u16))> = Vec::new();
         for range in ranges {
@@ -766,7 +751,7 @@ impl<C: RedisConnection> RedisStore<C> {
                 Err(e) if attempt < 2 && (e.is_connection_dropped() || e.is_io_error()) => {
                     tracing::debug!(lock = %req.name(), error = %e, "redis acquire: connection lost, retrying once");
                 }
-                Err(e) => return Err(map_err(e)),
+                Err(e) => return Err(self.script_err(&self.scripts.acquire, &[key, &fence], e)),
             }
         }
     }
@@ -786,7 +771,7 @@ impl<C: RedisConnection> RedisStore<C> {
                 Err(e) if attempt < 2 && (e.is_connection_dropped() || e.is_io_error()) => {
                     tracing::debug!(lock = %req.name(), error = %e, "redis acquire: connection lost, retrying once");
                 }
-                Err(e) => return Err(map_err(e)),
+                Err(e) => return Err(self.script_err(&self.scripts.acquire, &[key], e)),
             }
         }
     }
@@ -858,11 +843,13 @@ impl<C: RedisConnection> LeaseStore for RedisStore<C> {
         let mut conn = self.conn.clone();
         let s = &self.scripts;
         for lua in [&s.acquire, &s.unlock, &s.extend] {
-            lua.script.load_async(&mut conn).await.map_err(map_err)?;
+            lua.script
+                .load_async(&mut conn)
+                .await
+                .map_err(|e| self.command_err("build's check (SCRIPT LOAD of the scripts)", e))?;
         }
         let probe = self.key("shedlock-setup-probe");
-        let r: i64 =
-            s.unlock.run(&mut conn, &[&probe], &["no one", "0", "0"]).await.map_err(map_err)?;
+        let r: i64 = self.run(&s.unlock, &[&probe], &["no one", "0", "0"]).await?;
         if r != 0 {
             return Err(bad_reply("the setup probe", r));
         }
@@ -888,11 +875,9 @@ impl<C: RedisConnection> LeaseStore for RedisStore<C> {
             duration_micros(req.lock_at_least_for()).to_string()
         };
         let px = held.px.to_string();
-        let mut conn = self.conn.clone();
         let args: &[&str] =
             if self.compat { &[&held.value, &at_least, &px] } else { &[&held.value, &at_least] };
-        let r: i64 =
-            self.scripts.unlock.run(&mut conn, &[&held.key], args).await.map_err(map_err)?;
+        let r: i64 = self.run(&self.scripts.unlock, &[&held.key], args).await?;
         if r == 0 {
             tracing::debug!(lock = %req.name(), "redis unlock: no longer the holder; nothing changed");
         }
@@ -902,26 +887,16 @@ impl<C: RedisConnection> LeaseStore for RedisStore<C> {
     async fn extend(&self, req: &Request<'_>, held: &mut Held) -> Result<Extension> {
         let px_ms = duration_millis_ceil(req.lock_at_most_for()).max(1);
         let px = px_ms.to_string();
-        let mut conn = self.conn.clone();
         if self.compat {
-            let r: i64 = self
-                .scripts
-                .extend
-                .run(&mut conn, &[&held.key], &[&held.value, &px])
-                .await
-                .map_err(map_err)?;
+            let r: i64 = self.run(&self.scripts.extend, &[&held.key], &[&held.value, &px]).await?;
             if r != 1 {
                 return Ok(Extension::Lost);
             }
             held.px = px_ms;
             return Ok(Extension::Extended);
         }
-        let r: Option<(String, String)> = self
-            .scripts
-            .extend
-            .run(&mut conn, &[&held.key], &[&held.value, &px])
-            .await
-            .map_err(map_err)?;
+        let r: Option<(String, String)> =
+            self.run(&self.scripts.extend, &[&held.key], &[&held.value, &px]).await?;
         let Some((at, echoed)) = r else { return Ok(Extension::Lost) };
         answer_is_ours("extend", &held.value, &echoed)?;
         parse_u64("extend", &at)?;
@@ -933,10 +908,9 @@ impl<C: RedisConnection> LeaseStore for RedisStore<C> {
     /// One script (`GET`, `PTTL`, `TIME`) on the key: held while the key exists, since Redis
     /// expires it by its own clock.
     async fn inspect(&self, name: &str, _: &Settings) -> Result<Option<LockInfo>> {
-        let mut conn = self.conn.clone();
         let key = self.key(name);
         let r: Option<(String, i64, String, String)> =
-            self.scripts.inspect.run(&mut conn, &[&key], &[]).await.map_err(map_err)?;
+            self.run(&self.scripts.inspect, &[&key], &[]).await?;
         r.map(|(value, pttl, s, us)| self.info(name, value, pttl, server_time(&s, &us)?))
             .transpose()
     }
@@ -950,7 +924,17 @@ impl<C: RedisConnection> LeaseStore for RedisStore<C> {
         limit: usize,
         _: &Settings,
     ) -> Result<LockPage> {
-        let masters = self.masters().await?;
+        // Each master with the key under the prefix that routes the script there; a master no
+        // key under the prefix can reach holds none of its locks.
+        let (masters, routes): (Vec<(u16, u16)>, Vec<String>) = self
+            .masters()
+            .await?
+            .into_iter()
+            .filter_map(|m| routing_key(&self.prefix, m).map(|route| (m, route)))
+            .unzip();
+        if masters.is_empty() {
+            return Ok(LockPage::new(Vec::new(), None));
+        }
         let mut at = match cursor {
             None => ListCursor { master: 0, scan: "0".to_owned(), after: None },
             Some(c) => ListCursor::parse(c, &masters)?,
@@ -960,14 +944,10 @@ impl<C: RedisConnection> LeaseStore for RedisStore<C> {
         let native = if self.compat { "0" } else { "1" };
         let mut records: Vec<LockInfo> = Vec::with_capacity(limit);
         for _ in 0..MAX_SCAN_STEPS {
-            let route = routing_key(masters[at.master])?;
-            let mut conn = self.conn.clone();
+            let route = routes[at.master].as_str();
             let reply: Vec<Value> = self
-                .scripts
-                .list
-                .run(&mut conn, &[&route], &[&at.scan, &pattern, &count, native])
-                .await
-                .map_err(map_err)?;
+                .run(&self.scripts.list, &[route], &[&at.scan, &pattern, &count, native])
+                .await?;
             let (next_scan, now, found) = self.listed(reply, prefix)?;
             let mut batch: Vec<LockInfo> = found
                 .into_iter()
@@ -1003,15 +983,10 @@ impl<C: RedisConnection> LeaseStore for RedisStore<C> {
     /// One script: compare the acquisition, `DEL` if it is the one seen, and answer what was
     /// there before either way.
     async fn force_release(&self, seen: &LockInfo, _: &Settings) -> Result<ForceRelease> {
-        let mut conn = self.conn.clone();
         let key = self.key(&seen.name);
         let native = if self.compat { "0" } else { "1" };
-        let r: Option<(String, i64, String, String, i64)> = self
-            .scripts
-            .force_release
-            .run(&mut conn, &[&key], &[&seen.acquisition, native])
-            .await
-            .map_err(map_err)?;
+        let r: Option<(String, i64, String, String, i64)> =
+            self.run(&self.scripts.force_release, &[&key], &[&seen.acquisition, native]).await?;
         let Some((value, pttl, s, us, deleted)) = r else {
             return Ok(ForceRelease::Changed(None));
         };
@@ -1043,14 +1018,33 @@ fn crc16(data: &[u8]) -> u16 {
     crc
 }
 
-/// A key whose hash slot lies in `slots` (a master's range), only used to route the `LIST`
-/// script to that master: `shedlock-scan{<n>}` for the first `n` that hashes there.
-fn routing_key(slots: (u16, u16)) -> Result<String> {
-    (0u32..1 << 20)
-        .map(|n| n.to_string())
-        .find(|tag| (slots.0..=slots.1).contains(&(crc16(tag.as_bytes()) % 16384)))
-        .map(|tag| format!("shedlock-scan{{{tag}}}"))
-        .ok_or_else(|| bad_reply("CLUSTER SLOTS", slots))
+/// The Redis Cluster hash slot of a key: of its hash tag (the text between the first `{` and
+/// the first `}` after it, when not empty), else of the whole key.
+fn key_slot(key: &[u8]) -> u16 {
+    let tag = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        rest.iter().position(|&b| b == b'}').filter(|&len| len > 0).map(|len| &rest[..len])
+    });
+    crc16(tag.unwrap_or(key)) % 16384
+}
+
+/// Whether every key that starts with `prefix` has the prefix's own hash tag (a `{…}` in the
+/// prefix; only a ShedLock-compatible prefix may have braces), so lives in one slot.
+fn prefix_pins_slot(prefix: &str) -> bool {
+    prefix.find('{').is_some_and(|open| prefix[open + 1..].find('}').is_some_and(|len| len > 0))
+}
+
+/// A key under the provider's `prefix` whose hash slot lies in `slots` (a master's range), only
+/// used to route the `LIST` script to that master, never read or written: `<prefix>scan{<n>}`
+/// for the first `n` that hashes there. Under the prefix, so that the ACL key pattern that
+/// covers the locks covers it too. `None` when no key under the prefix lives there (a prefix
+/// that pins its keys to a slot of another master).
+fn routing_key(prefix: &str, slots: (u16, u16)) -> Option<String> {
+    let there = |key: &String| (slots.0..=slots.1).contains(&key_slot(key.as_bytes()));
+    if prefix_pins_slot(prefix) {
+        return Some(format!("{prefix}scan")).filter(there);
+    }
+    (0u32..1 << 20).map(|n| format!("{prefix}scan{{{n}}}")).find(there)
 }
 
 /// The server's `TIME` (seconds, microseconds) as a time.
@@ -1189,10 +1183,17 @@ impl<C: RedisConnection> RedisStore<C> {
         let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
         let acked: redis::RedisResult<i64> =
             redis::cmd("WAIT").arg(replicas).arg(ms).query_async(&mut conn).await;
+        // A `WAIT` the ACL denies is a setup error (after the release), not an outage.
+        let mut denied = None;
         let why = match acked {
             Ok(n) if n >= i64::from(replicas) => return Ok(()),
             Ok(n) => format!("{n} of {replicas} replica(s) acknowledged it within {ms} ms"),
-            Err(e) => format!("WAIT failed ({e})"),
+            Err(e) => {
+                let why = format!("WAIT failed ({e})");
+                let mapped = self.command_err("wait_for_replicas (WAIT after each grant)", e);
+                denied = matches!(mapped, Error::Setup { .. }).then_some(mapped);
+                why
+            }
         };
         // Released at once (no lock_at_least_for: the lock was never the caller's).
         let args: &[&str] = if self.compat {
@@ -1207,6 +1208,9 @@ impl<C: RedisConnection> RedisStore<C> {
             Ok(_) => "released".to_owned(),
             Err(e) => format!("its release failed too ({e}): it expires after lock_at_most_for"),
         };
+        if let Some(denied) = denied {
+            return Err(denied);
+        }
         Err(Error::Unavailable {
             backend: BACKEND,
             source: format!("the lock was granted, but {why} (wait_for_replicas); {after}").into(),
@@ -1260,9 +1264,24 @@ mod tests {
         // The reference value of CRC16/XMODEM, and slots from the Redis Cluster specification.
         assert_eq!(crc16(b"123456789"), 0x31C3);
         assert_eq!(crc16(b"foo") % 16384, 12182);
-        let key = routing_key((5461, 10922)).unwrap();
-        let tag = key.trim_start_matches("shedlock-scan{").trim_end_matches('}');
-        assert!((5461..=10922).contains(&(crc16(tag.as_bytes()) % 16384)), "{key}");
+        assert_eq!(key_slot(b"foo"), 12182);
+        assert_eq!(key_slot(b"a{foo}b"), 12182);
+        assert_eq!(key_slot(b"a{}foo"), crc16(b"a{}foo") % 16384, "an empty tag is no tag");
+        assert_eq!(key_slot(b"a{foo"), crc16(b"a{foo") % 16384, "an open tag is no tag");
+    }
+
+    #[test]
+    fn routing_keys_are_under_the_prefix_and_reach_their_master() {
+        for prefix in ["shedlock:", "app:prod:", "job-lock:{", "job-lock:{}:"] {
+            let key = routing_key(prefix, (5461, 10922)).unwrap();
+            assert!(key.starts_with(prefix), "{key}");
+            assert!((5461..=10922).contains(&key_slot(key.as_bytes())), "{key}");
+        }
+        // A prefix with its own hash tag pins every key under it to one slot: only the master
+        // serving that slot has a routing key.
+        let pinned = "job-lock:{foo}:";
+        assert_eq!(routing_key(pinned, (12182, 12182)).as_deref(), Some("job-lock:{foo}:scan"));
+        assert_eq!(routing_key(pinned, (0, 12181)), None);
     }
 
     #[test]
