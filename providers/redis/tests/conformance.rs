@@ -7,7 +7,9 @@
 //! - `redis-cluster`: a 3-master Redis Cluster (C24 not applicable: a cluster client follows the
 //!   cluster's node addresses, so one fault proxy cannot stand in front of it);
 //! - `redis-shedlock-compat`: the ShedLock-compatible key layout (C20/C21 unsupported: no
-//!   fencing counter).
+//!   fencing counter);
+//! - `redis-secure`: a Redis server listening only on TLS with its default user off, every
+//!   instance an ACL user with only the README's "Permissions" rules on the suite's prefix.
 //!
 //! Each instance has its own reconnecting connection (like a separate node). The hooks give the
 //! kit raw key access (C14), the server address for its fault proxy (C24) and a restart of the
@@ -62,5 +64,11 @@ fn main() -> std::process::ExitCode {
         suite(Backend::Redis, "redis-shedlock-compat", compat, || {
             common::Single::new_with(Backend::Redis, "Redis", "redis-shedlock-compat", true)
         }),
+        shedlock_test_support::secure::suite(
+            Backend::Redis,
+            "redis-secure",
+            shedlock_test_support::secure::options(),
+            common::secure::SecureSingle::new,
+        ),
     ])
 }

@@ -12,6 +12,8 @@ use shedlock_launcher::{Backend, Service};
 use shedlock_redis::RedisLockProvider;
 use shedlock_test_support as testing;
 
+pub mod secure;
+
 /// The first address of a `redis://host:port` URL.
 pub fn addr_of(service: &Service) -> Result<SocketAddr, BoxError> {
     service.addr().ok_or_else(|| format!("no address in {}", service.url()).into())
