@@ -35,13 +35,20 @@
 //! # Keys
 //!
 //! A lock's key is the configured prefix (default [`DEFAULT_KEY_PREFIX`], `shedlock:`) followed
-//! by the lock name, as bytes, sent base64-encoded with the meta `b` flag
-//! ([`MemcachedLockProvider::key`] shows it). Any name is therefore a valid key — spaces,
-//! newlines, NUL, any UTF-8 — and no two names share a key. memcached limits the encoded key to
-//! 250 characters, which is [`MAX_KEY_LEN`] (186) bytes of prefix and name together; a longer
-//! name is refused with [`Error::InvalidName`], never truncated.
+//! by the lock name, as bytes (each `:` as `0xFF`, below), sent base64-encoded with the meta
+//! `b` flag ([`MemcachedLockProvider::key`] shows it). Any name is therefore a valid key —
+//! spaces, newlines, NUL, any UTF-8 — and no two names share a key. memcached limits the
+//! encoded key to 250 characters, which is [`MAX_KEY_LEN`] (186) bytes of prefix and name
+//! together; a longer name is refused with [`Error::InvalidName`], never truncated.
 //! [`Capabilities::max_name_len`](shedlock::Capabilities::max_name_len) is 186 minus the
-//! prefix length (177 with the default prefix).
+//! prefix length, its `:` included (177 with the default prefix).
+//!
+//! **Prefixes never collide.** A non-empty prefix ends with [`KEY_DELIMITER`] (`:`): the
+//! builder appends one when it is missing (`app` becomes `app:`), and in the name every `:` is
+//! stored as the byte `0xFF`, which no UTF-8 text contains (one byte for one byte, so the
+//! longest name does not change). A key therefore never holds a `:` after its prefix, and
+//! providers with different prefixes — `app` and `app2`, or `app:` and `app:2:` — never share
+//! a key, whatever their lock names (`app` + `2x` is not `app2` + `x`).
 //!
 //! The value of the record is `<acquisition id, 16 hex digits> <locked_by>` (informational:
 //! ownership rests on the CAS value).
@@ -140,6 +147,15 @@ const BACKEND: &str = "memcached";
 /// The default start of every key: `shedlock:`.
 pub const DEFAULT_KEY_PREFIX: &str = "shedlock:";
 
+/// The byte that ends every non-empty key prefix: `:`. The builder appends it to a prefix that
+/// does not end with it, and a `:` in a lock name is stored as `0xFF` ([`ESCAPED_DELIMITER`]), so
+/// no key holds a `:` after its prefix and two different prefixes never share a key.
+pub const KEY_DELIMITER: u8 = b':';
+
+/// What a `:` ([`KEY_DELIMITER`]) of a lock name becomes in its key: the byte `0xFF`, which
+/// never occurs in UTF-8 text, so the mapping is one-to-one and keeps the name's length.
+pub const ESCAPED_DELIMITER: u8 = 0xFF;
+
 /// The default number of connections a provider opens at most: 4.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4;
 
@@ -169,8 +185,11 @@ impl ProviderBuilder for MemcachedLockProviderBuilder {
 
 impl MemcachedLockProviderBuilder {
     /// The start of every key (default [`DEFAULT_KEY_PREFIX`]): any bytes, since keys are sent
-    /// base64-encoded. It shortens the longest lock name: prefix and name together hold at most
-    /// [`MAX_KEY_LEN`] bytes.
+    /// base64-encoded. A non-empty prefix that does not end with [`KEY_DELIMITER`] (`:`) gets
+    /// one appended (`myapp` is `myapp:`; `myapp:lock:` stays as it is), so that providers with
+    /// different prefixes never share a key (see [Keys](crate#keys)); the empty prefix stays
+    /// empty. It shortens the longest lock name: prefix (with its `:`) and name together hold at
+    /// most [`MAX_KEY_LEN`] bytes.
     pub fn key_prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
         self.prefix = prefix.as_ref().to_vec();
         self
@@ -189,11 +208,12 @@ impl MemcachedLockProviderBuilder {
     /// [`Error::Setup`]. Does no I/O.
     pub fn build(self) -> Result<MemcachedLockProvider> {
         let address = parse_address(&self.address)?;
-        if self.prefix.len() >= MAX_KEY_LEN {
+        let prefix = delimited(self.prefix);
+        if prefix.len() >= MAX_KEY_LEN {
             return Err(setup(format!(
-                "the key prefix is {} bytes long; prefix and lock name together hold at most \
-                 {MAX_KEY_LEN} bytes",
-                self.prefix.len()
+                "the key prefix is {} bytes long (its final ':' included); prefix and lock name \
+                 together hold at most {MAX_KEY_LEN} bytes",
+                prefix.len()
             )));
         }
         let settings = self.settings.validate(BACKEND)?;
@@ -202,11 +222,20 @@ impl MemcachedLockProviderBuilder {
         }
         let store = MemcachedStore {
             pool: Pool::new(address, self.max_connections),
-            max_name_len: MAX_KEY_LEN - self.prefix.len(),
-            prefix: self.prefix,
+            max_name_len: MAX_KEY_LEN - prefix.len(),
+            prefix,
         };
         Ok(MemcachedLockProvider { inner: StoreProvider::new(store, settings) })
     }
+}
+
+/// `prefix` ending with [`KEY_DELIMITER`]: as it is when it already does (or is empty), else
+/// with one appended.
+fn delimited(mut prefix: Vec<u8>) -> Vec<u8> {
+    if prefix.last().is_some_and(|b| *b != KEY_DELIMITER) {
+        prefix.push(KEY_DELIMITER);
+    }
+    prefix
 }
 
 fn setup(message: String) -> Error {
@@ -298,18 +327,25 @@ impl fmt::Debug for MemcachedStore {
 }
 
 impl MemcachedStore {
-    /// The wire key of `name`: prefix and name, base64-encoded (the name already checked).
+    /// The wire key of `name` (already checked): base64 of [`key_bytes`].
     fn encode_key(&self, name: &str) -> String {
-        let mut key = Vec::with_capacity(self.prefix.len() + name.len());
-        key.extend_from_slice(&self.prefix);
-        key.extend_from_slice(name.as_bytes());
-        base64(&key)
+        base64(&key_bytes(&self.prefix, name))
     }
 
     fn key(&self, name: &str) -> Result<String> {
         check_lock_name(BACKEND, name, Some(self.max_name_len), false)?;
         Ok(self.encode_key(name))
     }
+}
+
+/// The key of `name` under `prefix` (which is empty or ends with [`KEY_DELIMITER`]), before
+/// base64: the prefix, then the name with each `:` as [`ESCAPED_DELIMITER`]. So the key holds no
+/// `:` after its prefix, and (prefix, name) pairs map to keys one-to-one.
+fn key_bytes(prefix: &[u8], name: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(prefix.len() + name.len());
+    key.extend_from_slice(prefix);
+    key.extend(name.bytes().map(|b| if b == KEY_DELIMITER { ESCAPED_DELIMITER } else { b }));
+    key
 }
 
 /// A held lock: the record's key, value and CAS, and the server process that stored it.
@@ -540,11 +576,18 @@ impl MemcachedLockProvider {
         }
     }
 
-    /// The key of lock `name` as sent on the wire: prefix and name, base64-encoded, for meta
-    /// commands with the `b` flag (e.g. `mg <key> b t v` shows the record and its TTL).
-    /// [`Error::InvalidName`] when the name is too long.
+    /// The key of lock `name` as sent on the wire: prefix and name (each `:` of the name as
+    /// the byte `0xFF`), base64-encoded, for meta commands with the `b` flag (e.g.
+    /// `mg <key> b t v` shows the record and its TTL). [`Error::InvalidName`] when the name is
+    /// too long.
     pub fn key(&self, name: &str) -> Result<String> {
         self.inner.store().key(name)
+    }
+
+    /// The key prefix in use: the configured one, with the `:` the builder appended if it had
+    /// none (empty when configured empty).
+    pub fn key_prefix(&self) -> &[u8] {
+        &self.inner.store().prefix
     }
 
     /// The longest lock name accepted, in bytes: [`MAX_KEY_LEN`] less the prefix length.
@@ -661,13 +704,61 @@ mod tests {
         assert_eq!(p.key("a").unwrap(), base64(b"shedlock:a"));
         let p = b().key_prefix("").build().unwrap();
         assert_eq!(p.max_name_len(), MAX_KEY_LEN);
-        assert!(b().key_prefix(vec![b'p'; MAX_KEY_LEN - 1]).build().is_ok());
+        // The appended ':' counts: 184 bytes and ':' leave one byte of name, 185 none.
+        let p = b().key_prefix(vec![b'p'; MAX_KEY_LEN - 2]).build().unwrap();
+        assert_eq!(p.max_name_len(), 1);
+        assert!(b().key_prefix(vec![b':'; MAX_KEY_LEN - 1]).build().is_ok());
         assert!(matches!(
-            b().key_prefix(vec![b'p'; MAX_KEY_LEN]).build(),
+            b().key_prefix(vec![b'p'; MAX_KEY_LEN - 1]).build(),
             Err(Error::Setup { .. })
         ));
         assert!(matches!(b().locked_by("x".repeat(256)).build(), Err(Error::Setup { .. })));
         assert!(matches!(b().max_connections(0).build(), Err(Error::Setup { .. })));
+    }
+
+    #[test]
+    fn a_prefix_gets_a_final_colon_unless_it_has_one_or_is_empty() {
+        let prefix = |p: &str| {
+            MemcachedLockProvider::builder("127.0.0.1:1")
+                .key_prefix(p)
+                .build()
+                .unwrap()
+                .key_prefix()
+                .to_vec()
+        };
+        assert_eq!(prefix("app"), b"app:");
+        assert_eq!(prefix("app:"), b"app:");
+        assert_eq!(prefix("myapp:lock:"), b"myapp:lock:");
+        assert_eq!(prefix("a/"), b"a/:");
+        assert_eq!(prefix(""), b"");
+        assert_eq!(prefix(DEFAULT_KEY_PREFIX), DEFAULT_KEY_PREFIX.as_bytes());
+        let p = MemcachedLockProvider::builder("127.0.0.1:1").key_prefix("app").build().unwrap();
+        assert_eq!(p.max_name_len(), MAX_KEY_LEN - 4);
+        assert_eq!(p.key("x").unwrap(), base64(b"app:x"));
+    }
+
+    #[test]
+    fn key_bytes_escape_colons_so_different_prefixes_never_share_a_key() {
+        // Names without ':' keep the keys they always had.
+        assert_eq!(key_bytes(b"shedlock:", "nightly-report"), b"shedlock:nightly-report");
+        assert_eq!(key_bytes(b"", "a b"), b"a b");
+        // A ':' of a name is 0xFF, one byte for one byte.
+        assert_eq!(key_bytes(b"app:", "a:b"), b"app:a\xffb");
+        assert_eq!(key_bytes(b"app:", "ü:").len(), 4 + "ü:".len());
+        // The tenants of the issue: `app` + `2x` and `app2` + `x`, and nested ones.
+        let prefixes: [&[u8]; 5] = [b"", b"app:", b"app2:", b"app:2:", b"app:2x:"];
+        let names = ["x", "2x", "2:x", "2x:", ":", "", "2", "app:2:x", "\u{ff}"];
+        let mut seen = std::collections::HashMap::new();
+        for p in prefixes {
+            for n in names {
+                let key = key_bytes(p, n);
+                // No ':' after the prefix.
+                assert!(!key[p.len()..].contains(&KEY_DELIMITER), "{p:?} {n:?}");
+                if let Some(other) = seen.insert(key, (p, n)) {
+                    panic!("{p:?} + {n:?} shares a key with {other:?}");
+                }
+            }
+        }
     }
 
     #[test]

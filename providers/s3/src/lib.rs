@@ -2,7 +2,11 @@
 //! [`SdkConfig`](aws_types::SdkConfig)), with S3's conditional writes.
 //!
 //! One object per lock name, `<prefix><key_for(name)>`, whose small JSON body holds the lease
-//! (`lock_until_ms`, client time), the owner (a random acquisition id) and the fencing token:
+//! (`lock_until_ms`, client time), the owner (a random acquisition id) and the fencing token.
+//! A non-empty prefix ends with `/` (or `.`), characters [`key_for`] never produces, so
+//! providers with different prefixes never share an object (see
+//! [`prefix`](S3LockProviderBuilder::prefix)).
+//!
 //!
 //! - **Create**: `PutObject` with `If-None-Match: *` — only a missing object accepts it.
 //! - **Take over** (the lease ended, or the lock was released), **extend** and **unlock**:
@@ -63,7 +67,7 @@ const BACKEND: &str = "s3";
 /// ([`key_for`]), which with the longest prefix stays inside S3's 1 024-byte key limit.
 pub const MAX_NAME_LEN: usize = 256;
 
-/// The longest key prefix, in bytes.
+/// The longest key prefix, in bytes, its final `/` included.
 pub const MAX_PREFIX_LEN: usize = 255;
 
 /// The default key prefix.
@@ -211,7 +215,16 @@ impl ClockBuilder for S3LockProviderBuilder {}
 
 impl S3LockProviderBuilder {
     /// The key prefix of the lock objects (default `shedlock/`): ASCII letters, digits, `-`,
-    /// `_`, `.` and `/`, at most [`MAX_PREFIX_LEN`] bytes, no `..`, not starting with `/`.
+    /// `_`, `.` and `/`, at most [`MAX_PREFIX_LEN`] bytes, no `..` or `//`, not starting with
+    /// `/`.
+    ///
+    /// A non-empty prefix ends with `/` (or `.`): the builder appends a `/` when it ends with
+    /// anything else (`app` is `app/`; `ops/locks/` and `locks.` stay as they are;
+    /// [`S3LockProvider::prefix`] shows the prefix in use). [`key_for`] never produces `/` or
+    /// `.`, so no key holds one after its prefix, and providers with different prefixes never
+    /// share an object, whatever their lock names: prefix `app` with name `2x` is
+    /// `app/2x`, prefix `app2` with name `x` is `app2/x`, and a nested `app/2/` cannot meet
+    /// `app/` either. The empty prefix stays empty (objects at the top of the bucket).
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self
@@ -235,7 +248,8 @@ impl S3LockProviderBuilder {
                  digits, '-' or '.', starting and ending with a letter or digit"
             )));
         }
-        let p = &self.prefix;
+        let prefix = delimited(self.prefix);
+        let p = &prefix;
         let prefix_ok = p.len() <= MAX_PREFIX_LEN
             && p.bytes()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.' | b'/'))
@@ -245,21 +259,31 @@ impl S3LockProviderBuilder {
         if !prefix_ok {
             return Err(setup(format!(
                 "key prefix {p:?} is invalid: use at most {MAX_PREFIX_LEN} ASCII letters, digits, \
-                 '-', '_', '.' or '/', without '..' or '//', not starting with '/'"
+                 '-', '_', '.' or '/' (a final '/' included), without '..' or '//', not starting \
+                 with '/'"
             )));
         }
         // S3 conditions cannot read a server clock: the lease is always client time.
         let mut settings = self.settings;
         let settings = settings.set_time_source(TimeSource::Client).clone().validate(BACKEND)?;
-        let store = S3Store {
-            client: self.client,
-            bucket: self.bucket,
-            prefix: self.prefix,
-            seen: Mutex::default(),
-        };
+        let store =
+            S3Store { client: self.client, bucket: self.bucket, prefix, seen: Mutex::default() };
         Ok(S3LockProvider { inner: StoreProvider::new(store, settings) })
     }
 }
+
+/// `prefix`, ending with `/` or `.` (characters [`key_for`] never produces): as it is when it
+/// does (or is empty), else with a `/` appended.
+fn delimited(mut prefix: String) -> String {
+    if !prefix.is_empty() && !prefix.ends_with(PREFIX_ENDS) {
+        prefix.push('/');
+    }
+    prefix
+}
+
+/// The characters a non-empty prefix ends with, and that [`key_for`] never produces: a key
+/// holds none of them after its prefix.
+const PREFIX_ENDS: [char; 2] = ['/', '.'];
 
 /// A [`LockProvider`] on an S3 bucket with conditional writes. Cheap to clone; clones share the
 /// client and what the provider last saw of each object.
@@ -732,9 +756,9 @@ impl LeaseStore for S3Store {
     /// prefix exactly when its key is under the escaped prefix: [`key_for`] escapes byte by
     /// byte), then one `GetObject` per key of the page, one after the other. The page is in key
     /// order; the cursor is the key (after the provider's prefix) of the last object of the
-    /// page. Keys with a `/` after the provider's prefix belong to a longer prefix (another
-    /// provider's) and are passed over; an object deleted between the listing and its read is
-    /// left out.
+    /// page. Keys with a `/` or `.` after the provider's prefix belong to a longer prefix
+    /// (another provider's: [`key_for`] makes neither) and are passed over; an object deleted
+    /// between the listing and its read is left out.
     async fn list(
         &self,
         prefix: &str,
@@ -759,7 +783,7 @@ impl LeaseStore for S3Store {
         for key in keys.into_iter().take(limit) {
             let suffix = key.strip_prefix(self.prefix.as_str()).unwrap_or(key);
             last = Some(suffix.to_owned());
-            if suffix.contains('/') {
+            if suffix.contains(PREFIX_ENDS) {
                 continue;
             }
             let name = self.name_of(key)?;
@@ -901,6 +925,12 @@ impl S3LockProvider {
         &self.inner.store().bucket
     }
 
+    /// The key prefix in use: the configured one, with the `/` the builder appended if it did
+    /// not end with `/` or `.` (empty when configured empty).
+    pub fn prefix(&self) -> &str {
+        &self.inner.store().prefix
+    }
+
     /// The object key a lock name maps to: `<prefix><key_for(name)>`.
     pub fn key_for(&self, name: &str) -> String {
         self.inner.store().key(name)
@@ -944,7 +974,7 @@ impl S3LockProvider {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
+    #![allow(clippy::unwrap_used, clippy::panic)]
     use super::*;
 
     use aws_sdk_s3::{
@@ -1016,6 +1046,35 @@ mod tests {
         // that key_for keeps as it is, bytes that are not UTF-8.
         for key in ["a/b", "a.b", "a=2f", "a=2", "a=", "=41", "=2D", "=FF", "=C3"] {
             assert_eq!(name_for(key), None, "{key:?}");
+        }
+    }
+
+    #[test]
+    fn prefixes_are_delimited_so_tenants_never_share_a_key() {
+        assert_eq!(delimited("app".into()), "app/");
+        assert_eq!(delimited("app/".into()), "app/");
+        assert_eq!(delimited("locks.".into()), "locks.");
+        assert_eq!(delimited("a/b-".into()), "a/b-/");
+        assert_eq!(delimited(String::new()), "");
+        assert_eq!(delimited(DEFAULT_PREFIX.into()), DEFAULT_PREFIX);
+        let store = |prefix: &str| S3Store { prefix: delimited(prefix.into()), ..inner() };
+        // The tenants of the issue: `app` + `2x` was `app2` + `x`.
+        assert_eq!(store("app").key("2x"), "app/2x");
+        assert_eq!(store("app2").key("x"), "app2/x");
+        // Every pair of prefix and name, nested prefixes included, is a key of its own, and no
+        // key holds a delimiter after its prefix.
+        let prefixes = ["", "app", "app2", "app/2", "app/2x", "app.", "app.2.", "app2x"];
+        let names = ["x", "2x", "2/x", "2.x", "/", ".", "", "2", "app/2x", "=2F"];
+        let mut seen = HashMap::new();
+        for p in prefixes {
+            let s = store(p);
+            for n in names {
+                let key = s.key(n);
+                assert!(!key[s.prefix.len()..].contains(PREFIX_ENDS), "{p:?} {n:?}");
+                if let Some(other) = seen.insert(key.clone(), (s.prefix.clone(), n)) {
+                    panic!("{p:?} + {n:?} and {other:?} share {key:?}");
+                }
+            }
         }
     }
 

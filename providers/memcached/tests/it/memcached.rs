@@ -422,3 +422,47 @@ async fn an_unreachable_server_is_unavailable_and_the_message_says_why() {
         unreachable::assert_named(&p, case, expected).await;
     }
 }
+
+/// Tenants sharing a server: prefix `app` with name `2x` and prefix `app2` with name `x` were
+/// one key (`app2x`) before prefixes were delimited. Each pair is held at once, and releasing
+/// one leaves the other held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefixes_app_and_app2_lock_names_2x_and_x_independently() {
+    let (addr, run) = (address().await, unique("tenant"));
+    let tenant = |prefix: String| {
+        let node = || MemcachedLockProvider::builder(&addr).key_prefix(&prefix).build().unwrap();
+        (node(), node())
+    };
+    // `app` + `2x` against `app2` + `x`; and nested prefixes with a ':' in the names.
+    let cases = [
+        (format!("{run}app"), "2x", format!("{run}app2"), "x"),
+        (format!("{run}:app:"), "2:x", format!("{run}:app:2:"), "x"),
+    ];
+    for (prefix_a, name_a, prefix_b, name_b) in cases {
+        let ((a, a2), (b, b2)) = (tenant(prefix_a.clone()), tenant(prefix_b.clone()));
+        assert_ne!(a.key(name_a).unwrap(), b.key(name_b).unwrap());
+        let la = a.try_lock(&cfg(name_a, 60_000, 0)).await.unwrap().expect("a's lock is free");
+        let lb = b.try_lock(&cfg(name_b, 60_000, 0)).await.unwrap().expect("b's lock is free too");
+        // Each is held for its own tenant's other nodes.
+        assert!(a2.try_lock(&cfg(name_a, 60_000, 0)).await.unwrap().is_none());
+        assert!(b2.try_lock(&cfg(name_b, 60_000, 0)).await.unwrap().is_none());
+        // Releasing a's does not free b's.
+        la.unlock().await.unwrap();
+        assert!(b2.try_lock(&cfg(name_b, 60_000, 0)).await.unwrap().is_none(), "{prefix_b}");
+        let again = a2.try_lock(&cfg(name_a, 60_000, 0)).await.unwrap().expect("a's is free");
+        lb.unlock().await.unwrap();
+        again.unlock().await.unwrap();
+        assert_eq!(record(&b, name_b).await.code, "EN");
+    }
+}
+
+/// The default prefix keeps the keys it always had: `shedlock:` and the name, for a name
+/// without ':'.
+#[test]
+fn the_default_prefix_and_names_without_a_colon_keep_their_keys() {
+    let p = MemcachedLockProvider::builder("127.0.0.1:11211").build().unwrap();
+    assert_eq!(p.key_prefix(), b"shedlock:");
+    let key = p.key("nightly-report").unwrap();
+    // base64("shedlock:nightly-report")
+    assert_eq!(key, "c2hlZGxvY2s6bmlnaHRseS1yZXBvcnQ=");
+}

@@ -120,9 +120,14 @@ async fn invalid_bucket_names_prefixes_and_locked_by_are_refused_before_any_requ
         let r = S3LockProvider::builder(c.clone(), bad).build();
         assert!(matches!(r, Err(Error::Setup { .. })), "{bad:?}");
     }
-    for bad in ["/abs", "a/../b", "a//b", "sp ace", &"p".repeat(256)] {
+    // 255 bytes and the '/' the builder appends are one byte too many.
+    for bad in ["/abs", "a/../b", "a//b", "sp ace", &"p".repeat(256), &"p".repeat(255)] {
         let r = S3LockProvider::builder(c.clone(), "locks").prefix(bad).build();
         assert!(matches!(r, Err(Error::Setup { .. })), "{bad:?}");
+    }
+    for good in ["", "locks.", &"p".repeat(254), &format!("{}/", "p".repeat(254))] {
+        let r = S3LockProvider::builder(c.clone(), "locks").prefix(good).build();
+        assert!(r.is_ok(), "{good:?}");
     }
     let r = S3LockProvider::builder(c, "locks").locked_by("x".repeat(256)).build();
     assert!(matches!(r, Err(Error::Setup { .. })));
@@ -136,6 +141,39 @@ async fn an_unreachable_server_is_unavailable_says_why_and_credentials_never_sho
     };
     aws::an_unreachable_server_is_unavailable_says_why_and_hides_the_secret(provider, is_transport)
         .await;
+}
+
+/// Tenants sharing a bucket: prefix `app` with name `2x` and prefix `app2` with name `x` were
+/// one object (`app2x`) before prefixes were delimited. Each is held at once, and releasing one
+/// leaves the other held.
+#[tokio::test]
+async fn prefixes_app_and_app2_lock_names_2x_and_x_independently() {
+    let (p, records) = fresh().await;
+    let tenant = |prefix: &str| {
+        let node = || {
+            S3LockProvider::builder(records.client.clone(), &records.bucket)
+                .prefix(prefix)
+                .build()
+                .unwrap()
+        };
+        (node(), node())
+    };
+    let ((a, a2), (b, b2)) = (tenant("app"), tenant("app2"));
+    assert_eq!((a.prefix(), b.prefix()), ("app/", "app2/"));
+    assert_eq!((a.key_for("2x"), b.key_for("x")), ("app/2x".to_owned(), "app2/x".to_owned()));
+    let la = a.try_lock(&cfg("2x", 60_000, 0)).await.unwrap().expect("a's lock is free");
+    let lb = b.try_lock(&cfg("x", 60_000, 0)).await.unwrap().expect("b's lock is free too");
+    assert!(a2.try_lock(&cfg("2x", 60_000, 0)).await.unwrap().is_none(), "a's is held");
+    assert!(b2.try_lock(&cfg("x", 60_000, 0)).await.unwrap().is_none(), "b's is held");
+    la.unlock().await.unwrap();
+    assert!(b2.try_lock(&cfg("x", 60_000, 0)).await.unwrap().is_none(), "b's is still held");
+    let again = a2.try_lock(&cfg("2x", 60_000, 0)).await.unwrap().expect("a's is free");
+    // Each tenant lists its own lock only; the default prefix sees neither.
+    assert_eq!(a.list("", None, 10).await.unwrap().records.len(), 1);
+    assert_eq!(b.list("", None, 10).await.unwrap().records.len(), 1);
+    assert!(p.list("", None, 10).await.unwrap().records.is_empty());
+    lb.unlock().await.unwrap();
+    again.unlock().await.unwrap();
 }
 
 /// Names map to keys by escaping each byte (`/` is `=2F`): `list` asks for the keys under the
