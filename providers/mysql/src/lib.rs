@@ -182,6 +182,9 @@ fn name_of(row: &MySqlRow) -> Result<String, sqlx::Error> {
 struct Statements {
     flavor: Flavor,
     acquire: Stmt,
+    /// The acquire over zero rows, for `check`: the server checks its privileges, and it
+    /// writes nothing.
+    probe: Stmt,
     /// MySQL flavor: reads the owner id and token after the upsert.
     owner: Stmt,
     unlock: Stmt,
@@ -256,44 +259,54 @@ impl Statements {
         } else {
             format!("{name}, {lu}, {la}, {lb}, {aid}, {ft}")
         };
-        b.sql(&format!("{prefix}INSERT {hint}INTO {t} ({columns}) VALUES ("))
-            .arg(Arg::Name)
-            .sql(", ");
-        now(&mut b, database);
-        b.sql(" + INTERVAL ").arg(Arg::AtMost).sql(" MICROSECOND, ");
-        now(&mut b, database);
-        b.sql(", ").arg(Arg::LockedBy);
-        if mode.compat {
-            // ShedLock's row, taken when it is free or already this acquisition's (a repeat
-            // after a lost answer). `locked_by` is assigned first: once it is this
-            // acquisition's, the later guards stay true; while it is someone else's, they stay
-            // false. The acquire won iff the row's `locked_by` afterwards is this acquisition's.
-            let free = format!("({lu} <= VALUES({la}) OR {lb} = VALUES({lb}))");
-            b.sql(&format!(
-                ") ON DUPLICATE KEY UPDATE \
-                 {lb} = IF({free}, VALUES({lb}), {lb}), \
-                 {la} = IF({free}, VALUES({la}), {la}), \
-                 {lu} = IF({free}, VALUES({lu}), {lu})"
-            ));
-            if mariadb {
-                b.sql(&format!(" RETURNING {lb}"));
+        // The upsert of the acquire's one row (`VALUES (…)`), or with `probe` of none (`SELECT
+        // … FROM DUAL WHERE 0`): the probe of `check`, which the server runs through the same
+        // privilege checks (INSERT, UPDATE, and SELECT on the columns the update reads).
+        let upsert = |b: &mut StmtBuilder, probe: bool| {
+            let (open, close) =
+                if probe { ("SELECT ", " FROM DUAL WHERE 0") } else { ("VALUES (", ")") };
+            b.sql(&format!("{prefix}INSERT {hint}INTO {t} ({columns}) {open}"))
+                .arg(Arg::Name)
+                .sql(", ");
+            now(b, database);
+            b.sql(" + INTERVAL ").arg(Arg::AtMost).sql(" MICROSECOND, ");
+            now(b, database);
+            b.sql(", ").arg(Arg::LockedBy);
+            if mode.compat {
+                // ShedLock's row, taken when it is free or already this acquisition's (a
+                // repeat after a lost answer). `locked_by` is assigned first: once it is this
+                // acquisition's, the later guards stay true; while it is someone else's, they
+                // stay false. The acquire won iff the row's `locked_by` afterwards is this
+                // acquisition's.
+                let free = format!("({lu} <= VALUES({la}) OR {lb} = VALUES({lb}))");
+                b.sql(&format!(
+                    "{close} ON DUPLICATE KEY UPDATE \
+                     {lb} = IF({free}, VALUES({lb}), {lb}), \
+                     {la} = IF({free}, VALUES({la}), {la}), \
+                     {lu} = IF({free}, VALUES({lu}), {lu})"
+                ));
+                if mariadb {
+                    b.sql(&format!(" RETURNING {lb}"));
+                }
+            } else {
+                b.sql(", ").arg(Arg::AcquisitionId);
+                let free = format!("{lu} <= VALUES({la})");
+                b.sql(&format!(
+                    ", {SERVER_MICROS}{close} ON DUPLICATE KEY UPDATE \
+                     {ft} = IF({free}, GREATEST({ft} + 1, VALUES({ft})), {ft}), \
+                     {lb} = IF({free}, VALUES({lb}), {lb}), \
+                     {aid} = IF({free}, VALUES({aid}), {aid}), \
+                     {la} = IF({free}, VALUES({la}), {la}), \
+                     {lu} = IF({free}, VALUES({lu}), {lu})"
+                ));
+                if mariadb {
+                    b.sql(&format!(" RETURNING {aid}, {ft}"));
+                }
             }
-        } else {
-            b.sql(", ").arg(Arg::AcquisitionId);
-            let free = format!("{lu} <= VALUES({la})");
-            b.sql(&format!(
-                ", {SERVER_MICROS}) ON DUPLICATE KEY UPDATE \
-                 {ft} = IF({free}, GREATEST({ft} + 1, VALUES({ft})), {ft}), \
-                 {lb} = IF({free}, VALUES({lb}), {lb}), \
-                 {aid} = IF({free}, VALUES({aid}), {aid}), \
-                 {la} = IF({free}, VALUES({la}), {la}), \
-                 {lu} = IF({free}, VALUES({lu}), {lu})"
-            ));
-            if mariadb {
-                b.sql(&format!(" RETURNING {aid}, {ft}"));
-            }
-        }
-        let acquire = b.build();
+            b.build()
+        };
+        let acquire = upsert(&mut b, false);
+        let probe = upsert(&mut b, true);
 
         let who = if mode.compat { lb.to_string() } else { format!("{aid}, {ft}") };
         b.sql(&format!("SELECT {who} FROM {t} WHERE {name} = ")).arg(Arg::Name);
@@ -367,7 +380,19 @@ impl Statements {
         }
         let write = b.build();
 
-        Self { flavor, acquire, owner, unlock, extend, select, list, delete, write, force_release }
+        Self {
+            flavor,
+            acquire,
+            probe,
+            owner,
+            unlock,
+            extend,
+            select,
+            list,
+            delete,
+            write,
+            force_release,
+        }
     }
 }
 
@@ -419,6 +444,9 @@ fn classify(e: &dyn DatabaseError) -> DbErrorKind {
         1406 | 1366 => DbErrorKind::NameRejected,
         // ER_LOCK_DEADLOCK
         1213 => DbErrorKind::Transient,
+        // ER_TABLEACCESS_DENIED_ERROR, ER_COLUMNACCESS_DENIED_ERROR, ER_DBACCESS_DENIED_ERROR,
+        // ER_SPECIFIC_ACCESS_DENIED_ERROR
+        1142 | 1143 | 1044 | 1227 => DbErrorKind::PermissionDenied,
         // ER_CON_COUNT_ERROR, ER_SERVER_SHUTDOWN, ER_CONNECTION_KILLED, ER_LOCK_WAIT_TIMEOUT,
         // ER_TOO_MANY_USER_CONNECTIONS
         1040 | 1053 | 1927 | 1205 | 1203 => DbErrorKind::Unavailable,
@@ -650,6 +678,16 @@ impl Dialect for MySqlDialect {
             .await
             .map(|_| ())
     }
+
+    /// The acquire's upsert over zero rows (`INSERT … SELECT … FROM DUAL WHERE 0 ON DUPLICATE
+    /// KEY UPDATE …`, with `RETURNING` on MariaDB): the server checks its privileges before it
+    /// runs, so it proves SELECT, INSERT and UPDATE on the table and its columns, and writes
+    /// nothing. In the compatible mode the session time zone is checked first, as at the first
+    /// lock call.
+    async fn probe(&self, values: &ArgValues<'_>) -> Result<(), sqlx::Error> {
+        let stmts = self.stmts().await?;
+        self.conn.execute(classify, &stmts.probe, values).await.map(drop)
+    }
 }
 
 #[cfg(test)]
@@ -692,6 +730,24 @@ mod tests {
                 .sql()
                 .starts_with("INSERT /*+ SET_VAR(sql_mode = 'STRICT_ALL_TABLES') */ INTO")
         );
+    }
+
+    #[test]
+    fn the_probe_of_check_is_the_acquire_over_zero_rows() {
+        for compat in [false, true] {
+            for flavor in [Flavor::MariaDb, Flavor::MySql] {
+                let s = Statements::new(&names(), Mode { database: true, compat }, flavor);
+                let probe = s.probe.sql();
+                assert!(probe.contains(" FROM DUAL WHERE 0 ON DUPLICATE KEY UPDATE"), "{probe}");
+                let one_row = probe.replacen(") SELECT ", ") VALUES (", 1).replacen(
+                    " FROM DUAL WHERE 0 ON",
+                    ") ON",
+                    1,
+                );
+                assert_eq!(&one_row, &**s.acquire.sql(), "{flavor:?}, compat {compat}");
+                assert_eq!(s.probe.args(), s.acquire.args());
+            }
+        }
     }
 
     #[test]

@@ -99,9 +99,9 @@ use std::{fmt, time::Duration};
 use shedlock::Result;
 use shedlock::support::duration_micros;
 use shedlock_sql::{
-    Arg, ArgValues, AsynchronousCommit, DbErrorKind, DedicatedConnection, Inspected, LockConn, Op,
-    Placeholder, QuotedNames, Settings, ShedlockTable, Stmt, StmtBuilder, UnloggedTable, bind,
-    inspected_from_row, record_from_row, retry_transient,
+    Arg, ArgValues, AsynchronousCommit, Call, DbErrorKind, DedicatedConnection, Inspected,
+    LockConn, Op, Placeholder, QuotedNames, Settings, ShedlockTable, Stmt, StmtBuilder, TableName,
+    UnloggedTable, bind, inspected_from_row, record_from_row, retry_transient,
 };
 use sqlx::{
     AssertSqlSafe, Row,
@@ -168,6 +168,9 @@ const ASYNCHRONOUS_COMMIT: &str = "SET synchronous_commit = off";
 
 struct Statements {
     acquire: Stmt,
+    /// The acquire over zero rows, for `check`: the server checks its privileges, and it
+    /// writes nothing.
+    probe: Stmt,
     unlock: Stmt,
     extend: Stmt,
     select: Stmt,
@@ -238,27 +241,38 @@ impl Statements {
         } else {
             format!("{name}, {lu}, {la}, {lb}, {aid}, {ft}")
         };
-        b.sql(&format!("INSERT INTO {t} AS cur ({columns}) VALUES (")).arg(Arg::Name).sql(", ");
-        mode.now(&mut b);
-        b.sql(" + ").arg(Arg::AtMost).sql(" * interval '1 microsecond', ");
-        mode.now(&mut b);
-        b.sql(", ").arg(Arg::LockedBy);
-        if mode.compat {
-            b.sql(&format!(
-                ") ON CONFLICT ({name}) DO UPDATE SET {lu} = EXCLUDED.{lu}, {la} = EXCLUDED.{la}, \
-                 {lb} = EXCLUDED.{lb} WHERE cur.{lu} <= EXCLUDED.{la} OR cur.{lb} = EXCLUDED.{lb} \
-                 RETURNING 0::bigint"
-            ));
-        } else {
-            b.sql(", ").arg(Arg::AcquisitionId);
-            b.sql(&format!(
-                ", {SERVER_MICROS}) ON CONFLICT ({name}) DO UPDATE SET {lu} = EXCLUDED.{lu}, \
-                 {la} = EXCLUDED.{la}, {lb} = EXCLUDED.{lb}, {aid} = EXCLUDED.{aid}, \
-                 {ft} = greatest(cur.{ft} + 1, EXCLUDED.{ft}) \
-                 WHERE cur.{lu} <= EXCLUDED.{la} OR cur.{aid} = EXCLUDED.{aid} RETURNING {ft}"
-            ));
-        }
-        let acquire = b.build();
+        // The upsert of the acquire's one row (`VALUES (…)`), or with `probe` of none (`SELECT
+        // … WHERE false`): the probe of `check`, which the server runs through the same
+        // privilege checks (INSERT, UPDATE, and SELECT on the columns the conflict clause and
+        // RETURNING read).
+        let upsert = |b: &mut StmtBuilder, probe: bool| {
+            let (open, close) = if probe { ("SELECT ", " WHERE false") } else { ("VALUES (", ")") };
+            b.sql(&format!("INSERT INTO {t} AS cur ({columns}) {open}")).arg(Arg::Name).sql(", ");
+            mode.now(b);
+            b.sql(" + ").arg(Arg::AtMost).sql(" * interval '1 microsecond', ");
+            mode.now(b);
+            b.sql(", ").arg(Arg::LockedBy);
+            if mode.compat {
+                b.sql(&format!(
+                    "{close} ON CONFLICT ({name}) DO UPDATE SET {lu} = EXCLUDED.{lu}, \
+                     {la} = EXCLUDED.{la}, {lb} = EXCLUDED.{lb} \
+                     WHERE cur.{lu} <= EXCLUDED.{la} OR cur.{lb} = EXCLUDED.{lb} \
+                     RETURNING 0::bigint"
+                ));
+            } else {
+                b.sql(", ").arg(Arg::AcquisitionId);
+                b.sql(&format!(
+                    ", {SERVER_MICROS}{close} ON CONFLICT ({name}) DO UPDATE SET \
+                     {lu} = EXCLUDED.{lu}, {la} = EXCLUDED.{la}, {lb} = EXCLUDED.{lb}, \
+                     {aid} = EXCLUDED.{aid}, {ft} = greatest(cur.{ft} + 1, EXCLUDED.{ft}) \
+                     WHERE cur.{lu} <= EXCLUDED.{la} OR cur.{aid} = EXCLUDED.{aid} \
+                     RETURNING {ft}"
+                ));
+            }
+            b.build()
+        };
+        let acquire = upsert(&mut b, false);
+        let probe = upsert(&mut b, true);
 
         // Unlock: keep it until max(now, locked_at + at_least), never later than it was.
         b.sql(&format!("UPDATE {t} SET {lu} = least({lu}, greatest("));
@@ -324,7 +338,7 @@ impl Statements {
         }
         let write = b.build();
 
-        Self { acquire, unlock, extend, select, list, delete, write, force_release }
+        Self { acquire, probe, unlock, extend, select, list, delete, write, force_release }
     }
 }
 
@@ -382,6 +396,8 @@ fn classify(e: &dyn DatabaseError) -> DbErrorKind {
         Some("22001" | "22021" | "22P05") => DbErrorKind::NameRejected,
         // deadlock_detected, serialization_failure
         Some("40P01" | "40001") => DbErrorKind::Transient,
+        // insufficient_privilege: on the table, or USAGE / CREATE on its schema
+        Some("42501") => DbErrorKind::PermissionDenied,
         // connection exceptions, operator intervention (shutdown), insufficient resources
         Some(c) if c.starts_with("08") || c.starts_with("57P") || c.starts_with("53") => {
             DbErrorKind::Unavailable
@@ -520,12 +536,36 @@ impl Dialect for PostgresDialect {
             .await
             .map(|_| ())
     }
+
+    /// The acquire's upsert over zero rows (`INSERT … SELECT … WHERE false ON CONFLICT … DO
+    /// UPDATE … RETURNING`): PostgreSQL checks its privileges when it starts the statement,
+    /// whether or not a row comes, so it proves SELECT, INSERT and UPDATE on the table (and
+    /// USAGE on its schema), the columns and the conflict target, and writes nothing.
+    async fn probe(&self, values: &ArgValues<'_>) -> Result<(), sqlx::Error> {
+        self.conn.execute(classify, &self.stmts.probe, values).await.map(drop)
+    }
+
+    /// `GRANT … ON <table> TO <role>`, with `GRANT USAGE ON SCHEMA` first for a table in a
+    /// named schema; `create_table` needs CREATE on the schema (`public` for an unqualified
+    /// table: the first schema of the search path, unless it is set otherwise).
+    fn grant(call: Call, table: &TableName) -> String {
+        let schema = table.schema().map(|s| format!("\"{s}\""));
+        match (call, schema) {
+            (Call::CreateTable, None) => "GRANT CREATE ON SCHEMA public TO <role>".to_owned(),
+            (Call::CreateTable, Some(s)) => format!("GRANT USAGE, CREATE ON SCHEMA {s} TO <role>"),
+            (call, schema) => {
+                let usage = schema
+                    .map(|s| format!("GRANT USAGE ON SCHEMA {s} TO <role>; "))
+                    .unwrap_or_default();
+                format!("{usage}GRANT {} ON {} TO <role>", call.privileges(), table.quoted('"'))
+            }
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shedlock_sql::TableName;
 
     fn names() -> QuotedNames {
         let table = TableName::parse(BACKEND, "shedlock").unwrap();
@@ -547,6 +587,12 @@ mod tests {
             "{sql}"
         );
         assert_eq!(s.acquire.args(), &[Arg::Name, Arg::AtMost, Arg::LockedBy, Arg::AcquisitionId]);
+        // The probe of `check` is the same upsert over zero rows.
+        let probe = s.probe.sql();
+        let one_row =
+            probe.replacen(" SELECT ", " VALUES (", 1).replacen(" WHERE false ON", ") ON", 1);
+        assert_eq!(&one_row, &**sql);
+        assert_eq!(s.probe.args(), s.acquire.args());
         let c = Statements::new(&names(), Mode { database: false, compat: false });
         assert!(c.acquire.args().contains(&Arg::Now));
     }

@@ -21,8 +21,91 @@ pub enum DbErrorKind {
     Transient,
     /// The server is shutting down, refusing connections or out of connections.
     Unavailable,
+    /// The database user lacks a privilege the statement needs (PostgreSQL `42501`
+    /// insufficient_privilege; MySQL and MariaDB `1142` command denied on a table, `1143` on a
+    /// column, `1044` access denied to a database, `1227` a specific privilege).
+    PermissionDenied,
     /// Anything else.
     Other,
+}
+
+/// The provider call a statement runs for: named in errors, and it decides which privileges a
+/// permission error asks for ([`privileges`](Call::privileges)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Call {
+    /// `try_lock`.
+    TryLock,
+    /// A lock's `unlock`.
+    Unlock,
+    /// A lock's `extend`.
+    Extend,
+    /// `check`, which proves the privileges of locking.
+    Check,
+    /// `inspect`.
+    Inspect,
+    /// `list`.
+    List,
+    /// `force_release`.
+    ForceRelease,
+    /// `create_table`.
+    CreateTable,
+    /// The record helper `record`.
+    Record,
+    /// The record helper `write_record`.
+    WriteRecord,
+    /// The record helper `delete_record`.
+    DeleteRecord,
+}
+
+impl Call {
+    /// The call's name, as the caller wrote it (`try_lock`).
+    pub fn label(self) -> &'static str {
+        match self {
+            Call::TryLock => "try_lock",
+            Call::Unlock => "unlock",
+            Call::Extend => "extend",
+            Call::Check => "check",
+            Call::Inspect => "inspect",
+            Call::List => "list",
+            Call::ForceRelease => "force_release",
+            Call::CreateTable => "create_table",
+            Call::Record => "record",
+            Call::WriteRecord => "write_record",
+            Call::DeleteRecord => "delete_record",
+        }
+    }
+
+    /// The privileges the call's statements need, as a `GRANT` lists them: `SELECT, INSERT,
+    /// UPDATE` on the lock table for locking (`try_lock`, `unlock`, `extend`, `check`,
+    /// `write_record`), `SELECT` for reading (`inspect`, `list`, `record`), `SELECT, DELETE` for
+    /// `force_release` and `delete_record` (each `DELETE` reads the row's columns in its
+    /// `WHERE`), and `CREATE` for `create_table` (on the table in MySQL, on the schema in
+    /// PostgreSQL: [`Dialect::grant`](crate::Dialect::grant) says where).
+    pub fn privileges(self) -> &'static str {
+        match self {
+            Call::TryLock | Call::Unlock | Call::Extend | Call::Check | Call::WriteRecord => {
+                "SELECT, INSERT, UPDATE"
+            }
+            Call::Inspect | Call::List | Call::Record => "SELECT",
+            Call::ForceRelease | Call::DeleteRecord => "SELECT, DELETE",
+            Call::CreateTable => "CREATE",
+        }
+    }
+
+    /// What the privileges are for, in a message: `locking (try_lock, unlock, extend, check)`.
+    fn purpose(self) -> &'static str {
+        match self {
+            Call::TryLock | Call::Unlock | Call::Extend | Call::Check => {
+                "locking (try_lock, unlock, extend; check proves them)"
+            }
+            Call::WriteRecord => "write_record",
+            Call::Inspect | Call::List | Call::Record => "reading locks (inspect, list, record)",
+            Call::ForceRelease => "force_release",
+            Call::DeleteRecord => "delete_record",
+            Call::CreateTable => "create_table",
+        }
+    }
 }
 
 /// What an error message needs to say.
@@ -38,13 +121,18 @@ pub struct ErrorContext<'a> {
     pub name: Option<&'a str>,
     /// Whether the provider runs in ShedLock-compatible mode (the table's expected layout).
     pub compat: bool,
+    /// The call the statement ran for.
+    pub call: Call,
+    /// The statement(s) that give the database user what `call` needs
+    /// ([`Dialect::grant`](crate::Dialect::grant)), quoted in a permission error.
+    pub grant: &'a str,
 }
 
 /// Maps a `sqlx` error: connection-level failures become [`Error::Unavailable`] (retryable),
 /// refused credentials become [`Error::Setup`] with the server's message, a missing table (or
-/// a configuration error) becomes [`Error::Setup`] quoting the DDL, a
-/// refused name becomes
-/// [`Error::InvalidName`], anything else [`Error::Backend`].
+/// a configuration error) becomes [`Error::Setup`] quoting the DDL, a missing privilege
+/// becomes [`Error::Setup`] naming the call, the privileges it needs and the `GRANT` that gives
+/// them, a refused name becomes [`Error::InvalidName`], anything else [`Error::Backend`].
 pub fn map_sqlx_error(
     ctx: &ErrorContext<'_>,
     err: sqlx::Error,
@@ -128,6 +216,9 @@ pub fn map_sqlx_error(
                     ctx.ddl
                 ),
             },
+            DbErrorKind::PermissionDenied => {
+                Error::Setup { backend, message: permission_denied(ctx, db.message()) }
+            }
             DbErrorKind::NameRejected => match ctx.name {
                 Some(name) => Error::InvalidName {
                     backend,
@@ -150,5 +241,69 @@ pub fn map_sqlx_error(
         // A configuration the provider cannot work with (a dialect's own checks report it so).
         sqlx::Error::Configuration(e) => Error::Setup { backend, message: e.to_string() },
         e => Error::backend(backend, e),
+    }
+}
+
+/// The message of a missing privilege: the server's words, the call, what it needs and the
+/// `GRANT` to give it.
+fn permission_denied(ctx: &ErrorContext<'_>, server: &str) -> String {
+    let call = ctx.call;
+    let (label, privileges, purpose) = (call.label(), call.privileges(), call.purpose());
+    let what = if call == Call::CreateTable {
+        format!("creating the lock table {:?} needs {privileges}", ctx.table)
+    } else {
+        format!(
+            "the database user needs {privileges} on the lock table {:?} for {purpose}",
+            ctx.table
+        )
+    };
+    let alternative = if call == Call::CreateTable {
+        " Or create the table once as a user that may (provider.ddl() in a migration), grant \
+         the locking privileges on it, and do not call create_table() here: it needs CREATE \
+         even when the table exists."
+    } else {
+        ""
+    };
+    format!(
+        "{server} (in {label}): {what}: {}.{alternative} The provider's README lists the \
+         privileges of every call (\"Permissions\").",
+        ctx.grant
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx<'a>(call: Call, grant: &'a str) -> ErrorContext<'a> {
+        ErrorContext { backend: "x", table: "s.t", ddl: "", name: None, compat: false, call, grant }
+    }
+
+    #[test]
+    fn a_permission_error_names_the_call_its_privileges_and_the_grant() {
+        let m = permission_denied(&ctx(Call::ForceRelease, "GRANT SELECT, DELETE ON s.t"), "no");
+        assert!(
+            m.starts_with(
+                "no (in force_release): the database user needs SELECT, DELETE on the lock \
+                 table \"s.t\" for force_release: GRANT SELECT, DELETE ON s.t."
+            ),
+            "{m}"
+        );
+        let m = permission_denied(&ctx(Call::CreateTable, "GRANT CREATE ON s.t"), "no");
+        assert!(m.contains("creating the lock table \"s.t\" needs CREATE: GRANT CREATE"), "{m}");
+        assert!(m.contains("even when the table exists"), "{m}");
+    }
+
+    #[test]
+    fn locking_calls_need_select_insert_update_and_reading_select_only() {
+        for call in [Call::TryLock, Call::Unlock, Call::Extend, Call::Check, Call::WriteRecord] {
+            assert_eq!(call.privileges(), "SELECT, INSERT, UPDATE", "{call:?}");
+        }
+        for call in [Call::Inspect, Call::List, Call::Record] {
+            assert_eq!(call.privileges(), "SELECT", "{call:?}");
+        }
+        assert_eq!(Call::ForceRelease.privileges(), "SELECT, DELETE");
+        assert_eq!(Call::DeleteRecord.privileges(), "SELECT, DELETE");
+        assert_eq!(Call::CreateTable.privileges(), "CREATE");
     }
 }

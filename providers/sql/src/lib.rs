@@ -33,7 +33,7 @@ mod stmt;
 use std::time::SystemTime;
 
 pub use conn::LockConn;
-pub use error::{DbErrorKind, ErrorContext, map_sqlx_error};
+pub use error::{Call, DbErrorKind, ErrorContext, map_sqlx_error};
 pub use ident::{Columns, MAX_IDENT_LEN, QuotedNames, TableName, validate_ident};
 pub use provider::{
     AsynchronousCommit, DEFAULT_TIMEOUT, DedicatedConnection, Dialect, DialectOption, Inspected,

@@ -21,8 +21,8 @@ use sqlx::{
 };
 
 use crate::{
-    ArgValues, Columns, DEFAULT_MAX_NAME_LEN, DbErrorKind, ErrorContext, LockRecord, QuotedNames,
-    Stmt, TableName, Value, check_max_name_len, map_sqlx_error, token_u64,
+    ArgValues, Call, Columns, DEFAULT_MAX_NAME_LEN, DbErrorKind, ErrorContext, LockRecord,
+    QuotedNames, Stmt, TableName, Value, check_max_name_len, map_sqlx_error, token_u64,
 };
 
 /// The default time limit of each lock operation: 10 s, as for every provider.
@@ -144,6 +144,27 @@ pub trait Dialect: Send + Sync + Sized + fmt::Debug + 'static {
         &self,
         ddl: &str,
     ) -> impl Future<Output = std::result::Result<(), sqlx::Error>> + Send;
+
+    /// What [`check`](shedlock::LockProvider::check) runs: proves, changing nothing, that the
+    /// lock statements can run on the table. A dialect that can should run a statement with
+    /// the acquire's privilege checks that writes no row (the acquire's upsert over zero rows),
+    /// so that a user who may read the table but not write it fails here, not at the first
+    /// acquire. Default: reads the row of `values.name` ([`record`](Dialect::record)), which
+    /// proves the table, its columns and read access only.
+    fn probe(
+        &self,
+        values: &ArgValues<'_>,
+    ) -> impl Future<Output = std::result::Result<(), sqlx::Error>> + Send {
+        async move { self.record(values).await.map(drop) }
+    }
+
+    /// The statement(s) that give the database user what `call` needs on the lock table
+    /// `table` ([`Call::privileges`]), quoted in the message of a permission error
+    /// ([`DbErrorKind::PermissionDenied`]). Default: `GRANT <privileges> ON <table> TO <user>`
+    /// (for `create_table`, a table-level `CREATE`, as MySQL has it).
+    fn grant(call: Call, table: &TableName) -> String {
+        format!("GRANT {} ON {} TO <user>", call.privileges(), table.quoted(Self::QUOTE))
+    }
 }
 
 /// A setting of one dialect, given to [`SqlLockProviderBuilder::option`] (for example
@@ -293,19 +314,24 @@ const DDL_ATTEMPTS: usize = 3;
 struct SqlStore<D> {
     dialect: D,
     table: String,
+    /// The table as configured, for the `GRANT` of a permission error.
+    table_name: TableName,
     ddl: String,
     max_name_len: usize,
     compat: bool,
 }
 
 impl<D: Dialect> SqlStore<D> {
-    fn err(&self, name: Option<&str>, e: sqlx::Error) -> Error {
+    fn err(&self, call: Call, name: Option<&str>, e: sqlx::Error) -> Error {
+        let grant = D::grant(call, &self.table_name);
         let ctx = ErrorContext {
             backend: D::BACKEND,
             table: &self.table,
             ddl: &self.ddl,
             name,
             compat: self.compat,
+            call,
+            grant: &grant,
         };
         map_sqlx_error(&ctx, e, D::classify)
     }
@@ -335,7 +361,25 @@ impl<D: Dialect> SqlStore<D> {
     }
 
     async fn execute(&self, op: Op, values: &ArgValues<'_>) -> Result<u64> {
-        self.dialect.execute(op, values).await.map_err(|e| self.err(Some(values.name), e))
+        let call = match op {
+            Op::Unlock => Call::Unlock,
+            Op::Extend => Call::Extend,
+            Op::Delete => Call::DeleteRecord,
+            Op::Write => Call::WriteRecord,
+            Op::ForceRelease => Call::ForceRelease,
+        };
+        self.dialect.execute(op, values).await.map_err(|e| self.err(call, Some(values.name), e))
+    }
+
+    /// The row of `name` as an operator sees it, read for `call`.
+    async fn read(
+        &self,
+        call: Call,
+        name: &str,
+        settings: &store::Settings,
+    ) -> Result<Option<Inspected>> {
+        let values = self.values(settings, name);
+        self.dialect.inspect(&values).await.map_err(|e| self.err(call, Some(name), e))
     }
 }
 
@@ -366,21 +410,27 @@ impl<D: Dialect> LeaseStore for SqlStore<D> {
         D::REJECT_NUL
     }
 
-    /// Reads the row of a name no lock can have (the empty name), through the same statement
-    /// and error mapping as every lock call: the database answers, and the table has every
-    /// configured column (a missing table is [`Error::Setup`] with its DDL; a table in the other
-    /// mode says which mode it is in). Writes nothing.
+    /// Runs the dialect's [`probe`](Dialect::probe) on a name no lock can have (the empty
+    /// name), through the same connection and error mapping as every lock call, one statement:
+    /// the database answers, and the table has every configured column (a missing table is
+    /// [`Error::Setup`] with its DDL; a table in the other mode says which mode it is in).
+    /// PostgreSQL and MySQL run the acquire's upsert over zero rows, which the server refuses
+    /// unless the user may SELECT, INSERT and UPDATE the table ([`Error::Setup`] naming the
+    /// grant). Writes nothing.
     async fn check(&self, settings: &store::Settings) -> Result<()> {
         let values = self.values(settings, "");
-        self.dialect.record(&values).await.map(drop).map_err(|e| self.err(None, e))
+        self.dialect.probe(&values).await.map_err(|e| self.err(Call::Check, None, e))
     }
 
     /// One acquire statement.
     async fn acquire(&self, req: &Request<'_>) -> Result<Option<Granted<Held>>> {
         let values =
             ArgValues { at_most: D::duration(req.lock_at_most_for()), ..self.owned_values(req, 0) };
-        let token =
-            self.dialect.acquire(&values).await.map_err(|e| self.err(Some(req.name()), e))?;
+        let token = self
+            .dialect
+            .acquire(&values)
+            .await
+            .map_err(|e| self.err(Call::TryLock, Some(req.name()), e))?;
         Ok(token.map(|token| {
             let granted = Granted::new(Held { token });
             if self.compat { granted } else { granted.with_fencing_token(token_u64(token)) }
@@ -412,8 +462,7 @@ impl<D: Dialect> LeaseStore for SqlStore<D> {
     }
 
     async fn inspect(&self, name: &str, settings: &store::Settings) -> Result<Option<LockInfo>> {
-        let values = self.values(settings, name);
-        let row = self.dialect.inspect(&values).await.map_err(|e| self.err(Some(name), e))?;
+        let row = self.read(Call::Inspect, name, settings).await?;
         Ok(row.map(|i| self.info(i, settings)))
     }
 
@@ -431,7 +480,7 @@ impl<D: Dialect> LeaseStore for SqlStore<D> {
             limit: i64::try_from(limit + 1).unwrap_or(i64::MAX),
             ..self.values(settings, prefix)
         };
-        let rows = self.dialect.list(&values).await.map_err(|e| self.err(None, e))?;
+        let rows = self.dialect.list(&values).await.map_err(|e| self.err(Call::List, None, e))?;
         let more = rows.len() > limit;
         let records: Vec<LockInfo> =
             rows.into_iter().take(limit).map(|i| self.info(i, settings)).collect();
@@ -448,7 +497,7 @@ impl<D: Dialect> LeaseStore for SqlStore<D> {
     ) -> Result<ForceRelease> {
         let name = seen.name.as_str();
         let read = self.values(settings, name);
-        let row = self.dialect.inspect(&read).await.map_err(|e| self.err(Some(name), e))?;
+        let row = self.read(Call::ForceRelease, name, settings).await?;
         let Some(row) = row else { return Ok(ForceRelease::Changed(None)) };
         let record = row.record.clone();
         let current = self.info(row, settings);
@@ -464,7 +513,8 @@ impl<D: Dialect> LeaseStore for SqlStore<D> {
         if self.execute(Op::ForceRelease, &values).await? == 1 {
             return Ok(ForceRelease::Released(current));
         }
-        Ok(ForceRelease::Changed(self.inspect(name, settings).await?))
+        let now = self.read(Call::ForceRelease, name, settings).await?;
+        Ok(ForceRelease::Changed(now.map(|i| self.info(i, settings))))
     }
 }
 
@@ -605,6 +655,7 @@ impl<D: Dialect> SqlLockProviderBuilder<D> {
         let store = SqlStore {
             dialect,
             table: settings.names.table_display.clone(),
+            table_name: table,
             ddl,
             max_name_len: settings.max_name_len,
             compat: settings.compat(),
@@ -770,10 +821,17 @@ impl<D: Dialect> SqlLockProvider<D> {
                     other => break other,
                 }
             };
-            result.map_err(|e| match store.err(None, e) {
-                e @ Error::Unavailable { .. } => e,
-                Error::Setup { message, .. } => Error::backend(D::BACKEND, message),
-                e => e,
+            result.map_err(|e| {
+                // A missing privilege is the user's set-up, and says which grant to give; the
+                // messages of a missing table or column would only say to run the DDL again.
+                let denied = matches!(&e, sqlx::Error::Database(db)
+                    if D::classify(db.as_ref()) == DbErrorKind::PermissionDenied);
+                match store.err(Call::CreateTable, None, e) {
+                    e @ Error::Unavailable { .. } => e,
+                    e @ Error::Setup { .. } if denied => e,
+                    Error::Setup { message, .. } => Error::backend(D::BACKEND, message),
+                    e => e,
+                }
             })
         })
         .await
@@ -784,7 +842,7 @@ impl<D: Dialect> SqlLockProvider<D> {
         let store = self.store();
         let values = store.values(self.inner.settings(), name);
         with_timeout("record", self.inner.settings().timeout(), async {
-            store.dialect.record(&values).await.map_err(|e| store.err(Some(name), e))
+            store.dialect.record(&values).await.map_err(|e| store.err(Call::Record, Some(name), e))
         })
         .await
     }
