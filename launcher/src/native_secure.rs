@@ -23,7 +23,7 @@ fn unsupported(backend: Backend) -> LaunchError {
     LaunchError::Unsupported {
         backend: backend.name(),
         what: "a secure launch (authentication and TLS): the launcher secures postgres, \
-               mariadb, redis and etcd"
+               mariadb, redis, etcd, nats and zookeeper"
             .to_owned(),
     }
 }
@@ -73,6 +73,7 @@ pub(super) fn secure_nodes(
                 ]),
                 env: Vec::new(),
                 expect: "accepting connections",
+                stdin: None,
             };
             as_user(postgres, owner, pg.join("server.log"), Probe::Command(Box::new(probe)))
                 .arg("-D")
@@ -104,6 +105,7 @@ pub(super) fn secure_nodes(
                 ]),
                 env: vec![("MYSQL_PWD".to_owned(), s.admin_password().to_owned())],
                 expect: "is alive",
+                stdin: None,
             };
             let mut spec =
                 NodeSpec::new(server, m.join("server.log"), Probe::Command(Box::new(probe)))
@@ -182,6 +184,7 @@ pub(super) fn secure_nodes(
                 ]),
                 env: vec![("REDISCLI_AUTH".to_owned(), s.admin_password().to_owned())],
                 expect: "PONG",
+                stdin: None,
             };
             NodeSpec::new(server, d.join("server.log"), Probe::Command(Box::new(probe)))
                 .arg(conf.as_os_str())
@@ -199,6 +202,7 @@ pub(super) fn secure_nodes(
                 args: os(&["-s", "--max-time", "2", "--cacert", &ca, &format!("{c}/health")]),
                 env: Vec::new(),
                 expect: "true",
+                stdin: None,
             };
             NodeSpec::new(server, d.join("server.log"), Probe::Command(Box::new(probe)))
                 .args(["--name", "n0", "--data-dir"])
@@ -212,6 +216,128 @@ pub(super) fn secure_nodes(
                 .arg(s.key_path().as_os_str())
                 .args(["--logger", "zap", "--log-level", "warn"])
                 .cwd(&d)
+        }
+        Programs::ZooKeeper { java, jar } => {
+            let d = dir.join("zk0");
+            fresh_dir(backend, &d)?;
+            let data = d.join("data");
+            std::fs::create_dir_all(&data)
+                .map_err(|e| LaunchError::io(backend.name(), "creating the data dir", e))?;
+            // The server's key store: its key and certificate in one PEM file.
+            let keystore = d.join("keystore.pem");
+            let key = std::fs::read_to_string(s.key_path())
+                .map_err(|e| LaunchError::io(backend.name(), "reading the server key", e))?;
+            let cert = std::fs::read_to_string(s.cert_path()).map_err(|e| {
+                LaunchError::io(backend.name(), "reading the server certificate", e)
+            })?;
+            secure::write_secret(backend, &keystore, &format!("{key}{cert}"))?;
+            // TLS only (a `secureClientPort` and no `clientPort`, through Netty), and every
+            // session must authenticate with a digest identity before any request
+            // (`enforce.auth`): the application's identity is `shedlock_app` (no super user).
+            let cfg = format!(
+                "tickTime=500\ninitLimit=20\nsyncLimit=10\ndataDir={data}\n\
+                 secureClientPort={port}\nsecureClientPortAddress=127.0.0.1\n\
+                 serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n\
+                 ssl.keyStore.location={keystore}\nssl.keyStore.type=PEM\n\
+                 ssl.trustStore.location={ca}\nssl.trustStore.type=PEM\n\
+                 ssl.clientAuth=none\n\
+                 enforce.auth.enabled=true\nenforce.auth.schemes=digest\n\
+                 admin.enableServer=false\n4lw.commands.whitelist=ruok,srvr,stat,mntr\n\
+                 maxClientCnxns=0\n",
+                data = data.display(),
+                port = port(0),
+                keystore = keystore.display(),
+            );
+            let cfg_path = d.join("zoo.cfg");
+            secure::write_secret(backend, &cfg_path, &cfg)?;
+            let mut classpath = OsString::from(jar.as_os_str());
+            // Debian's zookeeper.jar names netty's handler but not the codec its TLS handler
+            // needs; it sits beside it.
+            if let Some(codec) =
+                jar.parent().map(|p| p.join("netty-codec.jar")).filter(|p| p.is_file())
+            {
+                classpath.push(":");
+                classpath.push(codec.as_os_str());
+            }
+            classpath.push(":");
+            classpath.push(d.as_os_str());
+            let probe = CommandProbe {
+                addr,
+                program: client(backend, "openssl", "openssl")?,
+                // `srvr` over TLS (four-letter words need no login), verified against the CA.
+                args: os(&[
+                    "s_client",
+                    "-connect",
+                    &addr.to_string(),
+                    "-CAfile",
+                    &ca,
+                    "-verify_return_error",
+                    "-quiet",
+                ]),
+                env: Vec::new(),
+                expect: "Mode: standalone",
+                stdin: None,
+            }
+            .with_stdin("srvr");
+            NodeSpec::new(java, d.join("server.log"), Probe::Command(Box::new(probe)))
+                .args([
+                    "-Xmx256m",
+                    "-XX:+UseSerialGC",
+                    "-XX:TieredStopAtLevel=1",
+                    "-Xshare:auto",
+                    "-Dzookeeper.jmx.log4j.disable=true",
+                ])
+                .arg(format!("-Dzookeeper.log.dir={}", d.display()))
+                .arg("-cp")
+                .arg(classpath)
+                .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+                .arg(cfg_path.as_os_str())
+                .cwd(&d)
+        }
+        Programs::Nats { server } => {
+            let d = dir.join("nats");
+            fresh_dir(backend, &d)?;
+            // The application user's permissions live in a file of their own, which a test
+            // rewrites (`Secure::app_permissions_path`) before `Service::reload`.
+            let perms = d.join("app-permissions.conf");
+            secure::write_secret(
+                backend,
+                &perms,
+                "permissions: { publish: { deny: \">\" }, subscribe: { deny: \">\" } }\n",
+            )?;
+            let conf = d.join("nats.conf");
+            secure::write_secret(
+                backend,
+                &conf,
+                &format!(
+                    "listen: \"127.0.0.1:{port}\"\nhttp: \"127.0.0.1:{monitor}\"\n\
+                     jetstream {{ store_dir: \"{js}\" }}\n\
+                     tls {{ cert_file: \"{cert}\", key_file: \"{key}\", timeout: 2 }}\n\
+                     authorization {{\n  users = [\n    \
+                     {{ user: \"{admin_user}\", password: \"{admin}\" }}\n    \
+                     {{ user: \"{app_user}\", password: \"{app}\", include \"app-permissions.conf\" }}\n  ]\n}}\n",
+                    port = port(0),
+                    monitor = port(1),
+                    js = d.join("js").display(),
+                    cert = s.cert_path().display(),
+                    key = s.key_path().display(),
+                    admin_user = s.admin_user(),
+                    admin = s.admin_password(),
+                    app_user = s.app_user(),
+                    app = s.app_password(),
+                ),
+            )?;
+            NodeSpec::new(
+                server,
+                d.join("server.log"),
+                Probe::Nats {
+                    client: addr,
+                    monitor: SocketAddr::from((Ipv4Addr::LOCALHOST, port(1))),
+                },
+            )
+            .arg("-c")
+            .arg(conf.as_os_str())
+            .cwd(&d)
         }
         _ => return Err(unsupported(backend)),
     };

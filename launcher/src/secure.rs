@@ -138,6 +138,14 @@ impl Secure {
         self.tls_dir.join("server.key")
     }
 
+    /// NATS only: the file holding the application user's `permissions` block (at first, deny
+    /// everything). Rewrite it, then [`Service::reload`](crate::Service::reload).
+    pub fn app_permissions_path(&self) -> Option<PathBuf> {
+        (self.backend == Backend::Nats)
+            .then(|| self.tls_dir.parent().map(|d| d.join("nats").join("app-permissions.conf")))
+            .flatten()
+    }
+
     /// The administrator's name (`postgres`, `root` on etcd, else `shedlock_admin`).
     pub fn admin_user(&self) -> &str {
         &self.admin_user
@@ -161,9 +169,12 @@ impl Secure {
     /// The TLS version the server is configured to accept (the only one), as a report states it.
     pub fn tls_version(&self) -> &'static str {
         match self.backend {
-            // etcd 3.4 has no minimum-version flag: Go's TLS server offers 1.2 and 1.3, and the
-            // Rust client (rustls) negotiates 1.3.
-            Backend::Etcd => "TLS 1.3 (negotiated; the server also offers 1.2)",
+            // etcd 3.4, NATS and ZooKeeper set no minimum version here (ZooKeeper's Netty
+            // refuses every handshake with `ssl.enabledProtocols=TLSv1.3` on Java 17): the
+            // servers offer 1.2 and 1.3, and the Rust clients (rustls) negotiate 1.3.
+            Backend::Etcd | Backend::Nats | Backend::ZooKeeper => {
+                "TLS 1.3 (negotiated; the server also offers 1.2)"
+            }
             _ => "TLS 1.3",
         }
     }
@@ -183,6 +194,7 @@ impl Secure {
             ),
             Backend::Redis | Backend::Valkey => format!("rediss://{user}:{password}@{addr}"),
             Backend::Etcd => format!("https://{addr}"),
+            Backend::Nats => format!("tls://{user}:{password}@{addr}"),
             _ => format!("{addr}"),
         }
     }
@@ -264,6 +276,7 @@ pub(crate) struct CommandProbe {
     pub(crate) args: Vec<OsString>,
     pub(crate) env: Vec<(String, String)>,
     pub(crate) expect: &'static str,
+    pub(crate) stdin: Option<&'static str>,
 }
 
 impl std::fmt::Debug for CommandProbe {
@@ -274,6 +287,7 @@ impl std::fmt::Debug for CommandProbe {
             .field("args", &self.args)
             .field("env", &self.env.iter().map(|(k, _)| k).collect::<Vec<_>>())
             .field("expect", &self.expect)
+            .field("stdin", &self.stdin)
             .finish()
     }
 }
@@ -282,8 +296,14 @@ impl std::fmt::Debug for CommandProbe {
 const PROBE_LIMIT: Duration = Duration::from_secs(5);
 
 impl CommandProbe {
+    /// The same probe, writing `text` to the client's standard input.
+    pub(crate) fn with_stdin(mut self, text: &'static str) -> Self {
+        self.stdin = Some(text);
+        self
+    }
+
     pub(crate) fn check(&self) -> Result<(), String> {
-        let (ok, out) = run_bounded(&self.program, &self.args, &self.env, None, PROBE_LIMIT)?;
+        let (ok, out) = run_bounded(&self.program, &self.args, &self.env, self.stdin, PROBE_LIMIT)?;
         if ok && out.contains(self.expect) {
             Ok(())
         } else {

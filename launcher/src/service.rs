@@ -618,6 +618,26 @@ impl Service {
         self.secure.as_ref()
     }
 
+    /// Asks every server process to reload its configuration (SIGHUP), e.g. NATS after a
+    /// test rewrote [`Secure::app_permissions_path`]. Native services only; returns once the
+    /// signal is sent (NATS applies it within milliseconds: probe for the change).
+    pub fn reload(&self) -> Result<(), LaunchError> {
+        let inner = lock(&self.inner);
+        match &*inner {
+            Inner::Native(n) => {
+                for node in n.nodes.iter().flatten() {
+                    let pid = nix::unistd::Pid::from_raw(node.pgid());
+                    let _ = nix::sys::signal::kill(pid, Signal::SIGHUP);
+                }
+                Ok(())
+            }
+            _ => Err(LaunchError::Unsupported {
+                backend: self.backend.name(),
+                what: "a configuration reload of a server this launcher did not start".to_owned(),
+            }),
+        }
+    }
+
     /// For a secure service: the environment variable (`SHEDLOCK_SECURE_<BACKEND>`) that makes
     /// [`shared_secure`](crate::shared_secure) in a child process use this very server (its
     /// address, credentials and CA), as the conformance kit's node processes must. It carries

@@ -35,8 +35,10 @@ const APT_PACKAGES: &[&str] = &[
     "protobuf-compiler",
     "libprotobuf-dev",
     "socat",
-    // A secure launch probes etcd's https /health with it.
+    // A secure launch probes etcd's https /health with curl and ZooKeeper's TLS port with
+    // `openssl s_client`.
     "curl",
+    "openssl",
     // The conformance kit's C28 runs node processes under libfaketime (real clock skew).
     "libfaketime",
     // The fault scenarios make network namespaces, veth pairs and bridges with `ip`.

@@ -183,3 +183,62 @@ fn secure_etcd_serves_https_only_and_enforces_authentication() {
     );
     assert!(!ok, "plaintext must be refused: {out}");
 }
+
+/// The INFO line a NATS (or the first bytes a ZooKeeper) server sends a plaintext client.
+fn plaintext_hello(addr: std::net::SocketAddr, send: &[u8]) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(2))).unwrap();
+    let _ = s.write_all(send);
+    let mut buf = vec![0u8; 4096];
+    let n = s.read(&mut buf).unwrap_or(0);
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+#[test]
+fn secure_zookeeper_speaks_only_tls_and_answers_srvr_over_it() {
+    let s = start_secure(Backend::ZooKeeper);
+    let sec = s.secure().unwrap();
+    let addr = s.addr().unwrap();
+    let out = Command::new("openssl")
+        .args(["s_client", "-connect", &addr.to_string(), "-CAfile"])
+        .arg(sec.ca_path())
+        .args(["-verify_return_error", "-quiet"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(b"srvr")?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Mode: standalone"), "{text}");
+    // A plaintext four-letter word gets no answer: the port speaks TLS only.
+    let plain = plaintext_hello(addr, b"srvr");
+    assert!(!plain.contains("Mode:"), "{plain}");
+}
+
+#[test]
+fn secure_nats_requires_tls_and_a_login_and_reloads_permissions() {
+    let s = start_secure(Backend::Nats);
+    let sec = s.secure().unwrap();
+    assert!(
+        s.url().starts_with("tls://"),
+        "redacted: {}",
+        s.url().replace(sec.app_password(), "***")
+    );
+    let info = plaintext_hello(s.addr().unwrap(), b"");
+    assert!(info.starts_with("INFO {"), "{info}");
+    assert!(info.contains("\"tls_required\":true"), "{info}");
+    assert!(info.contains("\"auth_required\":true"), "{info}");
+    let perms = sec.app_permissions_path().unwrap();
+    assert!(std::fs::read_to_string(&perms).unwrap().contains("deny"));
+    std::fs::write(&perms, "permissions: { publish: \">\", subscribe: \">\" }\n").unwrap();
+    s.reload().unwrap();
+    s.restart().unwrap();
+    let info = plaintext_hello(s.addr().unwrap(), b"");
+    assert!(info.contains("\"tls_required\":true"), "after a restart: {info}");
+}
