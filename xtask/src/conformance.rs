@@ -175,6 +175,7 @@ pub fn run(args: &[String]) -> Result<u8, String> {
     let all = take_flag(&mut args, "--all");
     let record = take_flag(&mut args, "--record");
     let list = take_flag(&mut args, "--list");
+    let secure = take_flag(&mut args, "--secure");
     let soak = take_value(&mut args, "--soak")?
         .map(|m| match m.trim().parse::<f64>() {
             Ok(v) if v.is_finite() && v > 0.0 => Ok(m.trim().to_owned()),
@@ -192,10 +193,20 @@ pub fn run(args: &[String]) -> Result<u8, String> {
     }
     let providers = match (all, provider) {
         (true, Some(_)) => return Err("--all and --provider exclude each other".to_owned()),
+        (true, None) if secure => {
+            all_providers()?.into_iter().filter(|p| p.ends_with(SECURE_SUFFIX)).collect()
+        }
         (true, None) => all_providers()?,
+        (false, Some(p)) if secure => vec![secure_suite(&p)],
         (false, Some(p)) => vec![p],
+        (false, None) if secure => {
+            return Err("--secure needs --provider X (runs X-secure) or --all".to_owned());
+        }
         (false, None) => vec![default_provider().to_owned()],
     };
+    if secure && url.is_some() {
+        return Err("--secure starts its own secure server: it takes no --url".to_owned());
+    }
     if url.is_some() && providers.len() != 1 {
         return Err("--url needs exactly one provider".to_owned());
     }
@@ -237,6 +248,22 @@ pub fn run(args: &[String]) -> Result<u8, String> {
         );
     }
     Ok(code)
+}
+
+/// The suffix of a provider's secure suite (`postgres-secure`): its main mode against a server
+/// that requires TLS and authentication, as a user with only the documented grants.
+const SECURE_SUFFIX: &str = "-secure";
+
+/// The secure suite of `provider` (`postgres` → `postgres-secure`; a name that already is one
+/// is kept).
+fn secure_suite(provider: &str) -> String {
+    let p = provider.trim().to_ascii_lowercase();
+    let p = match p.as_str() {
+        "postgresql" => "postgres".to_owned(),
+        "mysql" => "mariadb".to_owned(),
+        _ => p,
+    };
+    if p.ends_with(SECURE_SUFFIX) { p } else { format!("{p}{SECURE_SUFFIX}") }
 }
 
 /// Where the harness writes the reports: `<target dir>/conformance`.
@@ -723,6 +750,14 @@ mod tests {
         assert_eq!(out, format!("# x\n{TABLE_START}\n| new |\n{TABLE_END}\ntail\n"));
         assert_eq!(splice(&out, "| new |\n").unwrap(), out, "idempotent");
         assert!(splice("no markers", "t").is_err());
+    }
+
+    #[test]
+    fn secure_names_the_secure_suite_of_a_provider() {
+        assert_eq!(secure_suite("postgres"), "postgres-secure");
+        assert_eq!(secure_suite("PostgreSQL"), "postgres-secure");
+        assert_eq!(secure_suite("mysql"), "mariadb-secure");
+        assert_eq!(secure_suite("redis-secure"), "redis-secure");
     }
 
     #[test]

@@ -15,7 +15,10 @@
 //!   `conformance/reports/` and regenerates the README provider table. `--soak MINUTES`
 //!   repeats C15, C16 (under injected delays and cuts) and C28 for that long and reports the
 //!   acquisitions checked and the overlaps (`<provider>-soak`, recorded in
-//!   `conformance/reports/soak/`).
+//!   `conformance/reports/soak/`). `--secure` runs the provider's secure suite instead
+//!   (`--provider postgres --secure` is `postgres-secure`: TLS and authentication enforced by
+//!   the server, the least-privileged user of its README's "Permissions"; `--all --secure`,
+//!   every one), recorded as `conformance/reports/<provider>-secure.{md,json}`.
 //! * `bench [--provider <a,b> | --all] [--quick] [--record] [-- <criterion args>]` — the zoo's
 //!   benchmarks (each starts its backend), then `summary.md`, `summary.json` and `summary.svg`
 //!   under `<target dir>/bench/`; `--record` copies them to `benches/` (whole zoo only).
@@ -55,12 +58,14 @@ const USAGE: &str = "usage: cargo xtask <command>
   services down                        stop what `services up` started
   services status                      show what `services up` started
   conformance [--provider <name> | --all | --list] [--via auto|native|docker] [--url URL] [--record]
-              [--soak MINUTES]
+              [--soak MINUTES] [--secure]
                                        run the conformance kit (default provider: sqlite); reports go to
                                        <target dir>/conformance; fails on any outcome not declared as
                                        expected; --record also copies the reports to conformance/reports
                                        and regenerates the README provider table (changes the checkout);
-                                       --soak repeats C15, C16 (with faults) and C28 for that long
+                                       --soak repeats C15, C16 (with faults) and C28 for that long;
+                                       --secure runs <name>-secure (TLS, authentication, least
+                                       privilege; with --all, every secure suite)
   bench [--provider <a,b> | --all] [--quick] [--record] [-- <criterion args>]
                                        run the benchmarks (default: the whole zoo; --quick: short
                                        runs) and write the summary to <target dir>/bench; --record
