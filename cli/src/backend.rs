@@ -21,7 +21,7 @@ pub(crate) const PASSWORD_ENV: &str = "SHEDLOCK_PASSWORD";
 
 /// The schemes this tool knows, for the error that names them.
 const SCHEMES: &str = "postgres://, mysql:// (mariadb://), sqlite://, redis:// (rediss://), \
-                       memcache://, nats://, mongodb://, etcd:// (http://, https://), \
+                       memcache://, nats:// (tls://), mongodb://, etcd:// (http://, https://), \
                        zookeeper://, dynamodb://, s3://";
 
 /// The provider for `args`' URL, built like the application's (same table, prefix, bucket or
@@ -37,11 +37,20 @@ pub(crate) async fn open(args: &StoreArgs) -> Result<Arc<dyn LockProvider>, Stri
     let compat_unsupported = |what: &str| -> Opened {
         Err(format!("{what} has no ShedLock-compatible mode in shedlock-rs").into())
     };
+    let no_tls = |what: &str| -> Opened {
+        Err(format!(
+            "a CA file is given (--ca-file or SHEDLOCK_CA_FILE), but {what}: TLS cannot be used \
+             with this store"
+        )
+        .into())
+    };
     let opened: Opened = match scheme.as_str() {
         #[cfg(feature = "postgres")]
         "postgres" | "postgresql" => postgres(url, password, args, timeout),
         #[cfg(feature = "mysql")]
         "mysql" | "mariadb" => mysql(url, password, args, timeout),
+        #[cfg(feature = "sqlite")]
+        "sqlite" if args.ca_file.is_some() => no_tls("SQLite is a local file"),
         #[cfg(feature = "sqlite")]
         "sqlite" => sqlite(url, args, timeout),
         #[cfg(feature = "redis")]
@@ -51,11 +60,15 @@ pub(crate) async fn open(args: &StoreArgs) -> Result<Arc<dyn LockProvider>, Stri
         #[cfg(feature = "memcached")]
         "memcache" | "memcached" if args.shedlock_compatible => compat_unsupported("memcached"),
         #[cfg(feature = "memcached")]
+        "memcache" | "memcached" if args.ca_file.is_some() => {
+            no_tls("shedlock-memcached speaks plain TCP only")
+        }
+        #[cfg(feature = "memcached")]
         "memcache" | "memcached" => stores::memcached(url, args),
         #[cfg(feature = "nats")]
-        "nats" if args.shedlock_compatible => compat_unsupported("NATS"),
+        "nats" | "tls" if args.shedlock_compatible => compat_unsupported("NATS"),
         #[cfg(feature = "nats")]
-        "nats" => stores::nats(url, password, args).await,
+        "nats" | "tls" => stores::nats(url, password, args).await,
         #[cfg(feature = "mongodb")]
         "mongodb" => stores::mongodb(url, password, args).await,
         #[cfg(feature = "etcd")]
@@ -65,7 +78,11 @@ pub(crate) async fn open(args: &StoreArgs) -> Result<Arc<dyn LockProvider>, Stri
         #[cfg(feature = "zookeeper")]
         "zookeeper" | "zk" if args.shedlock_compatible => compat_unsupported("ZooKeeper"),
         #[cfg(feature = "zookeeper")]
-        "zookeeper" | "zk" => stores::zookeeper(url, args),
+        "zookeeper" | "zk" if args.ca_file.is_some() => {
+            no_tls("shedlock-zookeeper does not enable ZooKeeper's TLS")
+        }
+        #[cfg(feature = "zookeeper")]
+        "zookeeper" | "zk" => stores::zookeeper(url, password, args),
         #[cfg(feature = "dynamodb")]
         "dynamodb" => stores::dynamodb(url, args),
         #[cfg(feature = "s3")]
@@ -79,7 +96,7 @@ pub(crate) async fn open(args: &StoreArgs) -> Result<Arc<dyn LockProvider>, Stri
         )
         .into()),
     };
-    let _ = compat_unsupported;
+    let _ = (compat_unsupported, no_tls);
     opened.map_err(|e| e.to_string())
 }
 
@@ -87,6 +104,7 @@ pub(crate) async fn open(args: &StoreArgs) -> Result<Arc<dyn LockProvider>, Stri
 pub(crate) type Opened = Result<Arc<dyn LockProvider>, Box<dyn std::error::Error>>;
 
 /// A bad URL, said without repeating it (it may hold a password).
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 fn bad_url(e: sqlx::Error) -> String {
     format!("the URL could not be read: {e}")
 }
@@ -122,11 +140,31 @@ where
     Ok(Arc::new(b.build()?))
 }
 
+/// The error of a URL that asks for plaintext while a CA file is given.
+pub(crate) fn plaintext_with_ca(what: &str) -> Box<dyn std::error::Error> {
+    format!(
+        "a CA file is given (--ca-file or SHEDLOCK_CA_FILE), but the URL asks for plaintext \
+         ({what}): drop one or the other"
+    )
+    .into()
+}
+
 #[cfg(feature = "postgres")]
 fn postgres(url: &str, password: Option<String>, args: &StoreArgs, timeout: Duration) -> Opened {
+    use sqlx::postgres::PgSslMode;
+
     let mut options = sqlx::postgres::PgConnectOptions::from_str(url).map_err(bad_url)?;
     if let Some(p) = password {
         options = options.password(&p);
+    }
+    if let Some(ca) = &args.ca_file {
+        // A CA means verified TLS: `verify-ca` if the URL asks for it, else `verify-full`.
+        let mode = match options.get_ssl_mode() {
+            PgSslMode::Disable => return Err(plaintext_with_ca("sslmode=disable")),
+            PgSslMode::VerifyCa => PgSslMode::VerifyCa,
+            _ => PgSslMode::VerifyFull,
+        };
+        options = options.ssl_mode(mode).ssl_root_cert(ca);
     }
     let builder = shedlock_postgres::PostgresLockProvider::builder(pool(options, timeout));
     server_provider(builder, args, timeout)
@@ -140,6 +178,16 @@ fn mysql(url: &str, password: Option<String>, args: &StoreArgs, timeout: Duratio
     let mut options = sqlx::mysql::MySqlConnectOptions::from_str(&url).map_err(bad_url)?;
     if let Some(p) = password {
         options = options.password(&p);
+    }
+    if let Some(ca) = &args.ca_file {
+        use sqlx::mysql::MySqlSslMode;
+        // A CA means verified TLS: `VERIFY_CA` if the URL asks for it, else `VERIFY_IDENTITY`.
+        let mode = match options.get_ssl_mode() {
+            MySqlSslMode::Disabled => return Err(plaintext_with_ca("ssl-mode=DISABLED")),
+            MySqlSslMode::VerifyCa => MySqlSslMode::VerifyCa,
+            _ => MySqlSslMode::VerifyIdentity,
+        };
+        options = options.ssl_mode(mode).ssl_ca(ca);
     }
     let builder = shedlock_mysql::MySqlLockProvider::builder(pool(options, timeout));
     server_provider(builder, args, timeout)

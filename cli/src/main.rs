@@ -3,10 +3,12 @@
 
 mod backend;
 mod render;
+mod secrets;
 mod stores;
 
 use std::{
     io::{BufRead, IsTerminal, Write},
+    path::PathBuf,
     process::ExitCode,
     time::Duration,
 };
@@ -14,7 +16,7 @@ use std::{
 use clap::{Args, Parser, Subcommand};
 use shedlock::{ForceRelease, LockInfo, LockProvider};
 
-use crate::render::Format;
+use crate::{render::Format, secrets::Secrets};
 
 /// Exit code: done (`show`: the lock is held; `release`: released).
 const OK: u8 = 0;
@@ -28,12 +30,21 @@ const REFUSED: u8 = 3;
 /// See who holds the locks of a shedlock store and release a stuck one safely.
 ///
 /// The store is chosen by URL (`--url` or `SHEDLOCK_URL`): postgres://, mysql:// (or
-/// mariadb://), sqlite://, redis:// (several comma-separated for a cluster), memcache://,
-/// nats://, mongodb://HOST/DATABASE, etcd:// (or http://), zookeeper://HOSTS/ROOT,
-/// dynamodb://TABLE, s3://BUCKET/PREFIX (AWS settings from the environment). A password is best
-/// given in `SHEDLOCK_PASSWORD` rather than in the URL; it is never printed.
+/// mariadb://), sqlite://, redis:// or rediss:// (several comma-separated for a cluster),
+/// memcache://, nats:// or tls://, mongodb://HOST/DATABASE, etcd:// (or http://, https://),
+/// zookeeper://HOSTS/ROOT, dynamodb://TABLE, s3://BUCKET/PREFIX (AWS settings from the
+/// environment).
+///
+/// Credentials: the user in the URL, the password best in `SHEDLOCK_PASSWORD` (it overrides the
+/// URL's; for NATS without a user it is the token) so that it is neither in the shell history
+/// nor in `ps`. No password, token or key is ever printed, errors included.
+///
+/// TLS: `--ca-file` (or `SHEDLOCK_CA_FILE`) trusts that CA alone and requires TLS verified
+/// against it, host name included. Or the URL's own settings: PostgreSQL
+/// `?sslmode=verify-full&sslrootcert=CA.pem`, MySQL `?ssl-mode=VERIFY_IDENTITY&ssl-ca=CA.pem`,
+/// `rediss://`, NATS `tls://`, MongoDB `?tls=true&tlsCAFile=CA.pem`, etcd `https://`.
 #[derive(Debug, Parser)]
-#[command(name = "shedlock", version, about, long_about = None)]
+#[command(name = "shedlock", version, about)]
 struct Cli {
     #[command(flatten)]
     store: StoreArgs,
@@ -45,8 +56,8 @@ struct Cli {
     command: Command,
 }
 
-/// Where the locks are.
-#[derive(Debug, Args)]
+/// Where the locks are. Its `Debug` shows the URL's scheme only.
+#[derive(Args)]
 pub(crate) struct StoreArgs {
     /// The store's URL: postgres://…, mysql://…, sqlite://PATH, redis://…, memcache://…,
     /// nats://…, mongodb://…/DATABASE, etcd://…, zookeeper://…/ROOT, dynamodb://TABLE,
@@ -75,6 +86,37 @@ pub(crate) struct StoreArgs {
     /// The limit of each call to the store, in seconds.
     #[arg(long, default_value_t = 10, global = true)]
     pub(crate) timeout_secs: u64,
+    /// A CA certificate (PEM file) to trust instead of the system's: the connection then must
+    /// use TLS verified against it, host name included (PostgreSQL `verify-full`, MySQL
+    /// `VERIFY_IDENTITY`, Redis `rediss://`, NATS, MongoDB, etcd `https://`, an HTTPS AWS
+    /// endpoint). A URL that asks for plaintext (`sslmode=disable`, `redis://`, `http://`) is
+    /// then an error, and so is a store without TLS (SQLite, memcached, ZooKeeper).
+    #[arg(
+        long,
+        env = "SHEDLOCK_CA_FILE",
+        global = true,
+        value_name = "PEM",
+        hide_env_values = true
+    )]
+    pub(crate) ca_file: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for StoreArgs {
+    /// Everything but the URL, of which only the scheme is shown (it may hold a password).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let scheme = self.url.as_deref().map(|u| u.split_once("://").map_or("?", |(s, _)| s));
+        f.debug_struct("StoreArgs")
+            .field("url", &scheme.map(|s| format!("{s}://{}", secrets::MASK)))
+            .field("table", &self.table)
+            .field("key_prefix", &self.key_prefix)
+            .field("environment", &self.environment)
+            .field("collection", &self.collection)
+            .field("bucket", &self.bucket)
+            .field("shedlock_compatible", &self.shedlock_compatible)
+            .field("timeout_secs", &self.timeout_secs)
+            .field("ca_file", &self.ca_file)
+            .finish()
+    }
 }
 
 impl StoreArgs {
@@ -126,19 +168,33 @@ enum Command {
 type Outcome = Result<u8, String>;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let secrets = Secrets::of_this_process();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // `--help`, `--version`: nothing of the environment's values is in them.
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::from(OK);
+        }
+        // A usage error may quote an argument (a URL given in the wrong place).
+        Err(e) => {
+            eprint!("{}", secrets.redact(&e.render().to_string()));
+            return ExitCode::from(ERROR);
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(r) => r,
-        Err(e) => return fail(&format!("cannot start the async runtime: {e}")),
+        Err(e) => return fail(&format!("cannot start the async runtime: {e}"), &secrets),
     };
     match runtime.block_on(run(cli)) {
         Ok(code) => ExitCode::from(code),
-        Err(message) => fail(&message),
+        Err(message) => fail(&message, &secrets),
     }
 }
 
-fn fail(message: &str) -> ExitCode {
-    eprintln!("shedlock: {message}");
+/// Prints `message` without any of the run's secrets; exit code 2.
+fn fail(message: &str, secrets: &Secrets) -> ExitCode {
+    eprintln!("shedlock: {}", secrets.redact(message));
     ExitCode::from(ERROR)
 }
 
@@ -254,5 +310,24 @@ async fn watch(
             () = tokio::time::sleep(every) => {}
             _ = tokio::signal::ctrl_c() => return Ok(OK),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_shows_the_urls_scheme_only() {
+        let cli = Cli::try_parse_from([
+            "shedlock",
+            "--url",
+            "postgres://ops:s3cret-debug@db/app?sslmode=verify-full",
+            "list",
+        ])
+        .unwrap();
+        let shown = format!("{cli:?}");
+        assert!(!shown.contains("s3cret-debug") && !shown.contains("ops"), "{shown}");
+        assert!(shown.contains("postgres://***"), "{shown}");
     }
 }

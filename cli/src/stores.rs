@@ -6,11 +6,15 @@
 // A build with only some of the backends leaves parts of the shared code unused.
 #![allow(unused)]
 
-use std::{sync::Arc, time::Duration};
+use std::{path::Path, sync::Arc, time::Duration};
 
 use shedlock::{LockProvider, ProviderBuilder};
 
-use crate::{StoreArgs, backend::Opened};
+use crate::{
+    StoreArgs,
+    backend::{Opened, plaintext_with_ca},
+    secrets::percent_decode,
+};
 
 /// The part of a URL after `scheme://`, without its user information (which a caller reads
 /// separately), and the user and password given in it.
@@ -64,6 +68,19 @@ pub(crate) async fn redis(
     let secrets = [given.as_str(), authority(url_rest(url)).password.unwrap_or("")];
     // Several comma-separated node URLs: a Redis Cluster.
     let urls: Vec<&str> = url.split(',').map(str::trim).filter(|u| !u.is_empty()).collect();
+    let ca = match &args.ca_file {
+        Some(path) => {
+            if let Some(plain) = urls.iter().find(|u| {
+                let scheme = u.split_once("://").map_or("", |(s, _)| s).to_ascii_lowercase();
+                !matches!(scheme.as_str(), "rediss" | "valkeys")
+            }) {
+                let scheme = plain.split_once("://").map_or("", |(s, _)| s);
+                return Err(plaintext_with_ca(&format!("{scheme}://; use rediss://")));
+            }
+            Some(read_ca(path)?)
+        }
+        None => None,
+    };
     let mut infos = Vec::new();
     for u in &urls {
         let mut info = u
@@ -77,16 +94,21 @@ pub(crate) async fn redis(
     }
     let err = |e: redis::RedisError| hidden("cannot connect to Redis", e, &secrets);
     if infos.len() > 1 {
-        let client = redis::cluster::ClusterClientBuilder::new(infos)
+        let mut builder = redis::cluster::ClusterClientBuilder::new(infos)
             .connection_timeout(timeout)
-            .response_timeout(timeout)
-            .build()
-            .map_err(err)?;
+            .response_timeout(timeout);
+        if let Some(pem) = ca {
+            builder = redis_cluster_ca(builder, pem)?;
+        }
+        let client = builder.build().map_err(err)?;
         let conn = client.get_async_connection().await.map_err(err)?;
         return Ok(Arc::new(redis_config(RedisLockProvider::builder(conn), args).build().await?));
     }
     let Some(info) = infos.pop() else { return Err("the URL names no Redis server".into()) };
-    let client = redis::Client::open(info).map_err(err)?;
+    let client = match ca {
+        Some(pem) => redis_client_with_ca(info, pem)?,
+        None => redis::Client::open(info).map_err(err)?,
+    };
     let manager = redis::aio::ConnectionManagerConfig::new()
         .set_connection_timeout(Some(timeout))
         .set_response_timeout(Some(timeout))
@@ -94,6 +116,56 @@ pub(crate) async fn redis(
     let conn =
         redis::aio::ConnectionManager::new_with_config(client, manager).await.map_err(err)?;
     Ok(Arc::new(redis_config(RedisLockProvider::builder(conn), args).build().await?))
+}
+
+/// A `rediss://` client that trusts the CA `pem` alone.
+#[cfg(all(feature = "redis", feature = "tls-rustls"))]
+fn redis_client_with_ca(
+    info: redis::ConnectionInfo,
+    pem: Vec<u8>,
+) -> Result<redis::Client, Box<dyn std::error::Error>> {
+    let certs = redis::TlsCertificates { client_tls: None, root_cert: Some(pem) };
+    redis::Client::build_with_tls(info, certs)
+        .map_err(|e| format!("cannot use the CA file for Redis: {e}").into())
+}
+
+/// The cluster's nodes trust the CA `pem` alone.
+#[cfg(all(feature = "redis", feature = "tls-rustls"))]
+fn redis_cluster_ca(
+    builder: redis::cluster::ClusterClientBuilder,
+    pem: Vec<u8>,
+) -> Result<redis::cluster::ClusterClientBuilder, Box<dyn std::error::Error>> {
+    Ok(builder.certs(redis::TlsCertificates { client_tls: None, root_cert: Some(pem) }))
+}
+
+#[cfg(all(feature = "redis", not(feature = "tls-rustls")))]
+fn redis_client_with_ca(
+    _: redis::ConnectionInfo,
+    _: Vec<u8>,
+) -> Result<redis::Client, Box<dyn std::error::Error>> {
+    Err(NO_RUSTLS.into())
+}
+
+#[cfg(all(feature = "redis", not(feature = "tls-rustls")))]
+fn redis_cluster_ca(
+    _: redis::cluster::ClusterClientBuilder,
+    _: Vec<u8>,
+) -> Result<redis::cluster::ClusterClientBuilder, Box<dyn std::error::Error>> {
+    Err(NO_RUSTLS.into())
+}
+
+/// The error of a TLS setting in a build without the `tls-rustls` feature.
+#[cfg(not(feature = "tls-rustls"))]
+const NO_RUSTLS: &str = "this binary was built without TLS for Redis (feature `tls-rustls`)";
+
+/// The CA file's contents, checked to hold at least one PEM certificate.
+fn read_ca(path: &Path) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
+    let pem = std::fs::read(path)
+        .map_err(|e| format!("cannot read the CA file {}: {e}", path.display()))?;
+    if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") {
+        return Err(format!("the CA file {} holds no PEM certificate", path.display()).into());
+    }
+    Ok(pem)
 }
 
 /// The application's Redis settings: prefix, environment, mode and the call limit.
@@ -136,18 +208,34 @@ pub(crate) fn memcached(url: &str, args: &StoreArgs) -> Opened {
 pub(crate) async fn nats(url: &str, password: Option<String>, args: &StoreArgs) -> Opened {
     let a = authority(url_rest(url));
     let given = password.clone().unwrap_or_default();
-    let secrets = [given.as_str(), a.password.unwrap_or("")];
+    let secrets = [given.as_str(), a.password.unwrap_or(""), a.user.unwrap_or("")];
     let timeout = args.timeout();
     let mut options = async_nats::ConnectOptions::new()
         .connection_timeout(timeout)
         .request_timeout(Some(timeout));
-    options = match (a.user, password) {
-        (Some(user), Some(p)) => options.user_and_password(user.to_owned(), p),
-        (None, Some(token)) => options.token(token),
-        _ => options,
+    // `nats://USER:PASSWORD@…` or `nats://TOKEN@…`; `SHEDLOCK_PASSWORD` overrides the password
+    // (or is the token when the URL names no user).
+    let user = a.user.map(percent_decode);
+    let password = password.or_else(|| a.password.map(percent_decode));
+    options = match (user, password) {
+        (Some(user), Some(p)) => options.user_and_password(user, p),
+        (Some(token), None) | (None, Some(token)) => options.token(token),
+        (None, None) => options,
     };
+    // tls:// (or a CA) requires TLS, verified against the CA file if one is given (then the
+    // system's roots are not trusted).
+    let tls = url.get(..6).is_some_and(|s| s.eq_ignore_ascii_case("tls://"));
+    if let Some(path) = &args.ca_file {
+        read_ca(path)?;
+        options = options.add_root_certificates(path.clone());
+    }
+    if tls || args.ca_file.is_some() {
+        options = options.require_tls(true);
+    }
     // The server addresses without the user information (given through the options).
-    let servers: Vec<String> = a.hosts.split(',').map(|h| format!("nats://{}", h.trim())).collect();
+    let scheme = if tls { "tls" } else { "nats" };
+    let servers: Vec<String> =
+        a.hosts.split(',').map(|h| format!("{scheme}://{}", h.trim())).collect();
     let client = tokio::time::timeout(timeout, options.connect(servers))
         .await
         .map_err(|_| "cannot connect to NATS: timed out")?
@@ -172,6 +260,17 @@ pub(crate) async fn mongodb(url: &str, password: Option<String>, args: &StoreArg
         .map_err(|e| hidden("the URL could not be read", e, &secrets))?;
     if let (Some(p), Some(credential)) = (password, o.credential.as_mut()) {
         credential.password = Some(p);
+    }
+    if let Some(path) = &args.ca_file {
+        use mongodb::options::{Tls, TlsOptions};
+        read_ca(path)?;
+        let mut tls = match o.tls.take() {
+            Some(Tls::Disabled) => return Err(plaintext_with_ca("tls=false")),
+            Some(Tls::Enabled(t)) => t,
+            None => TlsOptions::default(),
+        };
+        tls.ca_file_path = Some(path.clone());
+        o.tls = Some(Tls::Enabled(tls));
     }
     o.server_selection_timeout = Some(timeout);
     o.connect_timeout = Some(timeout);
@@ -205,8 +304,8 @@ pub(crate) async fn etcd(url: &str, password: Option<String>, args: &StoreArgs) 
     let mut options =
         etcd_client::ConnectOptions::new().with_connect_timeout(timeout).with_timeout(timeout);
     if let Some(user) = a.user {
-        let p = password.or_else(|| a.password.map(str::to_owned)).unwrap_or_default();
-        options = options.with_user(user, p);
+        let p = password.or_else(|| a.password.map(percent_decode)).unwrap_or_default();
+        options = options.with_user(percent_decode(user), p);
     }
     let client = etcd_client::Client::connect(endpoints, Some(options))
         .await
@@ -219,17 +318,32 @@ pub(crate) async fn etcd(url: &str, password: Option<String>, args: &StoreArgs) 
 }
 
 #[cfg(feature = "zookeeper")]
-pub(crate) fn zookeeper(url: &str, args: &StoreArgs) -> Opened {
+pub(crate) fn zookeeper(url: &str, password: Option<String>, args: &StoreArgs) -> Opened {
     let a = authority(url_rest(url));
-    if a.user.is_some() {
-        return Err("ZooKeeper authentication is not supported by this tool: give \
-                    zookeeper://HOST:PORT[,HOST:PORT]/ROOT"
-            .into());
-    }
     let timeout = args.timeout();
     let mut b = shedlock_zookeeper::ZooKeeperLockProvider::builder(a.hosts)
         .connection_timeout(timeout)
         .operation_timeout(Some(timeout));
+    // `zookeeper://USER:PASSWORD@…` (or the password in SHEDLOCK_PASSWORD): the `digest` scheme.
+    // The nodes this tool may create (the clock node of an empty tree) get the provider's
+    // default ACL, creator-only.
+    match (a.user.map(percent_decode), password.or_else(|| a.password.map(percent_decode))) {
+        (Some(user), Some(p)) => b = b.digest_auth(user, p),
+        (Some(_), None) => {
+            return Err("ZooKeeper digest authentication needs a password: \
+                        zookeeper://USER:PASSWORD@HOSTS/ROOT, or the password in \
+                        SHEDLOCK_PASSWORD"
+                .into());
+        }
+        (None, Some(_)) if a.password.is_some() => {
+            return Err("ZooKeeper digest authentication needs a user: \
+                        zookeeper://USER:PASSWORD@HOSTS/ROOT"
+                .into());
+        }
+        // SHEDLOCK_PASSWORD without a user in the URL: no authentication (as for the other
+        // stores, the password goes with the URL's user).
+        (None, _) => {}
+    }
     if !a.path.is_empty() && a.path != "/" {
         b = b.root(a.path);
     }
@@ -241,7 +355,10 @@ pub(crate) fn zookeeper(url: &str, args: &StoreArgs) -> Opened {
 /// `AWS_DEFAULT_REGION`, default `us-east-1`), `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and
 /// `AWS_SESSION_TOKEN`.
 #[cfg(any(feature = "dynamodb", feature = "s3"))]
-fn aws_config(timeout: Duration) -> Result<aws_types::SdkConfig, Box<dyn std::error::Error>> {
+fn aws_config(
+    timeout: Duration,
+    ca_file: Option<&Path>,
+) -> Result<aws_types::SdkConfig, Box<dyn std::error::Error>> {
     use aws_credential_types::Credentials;
     use aws_smithy_runtime_api::client::behavior_version::BehaviorVersion;
     use aws_types::{
@@ -258,13 +375,25 @@ fn aws_config(timeout: Duration) -> Result<aws_types::SdkConfig, Box<dyn std::er
             .into());
     };
     let endpoint = var("AWS_ENDPOINT_URL");
-    let http = match &endpoint {
-        Some(e) if e.starts_with("http://") => aws_smithy_http_client::Builder::new().build_http(),
-        _ => aws_smithy_http_client::Builder::new()
-            .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
-                aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
-            ))
-            .build_https(),
+    let plain = endpoint.as_deref().is_some_and(|e| e.to_ascii_lowercase().starts_with("http://"));
+    let http = match ca_file {
+        Some(_) if plain => return Err(plaintext_with_ca("AWS_ENDPOINT_URL=http://…")),
+        None if plain => aws_smithy_http_client::Builder::new().build_http(),
+        _ => {
+            use aws_smithy_http_client::tls;
+            let mut trust = tls::TrustStore::default();
+            if let Some(path) = ca_file {
+                trust = tls::TrustStore::empty().with_pem_certificate(read_ca(path)?);
+            }
+            let context = tls::TlsContext::builder()
+                .with_trust_store(trust)
+                .build()
+                .map_err(|e| format!("cannot use the CA file for AWS: {e}"))?;
+            aws_smithy_http_client::Builder::new()
+                .tls_provider(tls::Provider::Rustls(tls::rustls_provider::CryptoMode::Ring))
+                .tls_context(context)
+                .build_https()
+        }
     };
     let mut b = SdkConfig::builder()
         .behavior_version(BehaviorVersion::latest())
@@ -291,7 +420,7 @@ pub(crate) fn dynamodb(url: &str, args: &StoreArgs) -> Opened {
     if table.is_empty() || table.contains('/') {
         return Err("give the table as dynamodb://TABLE".into());
     }
-    let config = aws_config(args.timeout())?;
+    let config = aws_config(args.timeout(), args.ca_file.as_deref())?;
     let mut b = shedlock_dynamodb::DynamoDbLockProvider::builder_from_config(&config)
         .table(table)
         .operation_timeout(Some(args.timeout()));
@@ -308,7 +437,7 @@ pub(crate) fn s3(url: &str, args: &StoreArgs) -> Opened {
     if bucket.is_empty() {
         return Err("give the bucket as s3://BUCKET/PREFIX".into());
     }
-    let config = aws_config(args.timeout())?;
+    let config = aws_config(args.timeout(), args.ca_file.as_deref())?;
     let mut b = shedlock_s3::S3LockProvider::builder_from_config(&config, bucket)
         .operation_timeout(Some(args.timeout()));
     if !prefix.is_empty() {

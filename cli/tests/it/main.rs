@@ -4,6 +4,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod nats_tls;
+mod pki;
+mod secrets;
+mod secure;
+
 use std::{
     process::Stdio,
     sync::Arc,
@@ -19,18 +24,37 @@ use tokio::io::AsyncWriteExt;
 const HOLDER: &str = "ops-test-holder";
 
 /// What one run of the tool printed, and its exit code.
+#[derive(Debug)]
 struct Ran {
     code: i32,
     stdout: String,
     stderr: String,
 }
 
-/// Runs `shedlock ARGS` with `env`, writing `stdin` to it.
+impl Ran {
+    /// Fails the test if any of `secrets` is in what the tool printed.
+    #[track_caller]
+    fn assert_hides(&self, secrets: &[&str]) {
+        for s in secrets.iter().filter(|s| !s.is_empty()) {
+            assert!(
+                !self.stdout.contains(s) && !self.stderr.contains(s),
+                "the tool printed a secret:\nstdout: {}\nstderr: {}",
+                self.stdout.replace(s, "<THE SECRET>"),
+                self.stderr.replace(s, "<THE SECRET>"),
+            );
+        }
+    }
+}
+
+/// Runs `shedlock ARGS` with `env`, writing `stdin` to it. `RUST_LOG=trace` is always set, so
+/// that a log subscriber added later is covered by every test's check that no secret is printed.
 async fn shedlock(args: &[&str], env: &[(&str, &str)], stdin: &str) -> Ran {
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_shedlock"))
         .args(args)
         .env_remove("SHEDLOCK_URL")
         .env_remove("SHEDLOCK_PASSWORD")
+        .env_remove("SHEDLOCK_CA_FILE")
+        .env("RUST_LOG", "trace")
         .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -69,10 +93,23 @@ async fn an_operator_sees_the_holder_and_releases_the_lock_safely(
     let args = |extra: &[&str]| -> Vec<String> {
         store.iter().chain(extra).map(|s| (*s).to_owned()).collect()
     };
+    // The secrets of the session (an AWS secret key, a URL's password), never printed.
+    let mut secrets: Vec<String> = env
+        .iter()
+        .filter(|(k, _)| k.contains("SECRET") || k.contains("PASSWORD"))
+        .map(|(_, v)| (*v).to_owned())
+        .collect();
+    secrets.extend(store.iter().chain(env.iter().map(|(_, v)| v)).filter_map(|s| {
+        let rest = s.split_once("://")?.1;
+        let userinfo = rest[..rest.find('/').unwrap_or(rest.len())].rsplit_once('@')?.0;
+        Some(userinfo.split_once(':')?.1.to_owned())
+    }));
     let run = async |extra: &[&str], stdin: &str| {
         let a = args(extra);
         let refs: Vec<&str> = a.iter().map(String::as_str).collect();
-        shedlock(&refs, env, stdin).await
+        let ran = shedlock(&refs, env, stdin).await;
+        ran.assert_hides(&secrets.iter().map(String::as_str).collect::<Vec<_>>());
+        ran
     };
     let mut lock = holder.try_lock(&cfg(&name)).await.unwrap().expect("free");
     let _other = holder.try_lock(&cfg(&other)).await.unwrap().expect("free");
@@ -319,6 +356,7 @@ async fn mongodb_an_operator_sees_the_holder_and_releases_the_lock_safely() {
     .await;
 }
 
+#[cfg(feature = "etcd")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_an_operator_sees_the_holder_and_releases_the_lock_safely() {
     let url = shedlock_test_support::url(Backend::Etcd, "etcd").await;
