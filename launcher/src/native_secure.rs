@@ -10,10 +10,10 @@ use std::{
 
 use nix::sys::signal::Signal;
 
-use super::{as_user, fresh_dir, is_root, postgres_settings, service_user};
+use super::{as_user, chown_tree, fresh_dir, is_root, postgres_settings, service_user};
 use crate::{
     Backend, LaunchError,
-    locate::{Programs, which},
+    locate::{Programs, system_user, which},
     probe::Probe,
     process::NodeSpec,
     secure::{self, CommandProbe, Secure},
@@ -23,7 +23,7 @@ fn unsupported(backend: Backend) -> LaunchError {
     LaunchError::Unsupported {
         backend: backend.name(),
         what: "a secure launch (authentication and TLS): the launcher secures postgres, \
-               mariadb, redis, etcd, nats and zookeeper"
+               mariadb, redis, etcd, nats, zookeeper and memcached (TLS only)"
             .to_owned(),
     }
 }
@@ -293,6 +293,49 @@ pub(super) fn secure_nodes(
                 .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
                 .arg(cfg_path.as_os_str())
                 .cwd(&d)
+        }
+        Programs::Memcached { server } => {
+            let d = dir.join("memcached");
+            fresh_dir(backend, &d)?;
+            // TLS on the one listener (memcached's meta protocol has no authentication: see
+            // `Secure`); the key is readable by the server's user only.
+            let user = if system_user("memcache").is_some() { "memcache" } else { "nobody" };
+            if is_root() {
+                chown_tree(backend, &s.key_path(), system_user(user))?;
+            }
+            let probe = CommandProbe {
+                addr,
+                program: client(backend, "openssl", "openssl")?,
+                args: os(&[
+                    "s_client",
+                    "-connect",
+                    &addr.to_string(),
+                    "-CAfile",
+                    &ca,
+                    "-verify_return_error",
+                    "-quiet",
+                ]),
+                env: Vec::new(),
+                expect: "VERSION ",
+                stdin: None,
+            }
+            // `quit` makes the server close the connection, and s_client exit.
+            .with_stdin("version\r\nquit\r\n");
+            let mut spec =
+                NodeSpec::new(server, d.join("server.log"), Probe::Command(Box::new(probe)))
+                    .args(["-l", "127.0.0.1", "-p"])
+                    .arg(port(0).to_string())
+                    .args(["-U", "0", "-m", "64", "-Z", "-o"])
+                    .arg(format!(
+                        "ssl_chain_cert={},ssl_key={}",
+                        s.cert_path().display(),
+                        s.key_path().display()
+                    ))
+                    .cwd(&d);
+            if is_root() {
+                spec = spec.args(["-u", user]);
+            }
+            spec
         }
         Programs::Nats { server } => {
             let d = dir.join("nats");

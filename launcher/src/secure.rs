@@ -35,6 +35,9 @@ const ADMIN_USER: &str = "shedlock_admin";
 /// | MariaDB | `require_secure_transport`, TLS 1.3 only | `shedlock_admin@127.0.0.1` (`ALL … WITH GRANT OPTION`) | `shedlock_app@127.0.0.1`, `REQUIRE SSL`, no privilege |
 /// | Redis | `tls-port` only (`port 0`), TLS 1.3 | `shedlock_admin` (`~* &* +@all`); `default` is off | none: create it with `ACL SETUSER` and `ACL SAVE` (an `aclfile` keeps it across restarts) |
 /// | etcd | `https://` client URL | `root` (role `root`); `auth enable` | `shedlock_app`, no role: grant one |
+/// | NATS | `tls` block (`tls_required`) | `shedlock_admin` (all) | `shedlock_app`, permissions in [`app_permissions_path`](Self::app_permissions_path), at first none |
+/// | ZooKeeper | `secureClientPort` only (Netty) | none (no super user) | any digest identity, e.g. `shedlock_app` / [`app_password`](Self::app_password): `enforce.auth` refuses sessions without one |
+/// | memcached | `-Z` on its one listener | none: the meta protocol has no authentication | none |
 #[derive(Clone)]
 pub struct Secure {
     backend: Backend,
@@ -195,6 +198,8 @@ impl Secure {
             Backend::Redis | Backend::Valkey => format!("rediss://{user}:{password}@{addr}"),
             Backend::Etcd => format!("https://{addr}"),
             Backend::Nats => format!("tls://{user}:{password}@{addr}"),
+            // No credentials: memcached has no authentication in its meta protocol.
+            Backend::Memcached => format!("memcache://{addr}"),
             _ => format!("{addr}"),
         }
     }

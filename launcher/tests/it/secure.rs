@@ -242,3 +242,28 @@ fn secure_nats_requires_tls_and_a_login_and_reloads_permissions() {
     let info = plaintext_hello(s.addr().unwrap(), b"");
     assert!(info.contains("\"tls_required\":true"), "after a restart: {info}");
 }
+
+#[test]
+fn secure_memcached_speaks_only_tls() {
+    let s = start_secure(Backend::Memcached);
+    let sec = s.secure().unwrap();
+    let addr = s.addr().unwrap();
+    let out = Command::new("openssl")
+        .args(["s_client", "-connect", &addr.to_string(), "-CAfile"])
+        .arg(sec.ca_path())
+        .args(["-verify_return_error", "-quiet"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(b"version\r\nquit\r\n")?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("VERSION "), "{text}");
+    let plain = plaintext_hello(addr, b"version\r\n");
+    assert!(!plain.starts_with("VERSION"), "plaintext must get no answer: {plain}");
+}
