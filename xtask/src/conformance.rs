@@ -347,7 +347,7 @@ fn run_one(
     );
     let status = cmd.status().map_err(|e| format!("cannot run cargo: {e}"))?;
 
-    let reports = fresh_reports(&conf_dir, began)?;
+    let reports = fresh_reports(&conf_dir, began, &spec.name)?;
     let mut code = if status.success() { 0 } else { code_of(status).max(1) };
     if reports.is_empty() {
         loud(&format!(
@@ -374,8 +374,10 @@ fn run_one(
     Ok(ProviderRun { code, reports })
 }
 
-/// The `.md`/`.json` reports in `dir` written since `since`.
-fn fresh_reports(dir: &Path, since: SystemTime) -> Result<Vec<PathBuf>, String> {
+/// The `.md`/`.json` reports of suite `suite` (or of its soak run, `<suite>-soak`) in `dir`
+/// written since `since`. Another suite's report written there meanwhile (another run sharing
+/// the target dir) is not this run's.
+fn fresh_reports(dir: &Path, since: SystemTime, suite: &str) -> Result<Vec<PathBuf>, String> {
     let mut fresh = Vec::new();
     for entry in
         std::fs::read_dir(dir).map_err(|e| format!("reading {}: {e}", dir.display()))?.flatten()
@@ -383,7 +385,11 @@ fn fresh_reports(dir: &Path, since: SystemTime) -> Result<Vec<PathBuf>, String> 
         let path = entry.path();
         let new = entry.metadata().and_then(|m| m.modified()).is_ok_and(|t| t >= since);
         let report = path.extension().is_some_and(|e| e == "md" || e == "json");
-        if new && report {
+        let ours = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .is_some_and(|s| s == suite || s.strip_suffix("-soak") == Some(suite));
+        if new && report && ours {
             fresh.push(path);
         }
     }
@@ -741,6 +747,29 @@ mod tests {
     fn reports_go_to_the_target_dir_not_the_checkout() {
         assert_eq!(conf_dir(), target_dir().join("conformance"));
         assert!(!conf_dir().starts_with(root().join("conformance")));
+    }
+
+    #[test]
+    fn a_run_takes_only_its_own_suites_fresh_reports() {
+        let dir = std::env::temp_dir().join(format!("xtask-fresh-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let since = SystemTime::now() - std::time::Duration::from_secs(1);
+        for f in [
+            "mariadb-secure.json",
+            "mariadb-secure.md",
+            "mariadb-secure-soak.json",
+            "etcd-secure.json",
+            "mariadb.json",
+        ] {
+            std::fs::write(dir.join(f), "{}").unwrap();
+        }
+        let names: Vec<String> = fresh_reports(&dir, since, "mariadb-secure")
+            .unwrap()
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["mariadb-secure-soak.json", "mariadb-secure.json", "mariadb-secure.md"]);
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
