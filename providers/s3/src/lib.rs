@@ -374,6 +374,47 @@ fn setup(message: impl Into<String>) -> Error {
     Error::Setup { backend: BACKEND, message: message.into() }
 }
 
+/// An S3 request the provider sends: what a refusal of it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Call {
+    GetObject,
+    PutObject,
+    DeleteObject,
+    ListObjectsV2,
+    CreateBucket,
+}
+
+impl Call {
+    /// The request's name in S3's API.
+    fn name(self) -> &'static str {
+        match self {
+            Call::GetObject => "GetObject",
+            Call::PutObject => "PutObject",
+            Call::DeleteObject => "DeleteObject",
+            Call::ListObjectsV2 => "ListObjectsV2",
+            Call::CreateBucket => "CreateBucket",
+        }
+    }
+
+    /// The IAM action that allows it.
+    fn action(self) -> &'static str {
+        match self {
+            Call::GetObject => "s3:GetObject",
+            Call::PutObject => "s3:PutObject",
+            Call::DeleteObject => "s3:DeleteObject",
+            Call::ListObjectsV2 => "s3:ListBucket",
+            Call::CreateBucket => "s3:CreateBucket",
+        }
+    }
+}
+
+/// The key [`check`](LeaseStore::check) reads and conditionally writes after the prefix: a `.`
+/// ([`key_for`] never makes one, so no lock has this key), never written (see `check`).
+const CHECK_KEY: &str = ".shedlock-check";
+
+/// The ETag of `check`'s conditional write: no object has it (S3's ETags are hex digits).
+const CHECK_ETAG: &str = "\"shedlock-check\"";
+
 /// The HTTP status of a failed request's response, if there was one.
 fn status<E, R: HasStatus>(e: &SdkError<E, R>) -> Option<u16> {
     e.raw_response().map(HasStatus::status)
@@ -442,8 +483,8 @@ impl S3Store {
         ))
     }
 
-    /// What a failed request means for the caller.
-    fn map_err<E, R>(&self, operation: &'static str, e: SdkError<E, R>) -> Error
+    /// What a failed `call` means for the caller.
+    fn map_err<E, R>(&self, operation: &'static str, call: Call, e: SdkError<E, R>) -> Error
     where
         E: ProvideErrorMetadata + std::error::Error + 'static,
         R: HasStatus + fmt::Debug,
@@ -468,21 +509,17 @@ impl S3Store {
                     BACKEND,
                     S3Error::Service { operation, code, status: http, message },
                 ),
+                (_, 401 | 403) => self.refused(operation, call, &code, &message),
                 (
                     "AccessDenied"
                     | "InvalidAccessKeyId"
                     | "SignatureDoesNotMatch"
                     | "ExpiredToken"
-                    | "InvalidToken",
+                    | "InvalidToken"
+                    | "TokenRefreshRequired"
+                    | "RequestTimeTooSkewed",
                     _,
-                )
-                | (_, 401 | 403) => setup(format!(
-                    "S3 refused the client's credentials or permissions for {operation} on \
-                     bucket {:?}: {code}: {message} (the provider needs s3:GetObject and \
-                     s3:PutObject on the prefix {:?}; inspection also s3:ListBucket, and \
-                     s3:DeleteObject for force_release)",
-                    self.bucket, self.prefix
-                )),
+                ) => self.refused(operation, call, &code, &message),
                 _ => Error::backend(
                     BACKEND,
                     S3Error::Service { operation, code, status: http, message },
@@ -500,6 +537,63 @@ impl S3Store {
             BACKEND,
             S3Error::Transport { operation, message: DisplayErrorContext(&e).to_string() },
         )
+    }
+
+    /// A request S3 refused (HTTP 401 or 403): [`Error::Setup`] saying what to change — the
+    /// credentials, the clock, or the permission `call` needs (S3's `AccessDenied` does not
+    /// name it; the provider knows which request it sent). S3's code and message name neither
+    /// the secret key nor the signature.
+    fn refused(&self, operation: &'static str, call: Call, code: &str, message: &str) -> Error {
+        let server = if message.is_empty() {
+            format!("HTTP 403 {code}")
+        } else {
+            format!("{code}: {message}")
+        };
+        let why = match code {
+            "InvalidAccessKeyId" => "S3 does not know the client's access key id (deleted, \
+                 inactive, or of another account or endpoint): check the credentials the client \
+                 was built with"
+                .to_owned(),
+            "SignatureDoesNotMatch" => "S3 refused the request's signature: the secret access \
+                 key does not belong to the access key id (or something between the client and \
+                 S3 changed the request)"
+                .to_owned(),
+            "ExpiredToken" | "InvalidToken" | "TokenRefreshRequired" => "the client's session \
+                 token is expired or invalid: its credentials provider must refresh it"
+                .to_owned(),
+            "RequestTimeTooSkewed" => "this machine's clock differs from S3's by more than 15 \
+                 minutes: synchronise it (the provider's leases are client time too)"
+                .to_owned(),
+            _ => format!(
+                "the credentials need {} (see \"Permissions\" in the shedlock-s3 README)",
+                self.permission(call)
+            ),
+        };
+        setup(format!(
+            "S3 refused {} on bucket {:?} in {operation} ({server}): {why}",
+            call.name(),
+            self.bucket
+        ))
+    }
+
+    /// The permission `call` needs, on its resource.
+    fn permission(&self, call: Call) -> String {
+        let (bucket, prefix) = (&self.bucket, &self.prefix);
+        match call {
+            Call::GetObject => format!(
+                "s3:GetObject on arn:aws:s3:::{bucket}/{prefix}*, and s3:ListBucket on \
+                 arn:aws:s3:::{bucket} (without it S3 answers 403, not 404, for an object that \
+                 does not exist)"
+            ),
+            Call::PutObject | Call::DeleteObject => {
+                format!("{} on arn:aws:s3:::{bucket}/{prefix}*", call.action())
+            }
+            Call::ListObjectsV2 => format!(
+                "s3:ListBucket on arn:aws:s3:::{bucket} (for the prefix {prefix:?}: an s3:prefix \
+                 condition must allow \"{prefix}*\")"
+            ),
+            Call::CreateBucket => format!("s3:CreateBucket on arn:aws:s3:::{bucket}"),
+        }
     }
 
     /// A conditional `PutObject`: `If-None-Match: *` when `etag` is `None`, else `If-Match`.
@@ -539,7 +633,7 @@ impl S3Store {
                 }
                 Ok(Put::Refused)
             }
-            Err(e) => Err(self.map_err(operation, e)),
+            Err(e) => Err(self.map_err(operation, Call::PutObject, e)),
         }
     }
 
@@ -561,7 +655,7 @@ impl S3Store {
                 }
                 return Ok(None);
             }
-            Err(e) => return Err(self.map_err(operation, e)),
+            Err(e) => return Err(self.map_err(operation, Call::GetObject, e)),
         };
         let etag = out.e_tag.clone().ok_or_else(|| {
             Error::backend(BACKEND, format!("{operation}: the lock object {key:?} has no ETag"))
@@ -736,13 +830,58 @@ impl LeaseStore for S3Store {
             .with_inspection(true, true, true)
     }
 
-    /// One `HeadBucket`: the bucket exists and this client may use it; otherwise
-    /// [`Error::Setup`] says what to do.
+    /// Proves what locking needs, writing nothing; otherwise [`Error::Setup`] says what to
+    /// change. Three requests:
+    ///
+    /// 1. `ListObjectsV2` under the prefix, one key at most: the bucket exists, S3 accepts the
+    ///    credentials, and they hold `s3:ListBucket` for the prefix.
+    /// 2. `GetObject` of `<prefix>.shedlock-check` (no lock has that key): `404` proves
+    ///    `s3:GetObject` on the prefix, and that a missing object reads as missing (S3 answers
+    ///    `403` instead to a caller without `s3:ListBucket`).
+    /// 3. `PutObject` of that key with `If-Match` on an ETag no object has: S3 checks
+    ///    `s3:PutObject`, then refuses the write (`404`, or `412` if the object exists). A
+    ///    server that stores it anyway ignores `If-Match`: no conditional writes,
+    ///    [`Error::Setup`].
     async fn check(&self, _: &Settings) -> Result<()> {
-        match self.client.head_bucket().bucket(&self.bucket).send().await {
-            Ok(_) => Ok(()),
-            Err(e) if matches!(status(&e), Some(404)) => Err(self.missing_bucket()),
-            Err(e) => Err(self.map_err("check", e)),
+        let listed = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(&self.prefix)
+            .max_keys(1)
+            .send()
+            .await;
+        match listed {
+            Ok(_) => {}
+            Err(e) if matches!(status(&e), Some(404)) => return Err(self.missing_bucket()),
+            Err(e) => return Err(self.map_err("check", Call::ListObjectsV2, e)),
+        }
+        let key = format!("{}{CHECK_KEY}", self.prefix);
+        self.fetch("check", &key).await?;
+        let r = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(&key)
+            .body(ByteStream::from_static(b""))
+            .if_match(CHECK_ETAG)
+            .send()
+            .await;
+        match r {
+            Err(e)
+                if e.as_service_error().and_then(ProvideErrorMetadata::code)
+                    == Some("NoSuchBucket") =>
+            {
+                Err(self.missing_bucket())
+            }
+            Err(e) if matches!(status(&e), Some(404 | 412)) => Ok(()),
+            Err(e) => Err(self.map_err("check", Call::PutObject, e)),
+            Ok(_) => Err(setup(format!(
+                "the server stored the object {key:?} in bucket {:?} although its If-Match \
+                 matched no object: it ignores conditional writes, which the provider needs \
+                 (If-None-Match and If-Match on PutObject); delete that object",
+                self.bucket
+            ))),
         }
     }
 
@@ -775,7 +914,7 @@ impl LeaseStore for S3Store {
             .max_keys(i32::try_from(limit.saturating_add(1)).unwrap_or(i32::MAX))
             .send()
             .await
-            .map_err(|e| self.map_err("list", e))?;
+            .map_err(|e| self.map_err("list", Call::ListObjectsV2, e))?;
         let keys: Vec<&str> = out.contents().iter().filter_map(|o| o.key()).collect();
         let more = keys.len() > limit || out.is_truncated() == Some(true);
         let mut records = Vec::with_capacity(keys.len().min(limit));
@@ -833,7 +972,7 @@ impl LeaseStore for S3Store {
                         return Err(self.missing_bucket());
                     }
                 }
-                Err(e) => return Err(self.map_err("force_release", e)),
+                Err(e) => return Err(self.map_err("force_release", Call::DeleteObject, e)),
             }
         }
     }
@@ -959,14 +1098,17 @@ impl S3LockProvider {
                 {
                     Ok(())
                 }
-                Err(e) => Err(i.map_err("create_bucket", e)),
+                Err(e) => Err(i.map_err("create_bucket", Call::CreateBucket, e)),
             }
         })
         .await
     }
 
-    /// Checks that the bucket exists and this client may use it (one `HeadBucket`): otherwise
-    /// [`Error::Setup`] says what to do. The same as [`LockProvider::check`].
+    /// Checks that the bucket exists and that this client may lock in it, writing nothing:
+    /// `ListObjectsV2` under the prefix, `GetObject` and a refused conditional `PutObject` of
+    /// a key no lock has (`s3:ListBucket`, `s3:GetObject`, `s3:PutObject`; see "Permissions" in
+    /// the README). Otherwise [`Error::Setup`] says what to change. The same as
+    /// [`LockProvider::check`].
     pub async fn check_bucket(&self) -> Result<()> {
         self.inner.check().await
     }
@@ -1009,20 +1151,63 @@ mod tests {
     #[test]
     fn errors_are_classified_for_retries_and_setup() {
         let i = inner();
+        let put = Call::PutObject;
         for (code, http) in [("SlowDown", 503), ("ConditionalRequestConflict", 409)] {
-            let e = i.map_err("try_lock", answered(code, http));
+            let e = i.map_err("try_lock", put, answered(code, http));
             assert!(e.is_retryable(), "{e:?}");
             let source = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<S3Error>());
             assert!(matches!(source, Some(S3Error::Throttled { status, .. }) if *status == http));
         }
-        assert!(i.map_err("unlock", answered("InternalError", 500)).is_retryable());
+        assert!(i.map_err("unlock", put, answered("InternalError", 500)).is_retryable());
         for (code, http) in [("NoSuchBucket", 404), ("AccessDenied", 403), ("NotImplemented", 501)]
         {
-            let e = i.map_err("try_lock", answered(code, http));
+            let e = i.map_err("try_lock", put, answered(code, http));
             assert!(matches!(e, Error::Setup { .. }), "{code}: {e:?}");
         }
-        let e = i.map_err("try_lock", answered("InvalidArgument", 400));
+        let e = i.map_err("try_lock", put, answered("InvalidArgument", 400));
         assert!(matches!(e, Error::Backend { .. }) && !e.is_retryable(), "{e:?}");
+    }
+
+    fn setup_message(e: Error) -> String {
+        match e {
+            Error::Setup { message, .. } => message,
+            other => panic!("expected Setup, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_refusal_names_the_request_its_permission_and_the_readme() {
+        let i = inner();
+        for (call, operation, needs) in [
+            (Call::PutObject, "try_lock", "s3:PutObject on arn:aws:s3:::locks/shedlock/*"),
+            (Call::GetObject, "inspect", "s3:GetObject on arn:aws:s3:::locks/shedlock/*"),
+            (
+                Call::DeleteObject,
+                "force_release",
+                "s3:DeleteObject on arn:aws:s3:::locks/shedlock/*",
+            ),
+            (Call::ListObjectsV2, "list", "s3:ListBucket on arn:aws:s3:::locks"),
+            (Call::CreateBucket, "create_bucket", "s3:CreateBucket on arn:aws:s3:::locks"),
+        ] {
+            // S3's AccessDenied, and a HEAD's 403 without a body (no code, no message).
+            for (code, http) in [("AccessDenied", 403), ("unknown", 403)] {
+                let m = setup_message(i.map_err(operation, call, answered(code, http)));
+                for part in [call.name(), operation, needs, "\"Permissions\""] {
+                    assert!(m.contains(part), "{part:?} missing: {m}");
+                }
+            }
+        }
+        let m = setup_message(i.map_err("inspect", Call::GetObject, answered("AccessDenied", 403)));
+        assert!(m.contains("s3:ListBucket on arn:aws:s3:::locks"), "{m}");
+        for (code, says) in [
+            ("InvalidAccessKeyId", "access key id"),
+            ("SignatureDoesNotMatch", "secret access key"),
+            ("ExpiredToken", "session token"),
+            ("RequestTimeTooSkewed", "clock"),
+        ] {
+            let m = setup_message(i.map_err("try_lock", Call::PutObject, answered(code, 403)));
+            assert!(m.contains(says) && m.contains(code), "{m}");
+        }
     }
 
     #[test]

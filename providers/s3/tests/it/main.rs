@@ -6,4 +6,6 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod iam;
 mod s3;
+mod secrets;
