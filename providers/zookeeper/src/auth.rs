@@ -113,11 +113,14 @@ impl fmt::Debug for Credential {
     }
 }
 
+/// [`identity`] without credentials.
+const UNAUTHENTICATED: &str = "unauthenticated, world:anyone";
+
 /// Who the provider is to the server, for messages: "authenticated as digest user \"app\"" or
 /// "unauthenticated, world:anyone".
 pub(crate) fn identity(credentials: &[Credential]) -> String {
     if credentials.is_empty() {
-        return "unauthenticated, world:anyone".to_owned();
+        return UNAUTHENTICATED.to_owned();
     }
     let shown: Vec<String> = credentials.iter().map(ToString::to_string).collect();
     format!("authenticated as {}", shown.join(" and "))
@@ -277,6 +280,8 @@ impl fmt::Display for AclEntry {
 pub(crate) enum Op<'a> {
     /// Open the session, presenting the credentials.
     Authenticate,
+    /// A request the session sent, when the answer is about the session rather than a node.
+    Request,
     /// `create` of this node: CREATE on its parent.
     Create(&'a str),
     /// `create` of this path and any missing ancestor (mkdir -p): CREATE on the parent of the
@@ -306,6 +311,7 @@ impl Op<'_> {
     fn needs(self) -> (String, &'static str, String) {
         match self {
             Op::Authenticate => ("open a session".to_owned(), "", String::new()),
+            Op::Request => ("answer a request".to_owned(), "", String::new()),
             Op::Create(p) => (format!("create {p}"), "CREATE", parent(p).to_owned()),
             Op::CreatePath(p) => (
                 format!("create {p}"),
@@ -341,10 +347,18 @@ pub(crate) fn refusal(
              password, so the same user with another password is another identity): see the \
              README's \"Permissions\" section"
         ),
+        Z::AuthFailed if identity == UNAUTHENTICATED => format!(
+            "ZooKeeper requires authentication: it closed the provider's unauthenticated session \
+             when asked to {what} (AuthFailed: the server enforces authentication, \
+             enforce.auth.enabled): authenticate with digest_auth(user, password), or \
+             auth(scheme, bytes) for the scheme the server enforces (see the README's \
+             \"Authentication\" section)"
+        ),
         Z::AuthFailed => format!(
             "ZooKeeper refused to {what}: it rejected the session's credentials (AuthFailed); the \
              provider is {identity}: the server has no authentication provider for one of these \
-             schemes, or rejected the credentials (digest credentials are always accepted)"
+             schemes, enforces authentication with another scheme (enforce.auth.schemes), or \
+             rejected the credentials (digest credentials are always accepted)"
         ),
         Z::InvalidAcl => format!(
             "ZooKeeper refused the ACL {acl} (InvalidAcl) when asked to {what} (the provider is \

@@ -55,6 +55,7 @@
 #![deny(missing_docs)]
 
 mod auth;
+mod tls;
 
 pub use auth::{AclEntry, NodeAcl};
 
@@ -214,6 +215,8 @@ pub struct ZooKeeperLockProviderBuilder {
     /// Never printed: `Credential`'s `Debug` shows the scheme and the digest user only.
     credentials: Vec<Credential>,
     node_acl: Option<NodeAcl>,
+    /// `Debug` says what is set, never the client key.
+    tls: tls::TlsSettings,
 }
 
 impl fmt::Debug for ZooKeeperLockProviderBuilder {
@@ -227,6 +230,7 @@ impl fmt::Debug for ZooKeeperLockProviderBuilder {
             .field("settings", &self.settings)
             .field("auth", &self.credentials)
             .field("node_acl", &self.node_acl)
+            .field("tls", &self.tls)
             .finish_non_exhaustive()
     }
 }
@@ -297,10 +301,49 @@ impl ZooKeeperLockProviderBuilder {
         self
     }
 
+    /// Connects to every server over TLS, trusting exactly the CA certificates in `pem` (one or
+    /// more `-----BEGIN CERTIFICATE-----` blocks; no system roots): each server's certificate
+    /// must be signed by one of them and carry the server's host, as the connect string names
+    /// it, or [`tls_server_name`](Self::tls_server_name). Give the servers' TLS port
+    /// (`secureClientPort`). Every connection of the provider, reconnections included, is TLS
+    /// (1.3, or 1.2 where the server offers nothing newer; rustls on ring): see the README's
+    /// "TLS" section.
+    ///
+    /// Needs the `tls` cargo feature: without it, [`build`](Self::build) returns
+    /// [`Error::Setup`]. A `pem` without a certificate is [`Error::Setup`] from `build()`; an
+    /// untrusted server certificate, [`Error::Setup`] from the first call.
+    pub fn tls_ca_pem(mut self, pem: impl Into<String>) -> Self {
+        self.tls.set_ca_pem(pem.into());
+        self
+    }
+
+    /// A client certificate (`cert_pem`: the certificate, then any intermediates) and its
+    /// private key (`key_pem`: PKCS#8, PKCS#1 or SEC1), presented in every TLS handshake, for
+    /// servers that require one (`ssl.clientAuth=need`) or authenticate with it (`x509`). Needs
+    /// [`tls_ca_pem`](Self::tls_ca_pem) too. The key is never printed.
+    pub fn tls_identity_pem(
+        mut self,
+        cert_pem: impl Into<String>,
+        key_pem: impl Into<String>,
+    ) -> Self {
+        self.tls.set_identity(cert_pem.into(), key_pem.into());
+        self
+    }
+
+    /// The name (DNS name or IP address) every server's certificate must carry, instead of the
+    /// host the connect string gives for it: for servers reached by an address their
+    /// certificates do not name (a shared certificate, a tunnel). Needs
+    /// [`tls_ca_pem`](Self::tls_ca_pem) too.
+    pub fn tls_server_name(mut self, name: impl Into<String>) -> Self {
+        self.tls.set_server_name(name.into());
+        self
+    }
+
     /// Validates the configuration and builds the provider. Does no I/O: the session is opened
     /// by the first lock call (bounded by the operation timeout). An invalid root path, connect
-    /// string, `locked_by`, credentials or node ACL (a creator ACL without credentials) gives
-    /// [`Error::Setup`].
+    /// string, `locked_by`, credentials, node ACL (a creator ACL without credentials) or TLS
+    /// setting (TLS without the `tls` feature, a CA or client certificate that does not parse)
+    /// gives [`Error::Setup`].
     pub fn build(self) -> Result<ZooKeeperLockProvider> {
         check_root(&self.root)
             .map_err(|why| setup(format!("root path {:?} is invalid: {why}", self.root)))?;
@@ -309,6 +352,12 @@ impl ZooKeeperLockProviderBuilder {
             return Err(setup(
                 "the connect string must list host:port pairs separated by ',' (e.g. \
                  127.0.0.1:2181,127.0.0.1:2182)",
+            ));
+        }
+        if self.connect_string.contains("://") {
+            return Err(setup(
+                "the connect string must list host:port pairs, without a scheme: for TLS, give \
+                 the servers' TLS port and tls_ca_pem (feature `tls`)",
             ));
         }
         if self.connect_string.contains('/') {
@@ -328,6 +377,9 @@ impl ZooKeeperLockProviderBuilder {
             NodeAcl::Open
         });
         let acls = node_acl.resolve(authenticated).map_err(setup)?;
+        // The forwarder's connect and handshake are bounded as the client bounds a connection.
+        let tls_timeout = self.connection_timeout.unwrap_or(self.session_timeout * 2 / 5);
+        let tls = self.tls.resolve(&self.connect_string, tls_timeout).map_err(setup)?;
         Ok(ZooKeeperLockProvider {
             inner: Arc::new(Inner {
                 clock_path: format!("{}/{CLOCK_CHILD}", self.root),
@@ -341,6 +393,7 @@ impl ZooKeeperLockProviderBuilder {
                 credentials: self.credentials,
                 node_acl,
                 acls,
+                tls,
                 client: Mutex::new(None),
                 live: std::sync::Mutex::default(),
             }),
@@ -364,6 +417,7 @@ impl fmt::Debug for ZooKeeperLockProvider {
             .field("locked_by", &self.inner.locked_by)
             .field("identity", &self.inner.identity)
             .field("node_acl", &self.inner.node_acl)
+            .field("tls", &self.inner.tls)
             .finish_non_exhaustive()
     }
 }
@@ -383,6 +437,8 @@ struct Inner {
     /// What nodes are created with (the builder's choice or the default), and as entries.
     node_acl: NodeAcl,
     acls: Vec<Acl>,
+    /// TLS to every server (through the forwarder of [`tls`]), when asked for.
+    tls: Option<tls::Tls>,
     /// The session, opened on first use and replaced once it expired or closed.
     client: Mutex<Option<Client>>,
     /// Per lock node seen live by a clock-node look: its mzxid and a monotonic instant before
@@ -404,6 +460,8 @@ fn setup(message: impl Into<String>) -> Error {
 struct HostsFailed {
     error: zookeeper_client::Error,
     hosts: Vec<(String, std::io::Error)>,
+    /// Whether the provider speaks TLS (else a TLS-only server is a likely cause).
+    tls: bool,
 }
 
 impl HostsFailed {
@@ -411,7 +469,7 @@ impl HostsFailed {
     /// reported as not answering.
     const PROBE: Duration = Duration::from_millis(500);
 
-    async fn probe(error: zookeeper_client::Error, connect_string: &str) -> Self {
+    async fn probe(error: zookeeper_client::Error, connect_string: &str, tls: bool) -> Self {
         let hosts = connect_string.split('/').next().unwrap_or("");
         let mut failed = Vec::new();
         for host in hosts.split(',').map(str::trim).filter(|h| !h.is_empty()) {
@@ -427,7 +485,7 @@ impl HostsFailed {
             };
             failed.push((host.to_owned(), why));
         }
-        Self { error, hosts: failed }
+        Self { error, hosts: failed, tls }
     }
 }
 
@@ -439,6 +497,12 @@ impl fmt::Display for HostsFailed {
         }
         if !self.hosts.is_empty() {
             f.write_str(")")?;
+        } else if !self.tls {
+            f.write_str(
+                " (every host accepts TCP connections, but none completed the ZooKeeper \
+                 handshake: a server that takes TLS only (secureClientPort) needs tls_ca_pem, \
+                 feature `tls`; or the servers are not serving yet)",
+            )?;
         }
         Ok(())
     }
@@ -607,8 +671,13 @@ impl Inner {
         live.insert(lock.to_owned(), (mzxid, until));
     }
 
+    /// [`map_err`]; rejected credentials (or none, where the server requires them) are said
+    /// as [`Inner::refused`] says them.
     fn map(&self, e: zookeeper_client::Error) -> Error {
-        map_err(&self.root, e)
+        match e {
+            zookeeper_client::Error::AuthFailed => self.refused(Op::Request, e),
+            e => map_err(&self.root, e),
+        }
     }
 
     /// The live session: opened on first use, reopened after it expired or was closed. While
@@ -642,15 +711,33 @@ impl Inner {
         for c in &self.credentials {
             connector = connector.with_auth(c.scheme(), c.secret());
         }
-        let client = match connector.connect(&self.connect_string).await {
-            Ok(c) => c,
-            Err(e @ zookeeper_client::Error::NoHosts) => {
-                return Err(Error::unavailable(
-                    BACKEND,
-                    HostsFailed::probe(e, &self.connect_string).await,
-                ));
+        // With TLS, the client reaches the servers through the forwarder.
+        let connect_string = match &self.tls {
+            Some(tls) => {
+                tls.clear_failures();
+                tls.connect_string()?
             }
-            Err(e) => return Err(self.refused(Op::Authenticate, e)),
+            None => self.connect_string.clone(),
+        };
+        let client = match connector.connect(&connect_string).await {
+            Ok(c) => c,
+            Err(e) => {
+                use zookeeper_client::Error as Z;
+                // A failed TLS connection says more than the client's "no available hosts".
+                let unreached = matches!(e, Z::NoHosts | Z::Timeout | Z::ConnectionLoss);
+                if let Some(failure) =
+                    self.tls.as_ref().filter(|_| unreached).and_then(tls::Tls::failure)
+                {
+                    return Err(failure);
+                }
+                return Err(match e {
+                    Z::NoHosts => Error::unavailable(
+                        BACKEND,
+                        HostsFailed::probe(e, &self.connect_string, self.tls.is_some()).await,
+                    ),
+                    e => self.refused(Op::Authenticate, e),
+                });
+            }
         };
         tracing::debug!(session = %client.session_id(), "ZooKeeper session opened");
         *slot = Some(client.clone());
@@ -1357,6 +1444,7 @@ impl ZooKeeperLockProvider {
             settings: ProviderSettings::new(),
             credentials: Vec::new(),
             node_acl: None,
+            tls: tls::TlsSettings::default(),
         }
     }
 

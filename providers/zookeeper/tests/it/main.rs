@@ -8,4 +8,5 @@ mod common;
 
 mod auth;
 mod cluster;
+mod secure;
 mod zookeeper;
