@@ -3,9 +3,13 @@
 //!
 //! - `zookeeper`: a single server;
 //! - `zookeeper-ensemble`: the launcher's 3-node ensemble; instances connect to all three servers
-//!   (C24's fault proxy fronts the first one, C25 restarts the whole ensemble).
+//!   (C24's fault proxy fronts the first one, C25 restarts the whole ensemble);
+//! - `zookeeper-secure`: the launcher's secure server (a TLS-only client port, digest
+//!   authentication enforced, no super user); every instance connects over TLS trusting only the
+//!   launcher's CA, authenticated as `shedlock_app`, and its nodes are creator-only (the record
+//!   hooks' session is that identity too).
 //!
-//! See `common/mod.rs` for the factory and hooks.
+//! See `common/mod.rs` for the factory and hooks, `common/secure.rs` for the secure suite's.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -29,5 +33,11 @@ fn main() -> std::process::ExitCode {
             Backend::ZooKeeperEnsemble,
             Backend::ZooKeeperEnsemble,
         )),
+        shedlock_test_support::secure::suite(
+            Backend::ZooKeeper,
+            "zookeeper-secure",
+            shedlock_test_support::secure::options(),
+            common::secure::new_secure,
+        ),
     ])
 }
