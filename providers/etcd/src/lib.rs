@@ -1,9 +1,11 @@
-//! etcd lock provider for [`shedlock`], on the caller's [`etcd_client::Client`] (etcd v3 API;
-//! tested against etcd 3.4, one node and a 3-node cluster).
+//! etcd lock provider for [`shedlock`], on an etcd-client [`Client`] (etcd v3 API; tested
+//! against etcd 3.4: one node, a 3-node cluster, and a node serving only `https://` with
+//! authentication enabled).
 //!
-//! A held lock is one key, `<prefix><name>`, attached to an etcd **lease** whose TTL is
-//! `lock_at_most_for` rounded up to whole seconds. The etcd leader deletes the key when the lease
-//! expires, judged by its own clock: no client clock is read.
+//! A held lock is one key, `<prefix>/<name>` (the name with `%` and `/` escaped, so no two
+//! prefixes share a key; see [`EtcdLockProviderBuilder::key_prefix`]), attached to an etcd
+//! **lease** whose TTL is `lock_at_most_for` rounded up to whole seconds. The etcd leader deletes
+//! the key when the lease expires, judged by its own clock: no client clock is read.
 //!
 //! - **Acquire**: a transaction `version(key) = 0 → put(key, locked_by, lease)`. The lease is a
 //!   fresh grant (2 round trips), or, by default, a lease this instance granted earlier for the
@@ -20,13 +22,21 @@
 //! - **Fencing tokens**: the revision of the acquiring put (the key's `create_revision`): etcd
 //!   revisions only grow, across deletes, restarts, compaction and leader changes.
 //!
+//! **Production posture.** [`EtcdClientBuilder`] makes the client: `https://` endpoints with the
+//! **`tls`** feature (rustls on ring; `tls_ca_pem`, client
+//! certificates, the name to verify), a user whose password is refused over plaintext unless
+//! allowed, an auth token renewed when it lapses. The user's role needs `readwrite` on the prefix
+//! (`read` for `inspect` and `list` alone); a missing permission, a refused login or a
+//! certificate not accepted is [`Error::Setup`] saying what to change. The README's "TLS and
+//! logins" and "Permissions" give the details and the `etcdctl` commands.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
 //! use shedlock::{LockConfig, LockProvider};
-//! use shedlock_etcd::EtcdLockProvider;
+//! use shedlock_etcd::{EtcdClientBuilder, EtcdLockProvider};
 //!
-//! let client = etcd_client::Client::connect(["http://127.0.0.1:2379"], None).await?;
+//! let client = EtcdClientBuilder::new(["http://127.0.0.1:2379"]).connect().await?;
 //! let provider = EtcdLockProvider::builder(client).key_prefix("shedlock/").build()?;
 //!
 //! let cfg = LockConfig::new("nightly-report", Duration::from_secs(600), Duration::from_secs(30))?;
@@ -38,6 +48,11 @@
 //! ```
 #![deny(missing_docs)]
 
+mod connect;
+mod error;
+mod keys;
+#[cfg(feature = "tls")]
+mod tls;
 mod watch;
 
 use std::{
@@ -61,6 +76,10 @@ use shedlock::{
 };
 use tokio::time::Instant;
 
+pub use connect::EtcdClientBuilder;
+use error::{Access, Failure, Permission, classify, sent};
+pub use keys::MAX_PREFIX_LEN;
+
 const BACKEND: &str = "etcd";
 
 /// The default key prefix.
@@ -75,9 +94,6 @@ pub use shedlock::store::DEFAULT_OPERATION_TIMEOUT;
 /// The longest lock name accepted, in bytes (names are keys; etcd allows far more, but a name
 /// this long is a bug, not a job).
 pub const MAX_NAME_LEN: usize = 4096;
-
-/// The longest key prefix accepted, in bytes.
-pub const MAX_PREFIX_LEN: usize = 1024;
 
 /// The longest lease TTL etcd grants (`MaxLeaseTTL`, 9 × 10⁹ s); longer locks are capped to it
 /// (about 285 years).
@@ -182,10 +198,6 @@ impl fmt::Debug for EtcdLockProviderBuilder {
     }
 }
 
-fn setup(message: impl Into<String>) -> Error {
-    Error::Setup { backend: BACKEND, message: message.into() }
-}
-
 impl ProviderBuilder for EtcdLockProviderBuilder {
     fn settings_mut(&mut self) -> &mut ProviderSettings {
         &mut self.settings
@@ -193,10 +205,13 @@ impl ProviderBuilder for EtcdLockProviderBuilder {
 }
 
 impl EtcdLockProviderBuilder {
-    /// The key prefix (default [`DEFAULT_PREFIX`], `shedlock/`): lock `N` is the key
-    /// `<prefix>N`. Not empty, at most [`MAX_PREFIX_LEN`] bytes, no control characters. Give
-    /// every application (or environment) sharing a cluster its own prefix, and let no prefix be
-    /// the start of another's (end them with `/`).
+    /// The key prefix (default [`DEFAULT_PREFIX`], `shedlock/`). Not empty, at most
+    /// [`MAX_PREFIX_LEN`] bytes, no control characters; a `/` is added when it does not end with
+    /// one (`billing` is `billing/`). Lock `N` is the key `<prefix>/<N>`, with `%` and `/` in `N`
+    /// written `%25` and `%2F`: the last `/` of a key ends the prefix, so two prefixes never
+    /// share a key (`app` + `2x` is `app/2x`, `app2` + `x` is `app2/x`). Give every application
+    /// (or environment) sharing a cluster its own prefix, and grant its etcd role exactly that
+    /// prefix (README, "Permissions").
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self
@@ -231,14 +246,14 @@ impl EtcdLockProviderBuilder {
     /// Checks the settings and builds the provider. Does no I/O: an unreachable cluster shows at
     /// the first lock call ([`Error::Unavailable`] or [`Error::Timeout`]).
     pub fn build(self) -> Result<EtcdLockProvider> {
-        check_prefix(&self.prefix)?;
+        let prefix = keys::normalize_prefix(&self.prefix)?;
         let settings = self.settings.validate(BACKEND)?;
         let loss = self.watch_for_loss.then(|| watch::LossWatch::new(self.client.clone()));
         Ok(EtcdLockProvider {
             inner: Arc::new(Inner {
                 loss,
                 client: self.client,
-                prefix: self.prefix.into_bytes(),
+                prefix: prefix.into_bytes(),
                 locked_by: settings.locked_by().to_owned(),
                 timeout: settings.timeout(),
                 reuse: self.reuse,
@@ -248,139 +263,54 @@ impl EtcdLockProviderBuilder {
     }
 }
 
-fn check_prefix(prefix: &str) -> Result<()> {
-    if prefix.is_empty() {
-        return Err(setup(
-            "the key prefix is empty: locks would live among the cluster's other keys; use e.g. \
-             \"shedlock/\"",
-        ));
-    }
-    if prefix.len() > MAX_PREFIX_LEN {
-        return Err(setup(format!(
-            "the key prefix is {} bytes long; at most {MAX_PREFIX_LEN} are allowed",
-            prefix.len()
-        )));
-    }
-    if let Some(c) = prefix.chars().find(|c| c.is_control()) {
-        return Err(setup(format!(
-            "the key prefix {prefix:?} contains the control character {c:?}"
-        )));
-    }
-    Ok(())
-}
-
-/// What an etcd error means here.
-#[derive(Debug)]
-enum Failure {
-    /// The lease named in the request does not exist (expired or revoked).
-    LeaseGone,
-    /// The request never left: the connection to the chosen endpoint could not be opened (a node
-    /// that is down). Safe to send again; the client may pick another endpoint.
-    NotSent(Error),
-    /// Anything else, mapped.
-    Other(Error),
-}
-
-fn classify(e: etcd_client::Error) -> Failure {
-    use etcd_client::Error as E;
-    use tonic::Code;
-    match e {
-        E::GRpcStatus(s) => {
-            let msg = s.message();
-            if s.code() == Code::NotFound && msg.contains("lease not found") {
-                return Failure::LeaseGone;
-            }
-            if s.code() == Code::Unavailable && msg.contains("connect error") {
-                return Failure::NotSent(Error::unavailable(BACKEND, s));
-            }
-            let err = match s.code() {
-                Code::Unavailable
-                | Code::DeadlineExceeded
-                | Code::Cancelled
-                | Code::Aborted
-                | Code::ResourceExhausted => Error::unavailable(BACKEND, s),
-                // A connection that broke mid-request surfaces as Unknown with a transport cause;
-                // an overloaded server (its applied index more than 5 000 entries behind the
-                // committed one, as a herd of thousands of concurrent acquires made it) answers
-                // Unknown "etcdserver: too many requests", refusing the request before raft.
-                Code::Unknown
-                    if msg.contains("transport")
-                        || msg.contains("connection")
-                        || msg.contains("too many requests") =>
-                {
-                    Error::unavailable(BACKEND, s)
-                }
-                Code::PermissionDenied | Code::Unauthenticated => setup(format!(
-                    "the client's etcd user may not read and write keys under the prefix or \
-                     grant leases: {msg}"
-                )),
-                _ => Error::backend(BACKEND, s),
-            };
-            Failure::Other(err)
-        }
-        E::LeaseKeepAliveError(m) if m.contains("lease not found") => Failure::LeaseGone,
-        E::TransportError(t) if t.to_string().contains("connect") => {
-            Failure::NotSent(Error::unavailable(BACKEND, t))
-        }
-        E::TransportError(t) => Failure::Other(Error::unavailable(BACKEND, t)),
-        E::IoError(io) => Failure::Other(Error::unavailable(BACKEND, io)),
-        E::LeaseKeepAliveError(m) => Failure::Other(Error::unavailable(BACKEND, m)),
-        other => Failure::Other(Error::backend(BACKEND, other)),
-    }
-}
-
-impl Failure {
-    fn into_error(self) -> Error {
-        match self {
-            Failure::LeaseGone => Error::backend(BACKEND, "etcdserver: requested lease not found"),
-            Failure::NotSent(e) | Failure::Other(e) => e,
-        }
-    }
-}
-
-/// How often a request that could not be sent (its endpoint refused the connection) is sent
-/// again, with pauses of 5, 10, 20, 40, 80, 100, 100 ms: about 0.35 s before a cluster whose
-/// every endpoint refuses is reported [`Error::Unavailable`].
-const SEND_ATTEMPTS: u32 = 8;
-
-/// Runs `call` until it is sent: etcd-client's balanced channel keeps a dead endpoint in its
-/// rotation, and a request routed there fails at once, never sent, so sending it again (to
-/// another endpoint) is safe.
-async fn sent<T, Fut>(mut call: impl FnMut() -> Fut) -> std::result::Result<T, Failure>
-where
-    Fut: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
-{
-    let mut pause = Duration::from_millis(5);
-    let mut attempt = 1;
-    loop {
-        match call().await.map_err(classify) {
-            Err(Failure::NotSent(e)) if attempt < SEND_ATTEMPTS => {
-                tracing::trace!(error = %e, attempt, "etcd: endpoint refused the connection; sending again");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_millis(100));
-                attempt += 1;
-            }
-            other => return other,
-        }
-    }
-}
-
 impl Inner {
-    async fn txn(&self, txn: Txn) -> std::result::Result<TxnResponse, Failure> {
+    /// What `what` on `key` is, for the message of a refusal.
+    fn on<'a>(&'a self, what: &'static str, key: &'a [u8], permission: Permission) -> Access<'a> {
+        Access { what, from: key, to: None, permission, prefix: &self.prefix }
+    }
+
+    async fn txn(&self, txn: Txn, on: Access<'_>) -> std::result::Result<TxnResponse, Failure> {
         sent(|| {
             let mut kv = self.client.kv_client();
             let txn = txn.clone();
             async move { kv.txn(txn).await }
         })
         .await
+        .map_err(|f| on.map(f))
     }
 
-    async fn revoke(&self, id: i64) -> std::result::Result<(), Failure> {
+    /// One linearizable read of `on`'s key (or range, with `options`).
+    async fn get(
+        &self,
+        on: Access<'_>,
+        options: Option<GetOptions>,
+    ) -> std::result::Result<etcd_client::GetResponse, Failure> {
+        sent(|| {
+            let mut kv = self.client.kv_client();
+            let (key, options) = (on.from.to_vec(), options.clone());
+            async move { kv.get(key, options).await }
+        })
+        .await
+        .map_err(|f| on.map(f))
+    }
+
+    /// Revokes lease `id`, which deletes the keys attached to it: etcd asks write permission on
+    /// them (`on`); none for a lease without keys.
+    async fn revoke(&self, id: i64, on: Option<Access<'_>>) -> std::result::Result<(), Failure> {
         sent(|| {
             let mut lease = self.client.lease_client();
             async move { lease.revoke(id).await.map(drop) }
         })
         .await
+        .map_err(|f| match &on {
+            Some(on) => on.map(f),
+            None => f,
+        })
+    }
+
+    /// A refusal of a lease request (etcd 3.4 asks no permission for leases).
+    fn lease_refused(&self, what: &'static str, f: Failure) -> Failure {
+        self.on(what, &self.prefix, Permission::Lease).map(f)
     }
 
     /// Renews lease `id` on its open stream in `slot`, or on a stream opened now (and then kept
@@ -412,7 +342,8 @@ impl Inner {
             let mut lease = self.client.lease_client();
             async move { lease.keep_alive(id).await }
         })
-        .await?;
+        .await
+        .map_err(|f| self.lease_refused("a lease keep-alive", f))?;
         *slot = Some(Keeper { open: Some((keeper, stream)) });
         Ok(())
     }
@@ -426,6 +357,7 @@ impl Inner {
             async move { lease.grant(ttl, None).await }
         })
         .await
+        .map_err(|f| self.lease_refused("a lease grant", f))
     }
 }
 
@@ -455,7 +387,7 @@ fn revoke_in_background(inner: &Arc<Inner>, id: i64) {
     let inner = inner.clone();
     rt.spawn(async move {
         let revoke = async {
-            match inner.revoke(id).await {
+            match inner.revoke(id, None).await {
                 Ok(()) | Err(Failure::LeaseGone) => Ok(()),
                 Err(f) => Err(f.into_error()),
             }
@@ -534,12 +466,19 @@ impl EtcdLockProvider {
         }
     }
 
-    /// The key that holds lock `name`: the prefix followed by the name's bytes.
+    /// The key that holds lock `name`: the prefix (which ends with `/`) followed by the name
+    /// with `%` and `/` escaped (`%25`, `%2F`), so no two prefixes share a key.
     pub fn key(&self, name: &str) -> Vec<u8> {
         let mut key = Vec::with_capacity(self.inner.prefix.len() + name.len());
         key.extend_from_slice(&self.inner.prefix);
-        key.extend_from_slice(name.as_bytes());
+        keys::escape(name, &mut key);
         key
+    }
+
+    /// The key prefix as keys use it: as given, with a `/` added when it did not end with one.
+    pub fn key_prefix(&self) -> &str {
+        // Built from a `String` (`normalize_prefix`): always UTF-8.
+        std::str::from_utf8(&self.inner.prefix).unwrap_or_default()
     }
 
     /// The `locked_by` this provider writes.
@@ -615,14 +554,14 @@ impl EtcdLockProvider {
 
     /// Sends `txn`, and beside it a keep-alive of `lease` when `refresh` (a reused lease). A
     /// successful keep-alive moves `lease.refreshed` to when it was sent.
-    async fn send(&self, txn: Txn, lease: &mut LeaseInfo, refresh: bool) -> Sent {
+    async fn send(&self, txn: Txn, on: Access<'_>, lease: &mut LeaseInfo, refresh: bool) -> Sent {
         if !refresh {
-            return Sent { txn: self.inner.txn(txn).await, keep_alive: None };
+            return Sent { txn: self.inner.txn(txn, on).await, keep_alive: None };
         }
         let sent = Instant::now();
         let id = lease.id;
         let (t, k) =
-            tokio::join!(self.inner.txn(txn), self.inner.keep_alive(id, &mut lease.keeper));
+            tokio::join!(self.inner.txn(txn, on), self.inner.keep_alive(id, &mut lease.keeper));
         if k.is_ok() {
             lease.refreshed = sent;
         }
@@ -645,7 +584,8 @@ impl EtcdLockProvider {
                     Some(PutOptions::new().with_lease(lease.id)),
                 ),
             ]);
-            let sent = self.send(txn, &mut lease, reused).await;
+            let on = self.inner.on("the acquire transaction", key, Permission::ReadWrite);
+            let sent = self.send(txn, on, &mut lease, reused).await;
             let resp = match sent.txn {
                 Ok(resp) => resp,
                 // The kept lease expired before the transaction reached the server (a paused
@@ -752,20 +692,22 @@ impl LockProvider for EtcdLockProvider {
         BACKEND
     }
 
-    /// One linearizable read of the key prefix itself (a key no lock has): the cluster answers
-    /// with a quorum. Writes nothing.
+    /// One transaction on the key prefix itself (a key no lock has) that proves the locking
+    /// permission and writes nothing: `version(<prefix>) < 0 → put(<prefix>)`. No key's version
+    /// is below 0, so the put never runs, but etcd checks the permissions of every request in a
+    /// transaction before it runs: a user without read and write permission on the prefix gets
+    /// `Error::Setup` here, as its first `try_lock` would. Goes through raft (a transaction with
+    /// a put in it is no read), answered by a quorum.
     async fn check(&self) -> Result<()> {
         let key = self.key("");
-        let read = async {
-            sent(|| {
-                let mut kv = self.inner.client.kv_client();
-                let key = key.clone();
-                async move { kv.get(key, None).await.map(drop) }
-            })
-            .await
-            .map_err(Failure::into_error)
+        let probe = async {
+            let txn = Txn::new()
+                .when([Compare::version(key.clone(), CompareOp::Less, 0)])
+                .and_then([TxnOp::put(key.clone(), "", None)]);
+            let on = self.inner.on("check()'s transaction", &key, Permission::ReadWrite);
+            self.inner.txn(txn, on).await.map(drop).map_err(Failure::into_error)
         };
-        Operation::Check.run(BACKEND, "", self.inner.timeout, read).await
+        Operation::Check.run(BACKEND, "", self.inner.timeout, probe).await
     }
 
     /// One linearizable read of the lock's key. A key exists only while its lease lives (the
@@ -775,67 +717,83 @@ impl LockProvider for EtcdLockProvider {
         check_lock_name(BACKEND, name, Some(MAX_NAME_LEN), false)?;
         let key = self.key(name);
         let read = async {
-            let mut resp = sent(|| {
-                let mut kv = self.inner.client.kv_client();
-                let key = key.clone();
-                async move { kv.get(key, None).await }
-            })
-            .await
-            .map_err(Failure::into_error)?;
+            let on = self.inner.on("inspect()'s read", &key, Permission::Read);
+            let mut resp = self.inner.get(on, None).await.map_err(Failure::into_error)?;
             resp.take_kvs().first().map(|kv| record(name, kv)).transpose()
         };
         Operation::Inspect.run(BACKEND, name, self.inner.timeout, read).await
     }
 
-    /// One linearizable range read of the keys `<key prefix><prefix>…` after the cursor's key,
-    /// in key order, at most `limit`; the cursor is the last name of the page.
+    /// Linearizable range reads of the keys `<key prefix><escaped prefix>…` after the cursor's
+    /// key, in key order, at most `limit`; the cursor is the last name of the page. One read,
+    /// plus one for each longer key prefix (another application's, `<key prefix>sub/`) met under
+    /// this one, whose keys are skipped as a whole.
     async fn list(&self, prefix: &str, cursor: Option<&str>, limit: usize) -> Result<LockPage> {
         if !prefix.is_empty() {
             check_lock_name(BACKEND, prefix, Some(MAX_NAME_LEN), false)?;
         }
         let limit = page_limit(limit);
         let from = self.key(prefix);
-        let end = prefix_end(&from);
+        let end = keys::prefix_end(&from);
         // After the cursor's key: the smallest key greater than it is the key with a 0 byte
         // appended.
-        let start = match cursor {
+        let mut start = match cursor {
             Some(after) => {
                 let mut k = self.key(after);
                 k.push(0);
-                k.max(from)
+                k.max(from.clone())
             }
-            None => from,
+            None => from.clone(),
         };
         let read = async {
-            if end != [0] && start >= end {
-                return Ok(LockPage::new(Vec::new(), None));
-            }
-            let mut resp = sent(|| {
-                let mut kv = self.inner.client.kv_client();
-                let (start, end) = (start.clone(), end.clone());
-                let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-                let options = GetOptions::new().with_range(end).with_limit(limit);
-                async move { kv.get(start, Some(options)).await }
-            })
-            .await
-            .map_err(Failure::into_error)?;
-            let more = resp.more();
             let mut records = Vec::with_capacity(limit);
-            for kv in resp.take_kvs().iter().take(limit) {
-                let name = kv.key().strip_prefix(self.inner.prefix.as_slice()).unwrap_or_default();
-                let name = std::str::from_utf8(name).map_err(|_| {
-                    Error::backend(
-                        BACKEND,
-                        format!(
-                            "the key {:?} under the prefix is not UTF-8: no lock name",
-                            String::from_utf8_lossy(kv.key())
-                        ),
-                    )
-                })?;
-                records.push(record(name, kv)?);
+            loop {
+                if end != [0] && start >= end {
+                    return Ok(LockPage::new(records, None));
+                }
+                let on = Access {
+                    what: "list()'s range read",
+                    from: &start,
+                    to: Some(&end),
+                    permission: Permission::Read,
+                    prefix: &self.inner.prefix,
+                };
+                let want = i64::try_from(limit - records.len()).unwrap_or(i64::MAX);
+                let options = GetOptions::new().with_range(end.clone()).with_limit(want);
+                let mut resp =
+                    self.inner.get(on, Some(options)).await.map_err(Failure::into_error)?;
+                let more = resp.more();
+                let kvs = resp.take_kvs();
+                let mut next = None;
+                for (i, kv) in kvs.iter().enumerate() {
+                    if kv.key() < next.as_deref().unwrap_or_default() {
+                        continue;
+                    }
+                    match keys::parse(&self.inner.prefix, kv.key())? {
+                        keys::Found::Nested(after) => next = Some(after),
+                        keys::Found::Lock(name) => {
+                            records.push(record(&name, kv)?);
+                            if records.len() == limit {
+                                let rest = more || i + 1 < kvs.len();
+                                return Ok(LockPage::new(records, rest.then_some(name)));
+                            }
+                        }
+                    }
+                }
+                if !more {
+                    return Ok(LockPage::new(records, None));
+                }
+                // The page was cut short by the skipped keys: read on after them.
+                let last = kvs.last().map(|kv| {
+                    let mut k = kv.key().to_vec();
+                    k.push(0);
+                    k
+                });
+                start = match (next, last) {
+                    (Some(n), Some(l)) => n.max(l),
+                    (n, l) => n.or(l).unwrap_or_else(|| end.clone()),
+                };
             }
-            let next = if more { records.last().map(|r| r.name.clone()) } else { None };
-            Ok(LockPage::new(records, next))
         };
         Operation::List.run(BACKEND, prefix, self.inner.timeout, read).await
     }
@@ -856,7 +814,14 @@ impl LockProvider for EtcdLockProvider {
                 .when([Compare::create_revision(key.clone(), CompareOp::Equal, revision)])
                 .and_then([TxnOp::delete(key.clone(), Some(DeleteOptions::new().with_prev_key()))])
                 .or_else([TxnOp::get(key.clone(), None)]);
-            let resp = self.inner.txn(txn).await.map_err(Failure::into_error)?;
+            let resp = self
+                .inner
+                .txn(
+                    txn,
+                    self.inner.on("force_release()'s transaction", &key, Permission::ReadWrite),
+                )
+                .await
+                .map_err(Failure::into_error)?;
             let answer = resp.op_responses().into_iter().next();
             if resp.succeeded() {
                 let Some(TxnOpResponse::Delete(d)) = answer else {
@@ -901,20 +866,6 @@ fn record(name: &str, kv: &KeyValue) -> Result<LockInfo> {
         .with_fencing_token(u64::try_from(revision).ok()))
 }
 
-/// The first key after every key that starts with `prefix` (etcd's prefix range end): `prefix`
-/// with its last byte below 0xFF incremented and the rest cut; `[0]` (no end) when every byte is
-/// 0xFF.
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    match prefix.iter().rposition(|b| *b < 0xFF) {
-        Some(i) => {
-            let mut end = prefix[..=i].to_vec();
-            end[i] += 1;
-            end
-        }
-        None => vec![0],
-    }
-}
-
 /// The holder's side of one acquisition.
 struct EtcdHandle {
     provider: EtcdLockProvider,
@@ -949,14 +900,25 @@ impl EtcdHandle {
             if !p.inner.reuse {
                 // Revoking the lease deletes the key with it: owner-checked, since only this
                 // acquisition's key is attached to this lease.
-                return match p.inner.revoke(self.lease.id).await {
+                return match p
+                    .inner
+                    .revoke(
+                        self.lease.id,
+                        Some(p.inner.on("unlock's lease revoke", &self.key, Permission::ReadWrite)),
+                    )
+                    .await
+                {
                     Ok(()) | Err(Failure::LeaseGone) => Ok(()),
                     Err(f) => Err(f.into_error()),
                 };
             }
             let txn =
                 Txn::new().when(self.owned()).and_then([TxnOp::delete(self.key.clone(), None)]);
-            let r = p.inner.txn(txn).await.map_err(Failure::into_error)?;
+            let r = p
+                .inner
+                .txn(txn, p.inner.on("unlock's transaction", &self.key, Permission::ReadWrite))
+                .await
+                .map_err(Failure::into_error)?;
             if !r.succeeded() {
                 tracing::debug!(lock = %config.name(), "etcd unlock: no longer the holder; nothing changed");
             }
@@ -972,7 +934,11 @@ impl EtcdHandle {
             p.inner.locked_by.as_bytes(),
             Some(PutOptions::new().with_lease(short.id)),
         )]);
-        match p.inner.txn(txn).await {
+        match p
+            .inner
+            .txn(txn, p.inner.on("unlock's transaction", &self.key, Permission::ReadWrite))
+            .await
+        {
             Ok(r) if r.succeeded() => {
                 p.keep(self.lease.detach());
                 Ok(())
@@ -996,7 +962,14 @@ impl EtcdHandle {
             // acquisition's on this lease (a read-only transaction). A renewed lease whose key is
             // gone (an operator deleted it) is no lock.
             let txn = Txn::new().when(self.owned());
-            let sent = p.send(txn, &mut self.lease, true).await;
+            let sent = p
+                .send(
+                    txn,
+                    p.inner.on("extend's owner check", &self.key, Permission::Read),
+                    &mut self.lease,
+                    true,
+                )
+                .await;
             match sent.keep_alive {
                 Some(Err(Failure::LeaseGone)) => return Err(lost()),
                 Some(Err(f)) => return Err(f.into_error()),
@@ -1017,7 +990,11 @@ impl EtcdHandle {
             p.inner.locked_by.as_bytes(),
             Some(PutOptions::new().with_lease(fresh.id)),
         )]);
-        match p.inner.txn(txn).await {
+        match p
+            .inner
+            .txn(txn, p.inner.on("extend's transaction", &self.key, Permission::ReadWrite))
+            .await
+        {
             Ok(r) if r.succeeded() => {
                 p.keep(std::mem::replace(&mut self.lease, fresh));
                 self.held_since = Instant::now();
@@ -1057,39 +1034,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_overloaded_server_is_unavailable_not_a_backend_error() {
-        use tonic::{Code, Status};
-        let overloaded = Status::new(Code::Unknown, "etcdserver: too many requests");
-        let f = classify(etcd_client::Error::GRpcStatus(overloaded));
-        assert!(matches!(f, Failure::Other(Error::Unavailable { .. })), "{f:?}");
-        let other = Status::new(Code::Unknown, "etcdserver: something else");
-        let f = classify(etcd_client::Error::GRpcStatus(other));
-        assert!(matches!(f, Failure::Other(Error::Backend { .. })), "{f:?}");
-    }
-
-    #[test]
     fn ttls_round_up_to_whole_seconds_within_etcds_range() {
         assert_eq!(ttl_secs(Duration::from_millis(1)), 1);
         assert_eq!(ttl_secs(Duration::from_millis(1000)), 1);
         assert_eq!(ttl_secs(Duration::from_millis(1001)), 2);
         assert_eq!(ttl_secs(Duration::from_secs(600)), 600);
         assert_eq!(ttl_secs(Duration::MAX), MAX_TTL);
-    }
-
-    #[test]
-    fn a_prefix_range_ends_after_every_key_that_starts_with_it() {
-        assert_eq!(prefix_end(b"shedlock/a"), b"shedlock/b");
-        assert_eq!(prefix_end(b"a\xff\xff"), b"b");
-        assert_eq!(prefix_end(b"\xff"), [0]);
-    }
-
-    #[test]
-    fn prefixes_are_checked() {
-        assert!(check_prefix("shedlock/").is_ok());
-        assert!(check_prefix("app/prod/").is_ok());
-        for bad in [String::new(), "a\nb".to_owned(), "x".repeat(MAX_PREFIX_LEN + 1)] {
-            assert!(matches!(check_prefix(&bad), Err(Error::Setup { .. })), "{bad:?}");
-        }
     }
 }
 

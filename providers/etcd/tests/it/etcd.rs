@@ -403,3 +403,59 @@ async fn a_key_under_the_prefix_that_no_provider_wrote_is_a_backend_error_not_a_
     assert_eq!(page.records.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["a"]);
     locked.unlock().await.unwrap();
 }
+
+#[tokio::test]
+async fn prefixes_app_and_app2_lock_2x_and_x_independently() {
+    // Without a delimiter both would be the key `app2x`.
+    let base = unique("tenants");
+    let app = provider(&format!("{base}/app")).await;
+    let app2 = provider(&format!("{base}/app2")).await;
+    assert_ne!(app.key("2x"), app2.key("x"));
+    assert_eq!(app.key_prefix(), format!("{base}/app/"), "a `/` is added");
+    let a = app.try_lock(&cfg("2x", 30_000, 0)).await.unwrap().expect("app's 2x is free");
+    let b = app2.try_lock(&cfg("x", 30_000, 0)).await.unwrap().expect("app2's x is free too");
+    // Releasing one does not free the other.
+    a.unlock().await.unwrap();
+    assert!(app2.try_lock(&cfg("x", 30_000, 0)).await.unwrap().is_none(), "x still held");
+    assert!(app2.inspect("x").await.unwrap().is_some_and(|r| r.held));
+    assert!(app.inspect("2x").await.unwrap().is_none());
+    b.unlock().await.unwrap();
+    assert!(app2.inspect("x").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_nested_prefix_shares_no_key_with_its_parent_and_is_never_listed_by_it() {
+    let base = unique("nested");
+    let parent = provider(&format!("{base}/a/")).await;
+    let child = provider(&format!("{base}/a/b/")).await;
+    // Prefix `a/` with name `b/x` against prefix `a/b/` with name `x`: `/` in a name is escaped.
+    assert_eq!(parent.key("b/x"), format!("{base}/a/b%2Fx").into_bytes());
+    assert_eq!(child.key("x"), format!("{base}/a/b/x").into_bytes());
+    let mine = parent.try_lock(&cfg("b/x", 30_000, 0)).await.unwrap().expect("free");
+    let theirs = child.try_lock(&cfg("x", 30_000, 0)).await.unwrap().expect("free as well");
+    // Locks of the parent on both sides of the child's keys, in key order: `b%2Fx`, `b/…`, `c`.
+    let c = parent.try_lock(&cfg("c", 30_000, 0)).await.unwrap().expect("free");
+    let aa = parent.try_lock(&cfg("a%", 30_000, 0)).await.unwrap().expect("free");
+    let names =
+        |page: &shedlock::LockPage| page.records.iter().map(|r| r.name.clone()).collect::<Vec<_>>();
+    let all = parent.list("", None, 10).await.unwrap();
+    assert_eq!(names(&all), ["a%", "b/x", "c"]);
+    assert_eq!(all.next, None);
+    // One record per page: the child's keys between them are skipped, never a page of their own.
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = parent.list("", cursor.as_deref(), 1).await.unwrap();
+        seen.extend(names(&page));
+        match page.next {
+            Some(n) => cursor = Some(n),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["a%", "b/x", "c"]);
+    assert_eq!(names(&parent.list("b/", None, 10).await.unwrap()), ["b/x"]);
+    assert_eq!(names(&child.list("", None, 10).await.unwrap()), ["x"]);
+    for l in [mine, theirs, c, aa] {
+        l.unlock().await.unwrap();
+    }
+}

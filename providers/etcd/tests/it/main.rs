@@ -8,3 +8,4 @@ mod common;
 
 mod cluster;
 mod etcd;
+mod secure;
