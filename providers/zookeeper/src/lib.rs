@@ -38,6 +38,15 @@
 //! Credentials are never printed. See the README's "Authentication" and "Permissions" sections,
 //! which also say how to close an existing open tree.
 //!
+//! **TLS** (cargo feature `tls`). [`tls_ca_pem`](ZooKeeperLockProviderBuilder::tls_ca_pem)
+//! makes every connection of the provider, reconnections included, TLS verified against exactly
+//! that CA (rustls on ring; [`tls_identity_pem`](ZooKeeperLockProviderBuilder::tls_identity_pem)
+//! adds a client certificate, [`tls_server_name`](ZooKeeperLockProviderBuilder::tls_server_name)
+//! the name to verify). The client reaches the servers through a loopback forwarder of the
+//! provider that accepts only this process's connections: see the README's "TLS" section for why
+//! and how. An untrusted or misnamed certificate is [`Error::Setup`]; asking for TLS without the
+//! feature is [`Error::Setup`] from `build()`.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
