@@ -24,6 +24,7 @@ pub use shedlock_conformance::tools::proxy::FaultProxy;
 pub mod aws;
 pub mod faults;
 pub mod fleet;
+pub mod secrets;
 pub mod secure;
 pub mod unreachable;
 use shedlock_conformance::{

@@ -5,4 +5,5 @@
 
 mod grants;
 mod mariadb;
+mod secrets;
 mod shedlock_compat;

@@ -5,4 +5,5 @@
 
 mod grants;
 mod postgres;
+mod secrets;
 mod shedlock_compat;

@@ -9,4 +9,5 @@ mod common;
 mod acl;
 mod cluster;
 mod redis;
+mod secrets;
 mod shedlock_compat;
