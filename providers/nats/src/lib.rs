@@ -21,6 +21,17 @@
 //! - **Fencing tokens**: the stream sequence of the acquiring message, strictly increasing per
 //!   name (stream sequences never repeat while the stream exists; see the README for restarts).
 //!
+//!
+//! **Production posture.** TLS and credentials are async-nats's
+//! [`ConnectOptions`](async_nats::ConnectOptions) (a CA file with `add_root_certificates`, a CA as
+//! PEM text with [`tls::client_config`], user and password, token);
+//! [`NatsLockProvider::connect`] connects with them, reports refused credentials and failed TLS
+//! handshakes as [`Error::Setup`] (never quoting a secret) and installs a [`PermissionWatch`], so
+//! that a request the server refuses for a missing subject permission fails at once with
+//! [`Error::Setup`] naming it. The README's "Permissions" section lists every subject each call
+//! publishes to and the nats-server `permissions` blocks for locking, inspection,
+//! `force_release` and set-up.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
@@ -47,10 +58,7 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use async_nats::{
-    Client, HeaderMap, Message, Request, RequestError, RequestErrorKind,
-    connection::State as ConnState,
-};
+use async_nats::{Client, HeaderMap, connection::State as ConnState};
 use futures_core::Stream as _;
 use serde_json::{Value, json};
 use shedlock::{
@@ -60,12 +68,21 @@ use shedlock::{
     store::{Operation, ProviderSettings, Settings, log_forced_release},
     support::{
         MAX_DURATION, check_lock_name, duration_micros, duration_secs_ceil, from_unix_micros,
-        unix_micros, with_timeout,
+        unix_micros,
     },
 };
 use tokio::{sync::OnceCell, time::Instant};
-use tracing::Instrument;
 
+mod connect;
+mod error;
+mod permissions;
+mod request;
+pub mod tls;
+
+use error::{api_error, json_err, setup};
+pub use permissions::PermissionWatch;
+use permissions::{Refused, Violation};
+use request::run;
 pub use shedlock::TimeSource;
 
 const BACKEND: &str = "nats";
@@ -85,9 +102,6 @@ pub use shedlock::{ClockBuilder, ProviderBuilder};
 
 /// The default bucket name.
 pub const DEFAULT_BUCKET: &str = "shedlock";
-
-/// How often a request in flight checks that the client is still connected.
-const CONNECTION_POLL: Duration = Duration::from_millis(20);
 
 /// The JetStream error code for "wrong last sequence" (a failed compare-and-set).
 const ERR_WRONG_LAST_SEQUENCE: u64 = 10071;
@@ -176,7 +190,8 @@ impl Drop for DeleteConsumer {
         let (inner, subject) = (Arc::clone(&self.inner), std::mem::take(&mut self.subject));
         rt.spawn(async move {
             let delete = inner.request("list", subject, None, Vec::new());
-            if let Err(error) = with_timeout("list", inner.settings.timeout(), delete).await {
+            let timeout = inner.settings.timeout();
+            if let Err(error) = request::run_labelled("list", timeout, delete).await {
                 tracing::debug!(%error, "nats: deleting the list consumer failed; it expires by itself");
             }
         });
@@ -257,6 +272,7 @@ pub struct NatsLockProviderBuilder {
     client: Client,
     bucket: String,
     domain: Option<String>,
+    watch: Option<PermissionWatch>,
     settings: ProviderSettings,
 }
 
@@ -266,6 +282,7 @@ impl fmt::Debug for NatsLockProviderBuilder {
         f.debug_struct("NatsLockProviderBuilder")
             .field("bucket", &self.bucket)
             .field("domain", &self.domain)
+            .field("permission_watch", &self.watch.is_some())
             .field("settings", &self.settings)
             .finish_non_exhaustive()
     }
@@ -291,6 +308,16 @@ impl NatsLockProviderBuilder {
     /// with `$JS.<domain>.API` instead of `$JS.API`). Default: none.
     pub fn domain(mut self, domain: impl Into<String>) -> Self {
         self.domain = Some(domain.into());
+        self
+    }
+
+    /// The client's [`PermissionWatch`] (the one whose [`record`](PermissionWatch::record) its
+    /// event callback calls): a request the server refuses for a missing permission then fails
+    /// at once with [`Error::Setup`] naming the subject and the permission, instead of waiting
+    /// out its time limit and failing as a request without an answer.
+    /// [`NatsLockProvider::connect`] sets it.
+    pub fn permission_watch(mut self, watch: PermissionWatch) -> Self {
+        self.watch = Some(watch);
         self
     }
 
@@ -338,7 +365,15 @@ impl NatsLockProviderBuilder {
                 create: format!("{api}.STREAM.CREATE.{stream}"),
                 consumer_create: format!("{api}.CONSUMER.CREATE.{stream}"),
                 consumer_delete: format!("{api}.CONSUMER.DELETE.{stream}"),
+                // The client's inbox prefix (`_INBOX` unless a custom one was set): replies
+                // come back on `<prefix>.…`.
+                inbox_prefix: self
+                    .client
+                    .new_inbox()
+                    .rsplit_once('.')
+                    .map_or_else(|| "_INBOX".to_owned(), |(p, _)| p.to_owned()),
                 client: self.client,
+                watch: self.watch,
                 bucket: self.bucket,
                 stream,
                 settings,
@@ -369,6 +404,10 @@ impl fmt::Debug for NatsLockProvider {
 
 struct Inner {
     client: Client,
+    /// The client's permission violations, if the application routes its events here.
+    watch: Option<PermissionWatch>,
+    /// The client's inbox prefix: replies come back on `<inbox_prefix>.…`.
+    inbox_prefix: String,
     bucket: String,
     stream: String,
     subject_prefix: String,
@@ -406,38 +445,6 @@ struct LastMessage {
     tombstone: bool,
     /// `lock_until` stored by a client-time provider, in µs since the epoch.
     lock_until_us: Option<i64>,
-}
-
-/// Nothing answered a request: no stream listens on the subject (the bucket is missing), or
-/// JetStream is not available (starting, restarting).
-#[derive(Debug)]
-struct NoResponders;
-
-impl fmt::Display for NoResponders {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("no responders (JetStream unavailable, or no stream for the subject)")
-    }
-}
-
-impl std::error::Error for NoResponders {}
-
-fn setup(message: impl Into<String>) -> Error {
-    Error::Setup { backend: BACKEND, message: message.into() }
-}
-
-fn json_err(context: &str, body: &[u8]) -> Error {
-    Error::backend(
-        BACKEND,
-        format!("unexpected {context} answer: {}", String::from_utf8_lossy(body)),
-    )
-}
-
-/// `(err_code, description)` of a JetStream API error answer.
-fn api_error(v: &Value) -> Option<(u64, String)> {
-    let e = v.get("error")?;
-    let code = e.get("err_code").and_then(Value::as_u64).unwrap_or(0);
-    let desc = e.get("description").and_then(Value::as_str).unwrap_or("").to_owned();
-    Some((code, desc))
 }
 
 impl Inner {
@@ -481,82 +488,9 @@ impl Inner {
         ))
     }
 
-    /// One request, failing fast while the client is not connected: async-nats queues requests
-    /// made during a reconnection and sends them once it is back, which could take a lock long
-    /// after the caller gave up.
-    async fn request(
-        &self,
-        operation: &'static str,
-        subject: String,
-        headers: Option<HeaderMap>,
-        payload: Vec<u8>,
-    ) -> Result<Message> {
-        if self.client.connection_state() != ConnState::Connected {
-            return Err(Error::unavailable(
-                BACKEND,
-                "not connected to the NATS server (the client reconnects in the background)",
-            ));
-        }
-        let mut req = Request::new().payload(payload.into());
-        if let Some(h) = headers {
-            req = req.headers(h);
-        }
-        if let Some(t) = self.settings.timeout() {
-            req = req.timeout(Some(t));
-        }
-        // A connection lost while the request is out fails the call within a poll interval
-        // (retryable, effect unknown) instead of waiting for the answer until the time limit.
-        let lost = async {
-            loop {
-                tokio::time::sleep(CONNECTION_POLL).await;
-                if self.client.connection_state() != ConnState::Connected {
-                    return;
-                }
-            }
-        };
-        tokio::select! {
-            r = self.client.send_request(subject, req) => {
-                r.map_err(|e| self.request_error(operation, e))
-            }
-            () = lost => Err(Error::unavailable(
-                BACKEND,
-                "the connection to the NATS server was lost while the request was out \
-                 (its effect is unknown)",
-            )),
-        }
-    }
-
-    fn request_error(&self, operation: &'static str, e: RequestError) -> Error {
-        match e.kind() {
-            RequestErrorKind::TimedOut => Error::Timeout {
-                operation,
-                after: self
-                    .settings
-                    .timeout()
-                    .unwrap_or_else(|| self.client.timeout().unwrap_or_default()),
-            },
-            // No stream listens on the subject: the bucket is missing, or JetStream is not
-            // (yet) available. `classify_no_responders` tells them apart where it matters.
-            RequestErrorKind::NoResponders => Error::unavailable(BACKEND, NoResponders),
-            _ => Error::unavailable(BACKEND, e),
-        }
-    }
-
-    /// After "no responders" on a publish: a missing stream is a setup error; anything else
-    /// (JetStream starting up, a restart) stays retryable.
-    async fn classify_no_responders(&self, e: Error) -> Error {
-        if !matches!(&e, Error::Unavailable { source, .. } if source.is::<NoResponders>()) {
-            return e;
-        }
-        match self.stream_info().await {
-            Ok(None) => self.missing_bucket(),
-            _ => e,
-        }
-    }
-
     /// The stream's info, or `None` when it does not exist.
-    async fn stream_info(&self) -> Result<Option<Value>> {
-        let m = self.request("check_bucket", self.info.clone(), None, Vec::new()).await?;
+    async fn stream_info(&self, operation: &'static str) -> Result<Option<Value>> {
+        let m = self.request(operation, self.info.clone(), None, Vec::new()).await?;
         let v: Value =
             serde_json::from_slice(&m.payload).map_err(|_| json_err("stream info", &m.payload))?;
         match api_error(&v) {
@@ -617,7 +551,7 @@ impl Inner {
         };
         let m = match self.request(operation, subject.to_owned(), Some(h), payload).await {
             Ok(m) => m,
-            Err(e) => return Err(self.classify_no_responders(e).await),
+            Err(e) => return Err(self.classify_no_responders(operation, e).await),
         };
         let v: Value =
             serde_json::from_slice(&m.payload).map_err(|_| json_err("publish", &m.payload))?;
@@ -693,8 +627,8 @@ impl Inner {
     }
 
     /// Checks the bucket (see [`NatsLockProvider::check_bucket`]).
-    async fn check_bucket(&self) -> Result<()> {
-        match self.stream_info().await? {
+    async fn check_bucket(&self, operation: &'static str) -> Result<()> {
+        match self.stream_info(operation).await? {
             None => Err(self.missing_bucket()),
             Some(v) => self.validate(&v),
         }
@@ -809,7 +743,7 @@ impl Inner {
         let get = format!("{}.{subject}", self.direct_get);
         let m = match self.request(operation, get, None, Vec::new()).await {
             Ok(m) => m,
-            Err(e) => return Err(self.classify_no_responders(e).await),
+            Err(e) => return Err(self.classify_no_responders(operation, e).await),
         };
         if let Some(status) = m.status {
             if status.as_u16() == 404 {
@@ -839,11 +773,9 @@ impl Inner {
         limit: usize,
     ) -> Result<LockPage> {
         if self.client.connection_state() != ConnState::Connected {
-            return Err(Error::unavailable(
-                BACKEND,
-                "not connected to the NATS server (the client reconnects in the background)",
-            ));
+            return Err(Inner::not_connected());
         }
+        let since = self.watch.as_ref().map(PermissionWatch::mark);
         let inbox = self.client.new_inbox();
         let mut sub = self
             .client
@@ -871,7 +803,7 @@ impl Inner {
             .await
         {
             Ok(m) => m,
-            Err(e) => return Err(self.classify_no_responders(e).await),
+            Err(e) => return Err(self.classify_no_responders("list", e).await),
         };
         let v: Value = serde_json::from_slice(&m.payload)
             .map_err(|_| json_err("consumer create", &m.payload))?;
@@ -897,10 +829,21 @@ impl Inner {
         // The smallest names seen so far, at most one more than the page (which tells whether
         // another page follows).
         let mut page: BTreeMap<String, LockInfo> = BTreeMap::new();
+        // The deliveries come to `inbox`, flow control answers go to `$JS.FC.<stream>.…`: a
+        // violation of either stalls the listing, and fails it once the watch sees it.
+        let flow_control = format!("$JS.FC.{}.", self.stream);
+        let concerns = |v: &Violation| {
+            self.concerns(v, "")
+                || (v.refused == Refused::Publish && v.subject.starts_with(&flow_control))
+        };
         while pending > 0 {
-            let msg = std::future::poll_fn(|cx| Pin::new(&mut sub).poll_next(cx))
-                .await
-                .ok_or_else(|| Error::unavailable(BACKEND, "the list subscription was closed"))?;
+            let next = std::future::poll_fn(|cx| Pin::new(&mut sub).poll_next(cx));
+            let msg = tokio::select! {
+                msg = next => msg.ok_or_else(|| {
+                    Error::unavailable(BACKEND, "the list subscription was closed")
+                })?,
+                e = self.guard("list", since, &concerns) => return Err(e),
+            };
             if let Some(status) = msg.status {
                 if status.as_u16() != 100 {
                     return Err(Error::unavailable(
@@ -987,67 +930,60 @@ impl Inner {
         let at_most = config.lock_at_most_for();
         let acquisition = Acquisition::begin(config);
         let at_us = self.now_us();
-        let won = Operation::TryLock
-            .run(BACKEND, config.name(), self.settings.timeout(), async {
-                // Once per provider: the bucket exists and is fit for locks (one request, on the
-                // first call only; a failure is not remembered, so the next call checks again).
-                self.checked.get_or_try_init(|| self.check_bucket()).await?;
-                // One publish that only an empty subject accepts: a fresh key, one whose lock was
-                // released (purged) or expired (the server removed it).
-                let last_seq =
-                    match self.publish("try_lock", &subject, 0, at_most, at_us, None).await? {
-                        Publish::Stored(seq) => return Ok(Some(seq)),
-                        Publish::WrongLast(n) => n,
-                    };
-                // The subject holds message `last_seq`. Known to be a live lock: held, and no
-                // second round trip.
-                if let Some(until) = self.known_lock(&subject, last_seq) {
-                    let expired =
-                        matches!((until, self.now_us()), (Some(u), Some(now)) if u <= now);
-                    if !expired {
-                        return Ok(None);
-                    }
-                    // Client time: a lock seen before whose lock_until has passed. Take it over.
-                    return match self
-                        .publish("try_lock", &subject, last_seq, at_most, at_us, None)
-                        .await?
-                    {
+        let won = run(Operation::TryLock, config.name(), self.settings.timeout(), async {
+            // Once per provider: the bucket exists and is fit for locks (one request, on the
+            // first call only; a failure is not remembered, so the next call checks again).
+            self.checked.get_or_try_init(|| self.check_bucket("try_lock")).await?;
+            // One publish that only an empty subject accepts: a fresh key, one whose lock was
+            // released (purged) or expired (the server removed it).
+            let last_seq = match self.publish("try_lock", &subject, 0, at_most, at_us, None).await?
+            {
+                Publish::Stored(seq) => return Ok(Some(seq)),
+                Publish::WrongLast(n) => n,
+            };
+            // The subject holds message `last_seq`. Known to be a live lock: held, and no
+            // second round trip.
+            if let Some(until) = self.known_lock(&subject, last_seq) {
+                let expired = matches!((until, self.now_us()), (Some(u), Some(now)) if u <= now);
+                if !expired {
+                    return Ok(None);
+                }
+                // Client time: a lock seen before whose lock_until has passed. Take it over.
+                return match self
+                    .publish("try_lock", &subject, last_seq, at_most, at_us, None)
+                    .await?
+                {
+                    Publish::Stored(seq) => Ok(Some(seq)),
+                    Publish::WrongLast(_) => Ok(None),
+                };
+            }
+            // Otherwise look at it: a live lock is held (and remembered); a tombstone left by
+            // an operator (`nats kv del`), a server marker, or in client time an expired lock,
+            // leaves the key free: take it over, owner-checked by its sequence.
+            match self.last(&subject).await? {
+                Some(m) if self.is_free(&m) => {
+                    tracing::debug!(
+                        subject,
+                        seq = m.seq,
+                        "taking a free lock key over its last message"
+                    );
+                    match self.publish("try_lock", &subject, m.seq, at_most, at_us, None).await? {
                         Publish::Stored(seq) => Ok(Some(seq)),
                         Publish::WrongLast(_) => Ok(None),
-                    };
-                }
-                // Otherwise look at it: a live lock is held (and remembered); a tombstone left by
-                // an operator (`nats kv del`), a server marker, or in client time an expired lock,
-                // leaves the key free: take it over, owner-checked by its sequence.
-                match self.last(&subject).await? {
-                    Some(m) if self.is_free(&m) => {
-                        tracing::debug!(
-                            subject,
-                            seq = m.seq,
-                            "taking a free lock key over its last message"
-                        );
-                        match self
-                            .publish("try_lock", &subject, m.seq, at_most, at_us, None)
-                            .await?
-                        {
-                            Publish::Stored(seq) => Ok(Some(seq)),
-                            Publish::WrongLast(_) => Ok(None),
-                        }
-                    }
-                    Some(m) => {
-                        self.remember_lock(&subject, m.seq, m.lock_until_us);
-                        Ok(None)
-                    }
-                    // Removed in between (expired or released): free again.
-                    None => {
-                        match self.publish("try_lock", &subject, 0, at_most, at_us, None).await? {
-                            Publish::Stored(seq) => Ok(Some(seq)),
-                            Publish::WrongLast(_) => Ok(None),
-                        }
                     }
                 }
-            })
-            .await?;
+                Some(m) => {
+                    self.remember_lock(&subject, m.seq, m.lock_until_us);
+                    Ok(None)
+                }
+                // Removed in between (expired or released): free again.
+                None => match self.publish("try_lock", &subject, 0, at_most, at_us, None).await? {
+                    Publish::Stored(seq) => Ok(Some(seq)),
+                    Publish::WrongLast(_) => Ok(None),
+                },
+            }
+        })
+        .await?;
         let Some(seq) = won else { return Ok(None) };
         let handle = NatsHandle {
             inner: self.clone(),
@@ -1082,38 +1018,35 @@ struct NatsHandle {
 impl LockHandle for NatsHandle {
     async fn unlock(&mut self, config: &LockConfig) -> Result<()> {
         let inner = &self.inner;
-        Operation::Unlock
-            .run(BACKEND, config.name(), inner.settings.timeout(), async {
-                let at_least = config.lock_at_least_for();
-                // While lock_at_least_for lasts, republish (owner-checked) to hold the key until it
-                // ends; after it, remove the message. A stale holder's republish fails the sequence
-                // check and its purge finds a newer message: nothing changes either way.
-                let keep = match self.at_us {
-                    // Client time: `lock_until` = the stored locked_at + lock_at_least_for.
-                    Some(at) => {
-                        let until = at.saturating_add(duration_micros(at_least));
-                        (until > inner.now_us().unwrap_or(i64::MAX)).then_some((at_least, Some(at)))
-                    }
-                    // Server time: a TTL of what remains, counted from the acquire's answer.
-                    None => at_least
-                        .checked_sub(self.since.elapsed())
-                        .filter(|d| !d.is_zero())
-                        .map(|d| (d, None)),
-                };
-                match keep {
-                    Some((hold, at_us)) => {
-                        let token = Some(self.token);
-                        inner
-                            .publish("unlock", &self.subject, self.rev, hold, at_us, token)
-                            .await?;
-                    }
-                    None => {
-                        inner.purge_up_to("unlock", &self.subject, self.rev).await?;
-                    }
+        run(Operation::Unlock, config.name(), inner.settings.timeout(), async {
+            let at_least = config.lock_at_least_for();
+            // While lock_at_least_for lasts, republish (owner-checked) to hold the key until it
+            // ends; after it, remove the message. A stale holder's republish fails the sequence
+            // check and its purge finds a newer message: nothing changes either way.
+            let keep = match self.at_us {
+                // Client time: `lock_until` = the stored locked_at + lock_at_least_for.
+                Some(at) => {
+                    let until = at.saturating_add(duration_micros(at_least));
+                    (until > inner.now_us().unwrap_or(i64::MAX)).then_some((at_least, Some(at)))
                 }
-                Ok(())
-            })
-            .await
+                // Server time: a TTL of what remains, counted from the acquire's answer.
+                None => at_least
+                    .checked_sub(self.since.elapsed())
+                    .filter(|d| !d.is_zero())
+                    .map(|d| (d, None)),
+            };
+            match keep {
+                Some((hold, at_us)) => {
+                    let token = Some(self.token);
+                    inner.publish("unlock", &self.subject, self.rev, hold, at_us, token).await?;
+                }
+                None => {
+                    inner.purge_up_to("unlock", &self.subject, self.rev).await?;
+                }
+            }
+            Ok(())
+        })
+        .await
     }
 
     async fn extend(&mut self, config: &LockConfig) -> Result<()> {
@@ -1126,34 +1059,30 @@ impl LockHandle for NatsHandle {
         {
             return Err(Error::LockLost { name: config.name().to_owned() });
         }
-        Operation::Extend
-            .run(BACKEND, config.name(), inner.settings.timeout(), async {
-                match inner
-                    .publish(
-                        "extend",
-                        &self.subject,
-                        self.rev,
-                        config.lock_at_most_for(),
-                        at_us,
-                        Some(self.token),
-                    )
-                    .await?
-                {
-                    Publish::Stored(seq) => {
-                        self.rev = seq;
-                        self.since = Instant::now();
-                        self.at_us = at_us;
-                        self.until_us = at_us.map(|at| {
-                            at.saturating_add(duration_micros(config.lock_at_most_for()))
-                        });
-                        Ok(())
-                    }
-                    Publish::WrongLast(_) => {
-                        Err(Error::LockLost { name: config.name().to_owned() })
-                    }
+        run(Operation::Extend, config.name(), inner.settings.timeout(), async {
+            match inner
+                .publish(
+                    "extend",
+                    &self.subject,
+                    self.rev,
+                    config.lock_at_most_for(),
+                    at_us,
+                    Some(self.token),
+                )
+                .await?
+            {
+                Publish::Stored(seq) => {
+                    self.rev = seq;
+                    self.since = Instant::now();
+                    self.at_us = at_us;
+                    self.until_us = at_us
+                        .map(|at| at.saturating_add(duration_micros(config.lock_at_most_for())));
+                    Ok(())
                 }
-            })
-            .await
+                Publish::WrongLast(_) => Err(Error::LockLost { name: config.name().to_owned() }),
+            }
+        })
+        .await
     }
 
     fn fencing_token(&self) -> Option<u64> {
@@ -1191,9 +1120,7 @@ impl LockProvider for NatsLockProvider {
 
     /// [`check_bucket`](NatsLockProvider::check_bucket).
     async fn check(&self) -> Result<()> {
-        let check = Operation::Check;
-        with_timeout(check.label(), self.inner.settings.timeout(), self.inner.check_bucket())
-            .instrument(check.span(BACKEND, ""))
+        run(Operation::Check, "", self.inner.settings.timeout(), self.inner.check_bucket("check"))
             .await
     }
 
@@ -1208,7 +1135,7 @@ impl LockProvider for NatsLockProvider {
             let last = inner.read("inspect", name, &inner.subject(name)).await?;
             Ok(last.map(|(_, info)| info))
         };
-        Operation::Inspect.run(BACKEND, name, inner.settings.timeout(), read).await
+        run(Operation::Inspect, name, inner.settings.timeout(), read).await
     }
 
     /// The bucket's keys are not ordered by the server: an ephemeral consumer delivers the last
@@ -1221,7 +1148,7 @@ impl LockProvider for NatsLockProvider {
         }
         let inner = &self.inner;
         let list = inner.list(prefix, cursor, page_limit(limit));
-        Operation::List.run(BACKEND, prefix, inner.settings.timeout(), list).await
+        run(Operation::List, prefix, inner.settings.timeout(), list).await
     }
 
     /// A direct get, then a purge of the key up to the message read if it is still the
@@ -1234,7 +1161,7 @@ impl LockProvider for NatsLockProvider {
         let inner = &self.inner;
         let release = inner.force_release(seen);
         let released =
-            Operation::ForceRelease.run(BACKEND, name, inner.settings.timeout(), release).await?;
+            run(Operation::ForceRelease, name, inner.settings.timeout(), release).await?;
         log_forced_release(BACKEND, seen, &released);
         Ok(released)
     }
@@ -1248,6 +1175,7 @@ impl NatsLockProvider {
             client,
             bucket: DEFAULT_BUCKET.to_owned(),
             domain: None,
+            watch: None,
             settings: ProviderSettings::new(),
         }
     }
@@ -1304,7 +1232,7 @@ impl NatsLockProvider {
     /// ([`check_bucket`](Self::check_bucket)). Idempotent.
     pub async fn create_bucket(&self) -> Result<()> {
         let i = &self.inner;
-        with_timeout("create_bucket", i.settings.timeout(), async {
+        request::run_labelled("create_bucket", i.settings.timeout(), async {
             let m = i
                 .request("create_bucket", i.create.clone(), None, self.bucket_config().into_bytes())
                 .await?;
@@ -1312,7 +1240,7 @@ impl NatsLockProvider {
                 .map_err(|_| json_err("stream create", &m.payload))?;
             match api_error(&v) {
                 None => i.validate(&v),
-                Some((ERR_STREAM_NAME_IN_USE, _)) => i.check_bucket().await,
+                Some((ERR_STREAM_NAME_IN_USE, _)) => i.check_bucket("create_bucket").await,
                 Some((code, desc)) => Err(setup(format!(
                     "creating the stream {} failed: {desc} (err_code {code})",
                     i.stream
