@@ -126,6 +126,18 @@ const EXTEND: Expr = Expr {
 /// Unlock within `lock_at_least_for`: keep the lease until it ends.
 const KEEP: Expr =
     Expr { update: "SET #u = :until", condition: "#q = :acq", names: &[N_UNTIL, N_ACQ] };
+/// [`check`](LeaseStore::check)'s probe: an update whose condition never holds, so that
+/// DynamoDB checks the permission and writes nothing.
+const PROBE: Expr = Expr {
+    update: "SET #q = :acq",
+    condition: "attribute_exists(#q) AND attribute_not_exists(#q)",
+    names: &[N_ACQ],
+};
+
+/// The item [`check`](LeaseStore::check)'s probe addresses (and never writes, whatever the
+/// table holds).
+pub const CHECK_NAME: &str = ".shedlock-check";
+
 /// Unlock after it: no lease, no owner.
 const RELEASE: Expr =
     Expr { update: "REMOVE #u, #q", condition: "#q = :acq", names: &[N_UNTIL, N_ACQ] };
@@ -327,6 +339,63 @@ fn num(n: impl fmt::Display) -> AttributeValue {
     AttributeValue::N(n.to_string())
 }
 
+/// A DynamoDB request the provider sends: what a refusal of it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Call {
+    UpdateItem,
+    GetItem,
+    Scan,
+    DeleteItem,
+    DescribeTable,
+    CreateTable,
+}
+
+impl Call {
+    /// The request's name in DynamoDB's API.
+    fn name(self) -> &'static str {
+        match self {
+            Call::UpdateItem => "UpdateItem",
+            Call::GetItem => "GetItem",
+            Call::Scan => "Scan",
+            Call::DeleteItem => "DeleteItem",
+            Call::DescribeTable => "DescribeTable",
+            Call::CreateTable => "CreateTable",
+        }
+    }
+
+    /// The IAM action that allows it.
+    fn action(self) -> &'static str {
+        match self {
+            Call::UpdateItem => "dynamodb:UpdateItem",
+            Call::GetItem => "dynamodb:GetItem",
+            Call::Scan => "dynamodb:Scan",
+            Call::DeleteItem => "dynamodb:DeleteItem",
+            Call::DescribeTable => "dynamodb:DescribeTable",
+            Call::CreateTable => "dynamodb:CreateTable",
+        }
+    }
+}
+
+/// The action an access-denied message names (`… is not authorized to perform: <action> on
+/// resource …`), if it names one.
+fn named_action(message: &str) -> Option<&str> {
+    let rest = &message[message.find("perform: ")? + "perform: ".len()..];
+    let action = rest.split_whitespace().next()?.trim_end_matches(['.', ',']);
+    action.contains(':').then_some(action)
+}
+
+/// The HTTP status of a raw response (a trait so that the classification is testable without
+/// one).
+trait HasStatus {
+    fn status(&self) -> u16;
+}
+
+impl HasStatus for aws_sdk_dynamodb::config::http::HttpResponse {
+    fn status(&self) -> u16 {
+        self.status().as_u16()
+    }
+}
+
 /// Whether a failed request failed its condition expression.
 fn condition_failed<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) -> bool {
     e.as_service_error().and_then(ProvideErrorMetadata::code)
@@ -344,7 +413,7 @@ impl DynamoStore {
     }
 
     /// The table's status after checking its key schema; `None` while it is being created.
-    async fn describe(&self) -> Result<Option<TableStatus>> {
+    async fn describe(&self, operation: &'static str) -> Result<Option<TableStatus>> {
         let i = self;
         let out = i
             .client
@@ -352,7 +421,7 @@ impl DynamoStore {
             .table_name(&i.table)
             .send()
             .await
-            .map_err(|e| i.map_err("describe_table", e))?;
+            .map_err(|e| i.map_err(operation, Call::DescribeTable, e))?;
         let Some(t) = out.table else { return Ok(None) };
         let keys = t.key_schema();
         let attr_type = t
@@ -390,20 +459,22 @@ impl DynamoStore {
         ))
     }
 
-    /// What a failed request means for the caller. Throttling and server-side faults are
+    /// What a failed `call` means for the caller. Throttling and server-side faults are
     /// retryable ([`Error::Unavailable`]); a missing table or a wrong key schema is
-    /// [`Error::Setup`]; credentials or permission problems are [`Error::Setup`] too. The
-    /// [`DynamoDbError`] source keeps DynamoDB's code and message, never the request.
-    fn map_err<E, R>(&self, operation: &'static str, e: SdkError<E, R>) -> Error
+    /// [`Error::Setup`]; refused credentials or permissions are [`Error::Setup`] too
+    /// ([`refused`](Self::refused)). The [`DynamoDbError`] source keeps DynamoDB's code and
+    /// message, never the request.
+    fn map_err<E, R>(&self, operation: &'static str, call: Call, e: SdkError<E, R>) -> Error
     where
         E: ProvideErrorMetadata + std::error::Error + 'static,
-        R: fmt::Debug,
+        R: HasStatus + fmt::Debug,
     {
         let service = |code: &str, message: &str| DynamoDbError::Service {
             operation,
             code: code.to_owned(),
             message: message.to_owned(),
         };
+        let http = e.raw_response().map_or(0, HasStatus::status);
         match &e {
             SdkError::ServiceError(s) => {
                 let code = s.err().code().unwrap_or("unknown");
@@ -432,18 +503,16 @@ impl DynamoStore {
                         ))
                     }
                     "AccessDeniedException"
+                    | "AccessDenied"
                     | "UnrecognizedClientException"
+                    | "InvalidClientTokenId"
                     | "MissingAuthenticationToken"
                     | "InvalidSignatureException"
+                    | "SignatureDoesNotMatch"
                     | "IncompleteSignature"
-                    | "ExpiredTokenException" => setup(format!(
-                        "DynamoDB refused the client's credentials or permissions for {operation} \
-                         on table {:?}: {code}: {message} (the provider needs \
-                         dynamodb:UpdateItem; create_table also dynamodb:CreateTable and \
-                         dynamodb:DescribeTable; inspection dynamodb:GetItem, dynamodb:Scan and \
-                         dynamodb:DeleteItem)",
-                        self.table
-                    )),
+                    | "ExpiredTokenException"
+                    | "ExpiredToken" => self.refused(operation, call, code, message),
+                    _ if matches!(http, 401 | 403) => self.refused(operation, call, code, message),
                     _ => Error::backend(BACKEND, service(code, message)),
                 }
             }
@@ -460,6 +529,71 @@ impl DynamoStore {
                 },
             ),
         }
+    }
+
+    /// A request DynamoDB refused for its credentials or permissions: [`Error::Setup`] saying
+    /// what to change — the credentials, the clock, or the IAM action `call` needs (or the one
+    /// DynamoDB names, such as a KMS key's). DynamoDB's code and message name neither the secret
+    /// key nor the signature.
+    fn refused(&self, operation: &'static str, call: Call, code: &str, message: &str) -> Error {
+        let server = match (code, message) {
+            ("unknown", "") => "HTTP 403 without an error code".to_owned(),
+            (code, "") => code.to_owned(),
+            (code, message) => format!("{code}: {message}"),
+        };
+        let why = match code {
+            "UnrecognizedClientException" | "InvalidClientTokenId" => "DynamoDB does not know \
+                 the client's access key id or session token (deleted, inactive, or of another \
+                 account or endpoint): check the credentials the client was built with"
+                .to_owned(),
+            "InvalidSignatureException" | "SignatureDoesNotMatch" | "IncompleteSignature"
+                if message.contains("Signature expired") =>
+            {
+                "this machine's clock differs from AWS's by more than 5 minutes: synchronise it \
+                 (the provider's leases are client time too)"
+                    .to_owned()
+            }
+            "InvalidSignatureException" | "SignatureDoesNotMatch" | "IncompleteSignature" => {
+                "DynamoDB refused the request's signature: the secret access key does not belong \
+                 to the access key id (or something between the client and DynamoDB changed \
+                 the request)"
+                    .to_owned()
+            }
+            "MissingAuthenticationToken" => "the request was not signed: give the client a \
+                 credentials provider"
+                .to_owned(),
+            "ExpiredTokenException" | "ExpiredToken" => "the client's session token has expired: \
+                 its credentials provider must refresh it"
+                .to_owned(),
+            _ => {
+                let ours = format!(
+                    "{} on the table's ARN, arn:aws:dynamodb:<region>:<account>:table/{}",
+                    call.action(),
+                    self.table
+                );
+                let need = match named_action(message) {
+                    Some(named) if named != call.action() => {
+                        format!(
+                            "{named} (which DynamoDB names; {} itself needs {ours})",
+                            call.name()
+                        )
+                    }
+                    _ => ours,
+                };
+                // Without a code, the refusal may as well be of the credentials themselves.
+                let whose = if code == "unknown" {
+                    "the credentials were refused, or they"
+                } else {
+                    "the credentials"
+                };
+                format!("{whose} need {need} (see \"Permissions\" in the shedlock-dynamodb README)")
+            }
+        };
+        setup(format!(
+            "DynamoDB refused {} on table {:?} in {operation} ({server}): {why}",
+            call.name(),
+            self.table
+        ))
     }
 
     /// One conditional `UpdateItem` on the lock's item: `Ok(None)` when the condition failed.
@@ -488,7 +622,7 @@ impl DynamoStore {
         match r {
             Ok(out) => Ok(Some(out.attributes.unwrap_or_default())),
             Err(e) if condition_failed(&e) => Ok(None),
-            Err(e) => Err(self.map_err(operation, e)),
+            Err(e) => Err(self.map_err(operation, Call::UpdateItem, e)),
         }
     }
 
@@ -732,7 +866,7 @@ impl DynamoStore {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| self.map_err(operation, e))?;
+            .map_err(|e| self.map_err(operation, Call::GetItem, e))?;
         out.item.as_ref().map(Item::parse).transpose()
     }
 
@@ -810,15 +944,34 @@ impl LeaseStore for DynamoStore {
             .with_inspection(true, true, true)
     }
 
-    /// One `DescribeTable`: the table exists, is active and has the string partition key
-    /// `_id` and no sort key; otherwise [`Error::Setup`] says what to change.
+    /// Two requests, writing nothing; otherwise [`Error::Setup`] says what to change:
+    ///
+    /// 1. `DescribeTable`: the table exists, is active and has the string partition key `_id`
+    ///    and no sort key (`dynamodb:DescribeTable`).
+    /// 2. `UpdateItem` of the item [`CHECK_NAME`] with a condition that never holds
+    ///    (`attribute_exists(acquisitionId) AND attribute_not_exists(acquisitionId)`): DynamoDB
+    ///    checks `dynamodb:UpdateItem`, the locking action, and the credentials, then refuses
+    ///    the write (`ConditionalCheckFailedException`).
     async fn check(&self, _: &Settings) -> Result<()> {
-        match self.describe().await? {
-            Some(TableStatus::Active) | Some(TableStatus::Updating) => Ok(()),
+        match self.describe("check").await? {
+            Some(TableStatus::Active) | Some(TableStatus::Updating) => {}
             Some(status) => {
-                Err(setup(format!("the table {:?} is {status:?}, not active yet", self.table)))
+                return Err(setup(format!(
+                    "the table {:?} is {status:?}, not active yet",
+                    self.table
+                )));
             }
-            None => Err(self.missing_table()),
+            None => return Err(self.missing_table()),
+        }
+        let values = HashMap::from([(":acq".to_owned(), AttributeValue::S(CHECK_NAME.to_owned()))]);
+        match self.update("check", CHECK_NAME, &PROBE, values, ReturnValue::None).await? {
+            None => Ok(()),
+            Some(_) => Err(setup(format!(
+                "the server applied an UpdateItem to the item {CHECK_NAME:?} of table {:?} whose \
+                 condition can never hold: it does not honour condition expressions, which the \
+                 provider needs",
+                self.table
+            ))),
         }
     }
 
@@ -864,7 +1017,7 @@ impl LeaseStore for DynamoStore {
                     .expression_attribute_names("#i", ATTR_ID)
                     .expression_attribute_values(":p", AttributeValue::S(prefix.to_owned()));
             }
-            let out = scan.send().await.map_err(|e| self.map_err("list", e))?;
+            let out = scan.send().await.map_err(|e| self.map_err("list", Call::Scan, e))?;
             scans += 1;
             for attrs in out.items() {
                 if items.len() < want {
@@ -942,7 +1095,7 @@ impl LeaseStore for DynamoStore {
                 let now = self.get("force_release", name).await?;
                 Ok(ForceRelease::Changed(now.map(|i| self.info(i, settings)).transpose()?))
             }
-            Err(e) => Err(self.map_err("force_release", e)),
+            Err(e) => Err(self.map_err("force_release", Call::DeleteItem, e)),
         }
     }
 
@@ -1096,10 +1249,10 @@ impl DynamoDbLockProvider {
                 Err(e)
                     if e.as_service_error().and_then(ProvideErrorMetadata::code)
                         == Some("ResourceInUseException") => {}
-                Err(e) => return Err(i.map_err("create_table", e)),
+                Err(e) => return Err(i.map_err("create_table", Call::CreateTable, e)),
             }
             loop {
-                match i.describe().await? {
+                match i.describe("create_table").await? {
                     Some(TableStatus::Active) | Some(TableStatus::Updating) => return Ok(()),
                     _ => tokio::time::sleep(Duration::from_millis(200)).await,
                 }
@@ -1109,8 +1262,10 @@ impl DynamoDbLockProvider {
     }
 
     /// Checks that the table exists, is active and has the string partition key `_id` and no
-    /// sort key. Otherwise [`Error::Setup`] says what to change. One
-    /// `DescribeTable` request: the same as [`LockProvider::check`].
+    /// sort key (`DescribeTable`), and that this client may lock in it: an `UpdateItem` of
+    /// [`CHECK_NAME`] whose condition never holds, which proves `dynamodb:UpdateItem` and writes
+    /// nothing. Otherwise [`Error::Setup`] says what to change. The same as
+    /// [`LockProvider::check`].
     pub async fn check_table(&self) -> Result<()> {
         self.inner.check().await
     }
@@ -1137,6 +1292,12 @@ mod tests {
         }
     }
 
+    impl HasStatus for () {
+        fn status(&self) -> u16 {
+            400
+        }
+    }
+
     fn answered(code: &str, message: &str) -> SdkError<UpdateItemError, ()> {
         let meta = ErrorMetadata::builder().code(code).message(message).build();
         SdkError::service_error(UpdateItemError::generic(meta), ())
@@ -1150,7 +1311,7 @@ mod tests {
             "ThrottlingException",
             "RequestLimitExceeded",
         ] {
-            let e = i.map_err("try_lock", answered(code, "slow down"));
+            let e = i.map_err("try_lock", Call::UpdateItem, answered(code, "slow down"));
             assert!(matches!(e, Error::Unavailable { .. }) && e.is_retryable(), "{e:?}");
             let source = std::error::Error::source(&e).and_then(|s| s.downcast_ref());
             assert_eq!(
@@ -1167,18 +1328,86 @@ mod tests {
     #[test]
     fn server_faults_are_retryable_and_refusals_are_setup_errors() {
         let i = inner();
-        let e = i.map_err("unlock", answered("InternalServerError", "oops"));
+        let e = i.map_err("unlock", Call::UpdateItem, answered("InternalServerError", "oops"));
         assert!(e.is_retryable(), "{e:?}");
         for code in ["AccessDeniedException", "UnrecognizedClientException"] {
-            let e = i.map_err("try_lock", answered(code, "no"));
+            let e = i.map_err("try_lock", Call::UpdateItem, answered(code, "no"));
             assert!(matches!(e, Error::Setup { .. }), "{e:?}");
         }
-        let e = i.map_err("try_lock", answered("ResourceNotFoundException", "gone"));
+        let e =
+            i.map_err("try_lock", Call::UpdateItem, answered("ResourceNotFoundException", "gone"));
         assert!(
             matches!(e, Error::Setup { ref message, .. } if message.contains("create_table()"))
         );
-        let e = i.map_err("try_lock", answered("SomethingElse", "?"));
+        let e = i.map_err("try_lock", Call::UpdateItem, answered("SomethingElse", "?"));
         assert!(matches!(e, Error::Backend { .. }) && !e.is_retryable(), "{e:?}");
+    }
+
+    fn setup_message(e: Error) -> String {
+        match e {
+            Error::Setup { message, .. } => message,
+            other => panic!("expected Setup, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_refusal_names_the_request_its_permission_and_the_readme() {
+        let i = inner();
+        let aws = "User: arn:aws:iam::123456789012:user/app is not authorized to perform: \
+                   dynamodb:GetItem on resource: arn:aws:dynamodb:us-east-1:123456789012:table/\
+                   shedlock because no identity-based policy allows the dynamodb:GetItem action";
+        for (call, operation, needs, message) in [
+            (Call::UpdateItem, "try_lock", "need dynamodb:UpdateItem on the table's ARN", "no"),
+            (Call::GetItem, "inspect", "need dynamodb:GetItem on the table's ARN", aws),
+            (Call::Scan, "list", "need dynamodb:Scan", ""),
+            (Call::DeleteItem, "force_release", "need dynamodb:DeleteItem", "no"),
+            (Call::DescribeTable, "check", "need dynamodb:DescribeTable", "no"),
+            (Call::CreateTable, "create_table", "need dynamodb:CreateTable", "no"),
+        ] {
+            for code in ["AccessDeniedException", "AccessDenied"] {
+                let m = setup_message(i.map_err(operation, call, answered(code, message)));
+                for part in [call.name(), operation, needs, "\"Permissions\"", "table/shedlock"] {
+                    assert!(m.contains(part), "{part:?} missing: {m}");
+                }
+            }
+        }
+        // An action DynamoDB names that is not the request's own (a KMS key's) is named too.
+        let kms = "User: arn:aws:iam::1:user/app is not authorized to perform: kms:Decrypt on \
+                   resource: arn:aws:kms:us-east-1:1:key/k";
+        let m = setup_message(i.map_err(
+            "try_lock",
+            Call::UpdateItem,
+            answered("AccessDeniedException", kms),
+        ));
+        assert!(m.contains("need kms:Decrypt") && m.contains("dynamodb:UpdateItem"), "{m}");
+        for (code, message, says) in [
+            (
+                "UnrecognizedClientException",
+                "The security token included in the request is invalid.",
+                "access key id",
+            ),
+            (
+                "InvalidSignatureException",
+                "The request signature we calculated does not match",
+                "secret access key",
+            ),
+            (
+                "InvalidSignatureException",
+                "Signature expired: 20260101T000000Z is now earlier than",
+                "clock",
+            ),
+            (
+                "ExpiredTokenException",
+                "The security token included in the request is expired",
+                "session token",
+            ),
+            ("MissingAuthenticationToken", "Request is missing Authentication Token", "not signed"),
+        ] {
+            let m = setup_message(i.map_err("try_lock", Call::UpdateItem, answered(code, message)));
+            assert!(m.contains(says) && m.contains(code), "{m}");
+        }
+        assert_eq!(named_action(aws), Some("dynamodb:GetItem"));
+        assert_eq!(named_action("Access Denied"), None);
     }
 
     #[test]

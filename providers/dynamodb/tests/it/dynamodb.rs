@@ -218,3 +218,18 @@ async fn list_scans_every_name_under_a_prefix_once_among_many_others() {
         lock.unlock().await.unwrap();
     }
 }
+
+/// `check()`'s `UpdateItem` proves the locking permission and writes nothing: no item appears,
+/// and a lock that happens to have the probe's name is left as it is.
+#[tokio::test]
+async fn check_writes_nothing_even_over_a_lock_of_the_probes_name() {
+    use shedlock_dynamodb::CHECK_NAME;
+    let (p, records) = fresh().await;
+    p.check_table().await.unwrap();
+    assert_eq!(records.item(CHECK_NAME).await.unwrap(), None, "check wrote an item");
+    let lock = p.try_lock(&cfg(CHECK_NAME, 60_000, 0)).await.unwrap().expect("free");
+    let before = records.item(CHECK_NAME).await.unwrap();
+    p.check().await.unwrap();
+    assert_eq!(records.item(CHECK_NAME).await.unwrap(), before, "check changed the lock");
+    lock.unlock().await.unwrap();
+}

@@ -7,4 +7,6 @@
 mod common;
 
 mod dynamodb;
+mod iam;
+mod secrets;
 mod shedlock_compat;
