@@ -408,6 +408,14 @@ impl Call {
     }
 }
 
+/// The action an access-denied message names (`… is not authorized to perform: <action> on
+/// resource …`), if it names one.
+fn named_action(message: &str) -> Option<&str> {
+    let rest = &message[message.find("perform: ")? + "perform: ".len()..];
+    let action = rest.split_whitespace().next()?.trim_end_matches(['.', ',']);
+    action.contains(':').then_some(action)
+}
+
 /// The key [`check`](LeaseStore::check) reads and conditionally writes after the prefix: a `.`
 /// ([`key_for`] never makes one, so no lock has this key), never written (see `check`).
 const CHECK_KEY: &str = ".shedlock-check";
@@ -564,10 +572,21 @@ impl S3Store {
             "RequestTimeTooSkewed" => "this machine's clock differs from S3's by more than 15 \
                  minutes: synchronise it (the provider's leases are client time too)"
                 .to_owned(),
-            _ => format!(
-                "the credentials need {} (see \"Permissions\" in the shedlock-s3 README)",
-                self.permission(call)
-            ),
+            _ => {
+                let ours = self.permission(call);
+                // S3 names the action in its newer AccessDenied messages ("… is not authorized
+                // to perform: s3:GetObject on resource …"), and it may be another one (a KMS
+                // key's).
+                let need = match named_action(message) {
+                    Some(named) if named != call.action() => {
+                        format!("{named} (which S3 names; {} itself needs {ours})", call.name())
+                    }
+                    _ => ours,
+                };
+                format!(
+                    "the credentials need {need} (see \"Permissions\" in the shedlock-s3 README)"
+                )
+            }
         };
         setup(format!(
             "S3 refused {} on bucket {:?} in {operation} ({server}): {why}",
@@ -1144,7 +1163,11 @@ mod tests {
     }
 
     fn answered(code: &str, status: u16) -> SdkError<PutObjectError, Raw> {
-        let meta = ErrorMetadata::builder().code(code).message("m").build();
+        answered_with(code, status, "m")
+    }
+
+    fn answered_with(code: &str, status: u16, message: &str) -> SdkError<PutObjectError, Raw> {
+        let meta = ErrorMetadata::builder().code(code).message(message).build();
         SdkError::service_error(PutObjectError::generic(meta), Raw(status))
     }
 
@@ -1199,6 +1222,16 @@ mod tests {
         }
         let m = setup_message(i.map_err("inspect", Call::GetObject, answered("AccessDenied", 403)));
         assert!(m.contains("s3:ListBucket on arn:aws:s3:::locks"), "{m}");
+        let kms = "User: arn:aws:iam::1:user/app is not authorized to perform: kms:Decrypt on \
+                   resource: arn:aws:kms:us-east-1:1:key/k";
+        let m = setup_message(i.map_err(
+            "inspect",
+            Call::GetObject,
+            answered_with("AccessDenied", 403, kms),
+        ));
+        assert!(m.contains("need kms:Decrypt") && m.contains("s3:GetObject on"), "{m}");
+        assert_eq!(named_action(kms), Some("kms:Decrypt"));
+        assert_eq!(named_action("Access Denied"), None);
         for (code, says) in [
             ("InvalidAccessKeyId", "access key id"),
             ("SignatureDoesNotMatch", "secret access key"),
