@@ -78,10 +78,6 @@ pub(crate) async fn open(args: &StoreArgs) -> Result<Arc<dyn LockProvider>, Stri
         #[cfg(feature = "zookeeper")]
         "zookeeper" | "zk" if args.shedlock_compatible => compat_unsupported("ZooKeeper"),
         #[cfg(feature = "zookeeper")]
-        "zookeeper" | "zk" if args.ca_file.is_some() => {
-            no_tls("shedlock-zookeeper does not enable ZooKeeper's TLS")
-        }
-        #[cfg(feature = "zookeeper")]
         "zookeeper" | "zk" => stores::zookeeper(url, password, args),
         #[cfg(feature = "dynamodb")]
         "dynamodb" => stores::dynamodb(url, args),

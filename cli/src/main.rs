@@ -42,7 +42,8 @@ const REFUSED: u8 = 3;
 /// TLS: `--ca-file` (or `SHEDLOCK_CA_FILE`) trusts that CA alone and requires TLS verified
 /// against it, host name included. Or the URL's own settings: PostgreSQL
 /// `?sslmode=verify-full&sslrootcert=CA.pem`, MySQL `?ssl-mode=VERIFY_IDENTITY&ssl-ca=CA.pem`,
-/// `rediss://`, NATS `tls://`, MongoDB `?tls=true&tlsCAFile=CA.pem`, etcd `https://`.
+/// `rediss://`, NATS `tls://`, MongoDB `?tls=true&tlsCAFile=CA.pem`, etcd `https://`
+/// (ZooKeeper: `--ca-file` only).
 #[derive(Debug, Parser)]
 #[command(name = "shedlock", version, about)]
 struct Cli {
@@ -88,9 +89,10 @@ pub(crate) struct StoreArgs {
     pub(crate) timeout_secs: u64,
     /// A CA certificate (PEM file) to trust instead of the system's: the connection then must
     /// use TLS verified against it, host name included (PostgreSQL `verify-full`, MySQL
-    /// `VERIFY_IDENTITY`, Redis `rediss://`, NATS, MongoDB, etcd `https://`, an HTTPS AWS
-    /// endpoint). A URL that asks for plaintext (`sslmode=disable`, `redis://`, `http://`) is
-    /// then an error, and so is a store without TLS (SQLite, memcached, ZooKeeper).
+    /// `VERIFY_IDENTITY`, Redis `rediss://`, NATS, MongoDB, etcd `https://`, ZooKeeper's
+    /// secure port, an HTTPS AWS endpoint). A URL that asks for plaintext (`sslmode=disable`,
+    /// `redis://`, `http://`) is then an error, and so is a store without TLS (SQLite,
+    /// memcached).
     #[arg(
         long,
         env = "SHEDLOCK_CA_FILE",

@@ -347,6 +347,13 @@ pub(crate) fn zookeeper(url: &str, password: Option<String>, args: &StoreArgs) -
     if !a.path.is_empty() && a.path != "/" {
         b = b.root(a.path);
     }
+    // TLS to the servers' secureClientPort, trusting the CA file alone (the provider never
+    // uses the system's roots); needs the `tls-rustls` feature (else build() says so).
+    if let Some(path) = &args.ca_file {
+        let pem = String::from_utf8(read_ca(path)?)
+            .map_err(|_| format!("the CA file {} is not text (PEM)", path.display()))?;
+        b = b.tls_ca_pem(pem);
+    }
     Ok(Arc::new(b.build()?))
 }
 

@@ -154,7 +154,7 @@ async fn a_ca_file_with_a_url_that_asks_for_plaintext_or_a_store_without_tls_is_
     }
     let db = dir.path().join("locks.db");
     let sqlite = format!("sqlite://{}", db.display());
-    for url in ["memcache://127.0.0.1:1", "zookeeper://127.0.0.1:1/locks", &sqlite] {
+    for url in ["memcache://127.0.0.1:1", &sqlite] {
         let ran = hidden(&["--url", url, "--ca-file", &ca, "show", "x"], &[], &[]).await;
         assert_eq!(ran.code, 2, "{url}");
         assert!(ran.stderr.contains("TLS cannot be used"), "{url}: {}", ran.stderr);

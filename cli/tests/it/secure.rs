@@ -1,11 +1,13 @@
 //! TLS against the launcher's secure servers (`shedlock_launcher::shared_secure`: TLS required,
-//! every client authenticated, a throwaway CA): the tool reads a held lock over TLS verified
+//! every client authenticated, a throwaway CA; PostgreSQL, MariaDB, Redis, NATS, ZooKeeper):
+//! the tool reads a held lock over TLS verified
 //! against that CA, given in the URL or by `--ca-file`/`SHEDLOCK_CA_FILE`, with the password in
 //! the URL or in `SHEDLOCK_PASSWORD`; without the CA (the system's roots) or with another CA it
 //! fails, saying why; a wrong password fails too; and no password ever shows in what it prints.
 //!
 //! The tool runs as each server's administrator: the launcher's application user holds no
-//! privilege on lock data.
+//! privilege on lock data (ZooKeeper has no administrator: there both are the application's
+//! digest identity).
 
 use std::{net::SocketAddr, sync::Arc};
 
@@ -34,6 +36,9 @@ struct Session {
     without_ca: String,
     /// The URL with the CA and a wrong password, [`Session::wrong`].
     wrong_password: String,
+    /// The password of the URLs' user (the administrator's, or ZooKeeper's application
+    /// identity's).
+    password: &'static str,
     secure: &'static Secure,
     /// A CA this server's certificate was not signed by (and its directory).
     other_ca: String,
@@ -77,7 +82,7 @@ impl Session {
                 &[],
                 &[
                     ("SHEDLOCK_URL", &self.no_password),
-                    ("SHEDLOCK_PASSWORD", self.secure.admin_password()),
+                    ("SHEDLOCK_PASSWORD", self.password),
                     ("SHEDLOCK_CA_FILE", &ca),
                 ],
             )
@@ -101,8 +106,13 @@ impl Session {
         ];
         for ran in other {
             assert_eq!(ran.code, 2, "an unverified server must be refused: {}", ran.stdout);
+            // A certificate not signed by the CA trusted; ZooKeeper without a CA is a plaintext
+            // client on a TLS-only port, which the provider's error says.
             let err = ran.stderr.to_ascii_lowercase();
-            assert!(err.contains("certificate") || err.contains("unknownissuer"), "{err}");
+            assert!(
+                ["certificate", "unknownissuer", "tls"].iter().any(|w| err.contains(w)),
+                "{err}"
+            );
         }
     }
 
@@ -168,6 +178,7 @@ async fn postgres() -> Session {
         without_ca: format!("postgres://{user}:{pw}@{addr}/postgres?sslmode=verify-full"),
         wrong_password: secure.url_for(addr, user, "s3cret-cli-wrong-password"),
         with_ca,
+        password: pw,
         secure,
         other_ca,
         _dir: dir,
@@ -200,6 +211,7 @@ async fn mariadb() -> Session {
         without_ca: format!("mysql://{user}:{pw}@{addr}/shedlock?ssl-mode=VERIFY_IDENTITY"),
         wrong_password: secure.url_for(addr, user, "s3cret-cli-wrong-password"),
         with_ca,
+        password: pw,
         secure,
         other_ca,
         _dir: dir,
@@ -240,6 +252,81 @@ async fn redis() -> Session {
         without_ca: url.clone(),
         wrong_password: secure.url_for(addr, user, "s3cret-cli-wrong-password"),
         with_ca: url,
+        password: pw,
+        secure,
+        other_ca,
+        _dir: dir,
+    }
+}
+
+async fn nats() -> Session {
+    let (secure, addr) = secure(Backend::Nats, "NATS").await;
+    let (user, pw) = (secure.admin_user(), secure.admin_password());
+    let client = async_nats::ConnectOptions::new()
+        .user_and_password(user.into(), pw.into())
+        .add_root_certificates(secure.ca_path())
+        .require_tls(true)
+        .connect(format!("tls://{addr}"))
+        .await
+        .unwrap();
+    let bucket = unique("cli_tls").replace(['-', '.'], "_");
+    let holder = shedlock_nats::NatsLockProvider::builder(client)
+        .bucket(&bucket)
+        .locked_by(HOLDER)
+        .build()
+        .unwrap();
+    holder.create_bucket().await.unwrap();
+    let name = "jobs/tls".to_owned();
+    let lock = holder.try_lock(&cfg(&name)).await.unwrap().expect("free");
+    let (other_ca, dir) = other_ca();
+    let url = secure.url_for(addr, user, pw);
+    Session {
+        holder: Arc::new(holder),
+        _lock: lock,
+        name,
+        options: vec!["--bucket".into(), bucket],
+        // A NATS URL cannot carry a CA.
+        options_ca: vec!["--ca-file".into(), secure.ca_path().display().to_string()],
+        no_password: format!("tls://{user}@{addr}"),
+        without_ca: url.clone(),
+        wrong_password: secure.url_for(addr, user, "s3cret-cli-wrong-password"),
+        with_ca: url,
+        password: pw,
+        secure,
+        other_ca,
+        _dir: dir,
+    }
+}
+
+/// ZooKeeper has no administrator: every session authenticates (`enforce.auth`, digest), here
+/// as the application's identity, whose nodes are creator-only.
+async fn zookeeper() -> Session {
+    let (secure, addr) = secure(Backend::ZooKeeper, "ZooKeeper").await;
+    let (user, pw) = (secure.app_user(), secure.app_password());
+    let root = format!("/{}", unique("cli-tls"));
+    let holder = shedlock_zookeeper::ZooKeeperLockProvider::builder(addr.to_string())
+        .tls_ca_pem(secure.ca_pem())
+        .digest_auth(user, pw)
+        .root(&root)
+        .locked_by(HOLDER)
+        .build()
+        .unwrap();
+    let name = "jobs-tls".to_owned();
+    let lock = holder.try_lock(&cfg(&name)).await.unwrap().expect("free");
+    let (other_ca, dir) = other_ca();
+    let url = format!("zookeeper://{user}:{pw}@{addr}{root}");
+    Session {
+        holder: Arc::new(holder),
+        _lock: lock,
+        name,
+        options: vec![],
+        // ZooKeeper has no URL form for TLS: the CA is always given apart.
+        options_ca: vec!["--ca-file".into(), secure.ca_path().display().to_string()],
+        no_password: format!("zookeeper://{user}@{addr}{root}"),
+        without_ca: url.clone(),
+        wrong_password: format!("zookeeper://{user}:s3cret-cli-wrong-password@{addr}{root}"),
+        with_ca: url,
+        password: pw,
         secure,
         other_ca,
         _dir: dir,
@@ -289,6 +376,36 @@ async fn redis_without_the_servers_ca_refuses_its_certificate() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_a_wrong_password_is_refused_and_never_printed() {
     redis().await.a_wrong_password_is_refused().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_over_tls_verified_against_the_ca_shows_the_lock_and_never_the_password() {
+    nats().await.verified_tls_shows_the_lock().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_without_the_servers_ca_refuses_its_certificate() {
+    nats().await.an_unknown_authority_is_refused().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_a_wrong_password_is_refused_and_never_printed() {
+    nats().await.a_wrong_password_is_refused().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_over_tls_verified_against_the_ca_shows_the_lock_and_never_the_password() {
+    zookeeper().await.verified_tls_shows_the_lock().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_without_the_servers_ca_refuses_its_certificate() {
+    zookeeper().await.an_unknown_authority_is_refused().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_a_wrong_digest_password_is_refused_and_never_printed() {
+    zookeeper().await.a_wrong_password_is_refused().await;
 }
 
 /// A Redis Cluster's nodes over TLS take the same `--ca-file` (the cluster client's `certs`);
