@@ -172,12 +172,12 @@ impl Secure {
     /// The TLS version the server is configured to accept (the only one), as a report states it.
     pub fn tls_version(&self) -> &'static str {
         match self.backend {
-            // etcd 3.4, NATS and ZooKeeper set no minimum version here (ZooKeeper's Netty
-            // refuses every handshake with `ssl.enabledProtocols=TLSv1.3` on Java 17): the
-            // servers offer 1.2 and 1.3, and the Rust clients (rustls) negotiate 1.3.
-            Backend::Etcd | Backend::Nats | Backend::ZooKeeper => {
-                "TLS 1.3 (negotiated; the server also offers 1.2)"
-            }
+            // etcd 3.4 and NATS set no minimum version here: Go's TLS server offers 1.2 and
+            // 1.3, and the Rust clients (rustls) negotiate 1.3.
+            Backend::Etcd | Backend::Nats => "TLS 1.3 (negotiated; the server also offers 1.2)",
+            // ZooKeeper 3.8 speaks TLS 1.2 (`ssl.protocol`'s default): with Debian's Netty
+            // 4.1.48 on Java 17, `ssl.protocol=TLSv1.3` makes every handshake fail.
+            Backend::ZooKeeper => "TLS 1.2 (ZooKeeper 3.8's default ssl.protocol)",
             _ => "TLS 1.3",
         }
     }
