@@ -57,7 +57,8 @@ pub(crate) struct NoAnswer {
     /// The subscription the replies come back on, `<inbox prefix>.>`.
     pub(crate) inbox: String,
     pub(crate) after: Option<Duration>,
-    /// Whether a permission watch was attached (and saw nothing).
+    /// Whether a permission watch was attached (and saw nothing: then the message leaves
+    /// permissions out).
     pub(crate) watched: bool,
 }
 
@@ -68,21 +69,22 @@ impl fmt::Display for NoAnswer {
         if let Some(after) = after {
             write!(f, " within {after:?}")?;
         }
+        if *watched {
+            // The watch reports a refused publish as it happens, and a refused reply inbox
+            // until the client reconnects: a silence is no permission's.
+            return f.write_str(
+                ", effect unknown: the server or JetStream is slow or unreachable (no permission \
+                 violation was reported for it)",
+            );
+        }
         write!(
             f,
             ", effect unknown: the server or JetStream is slow or unreachable, or this user lacks \
              permission to publish to {pattern:?} or to subscribe to {inbox:?} (NATS reports a \
-             permission violation only asynchronously"
-        )?;
-        if *watched {
-            f.write_str(", and this client's PermissionWatch saw none)")
-        } else {
-            f.write_str(
-                ", to the client's event callback and the server log: connect with \
-                 NatsLockProvider::connect, or give the builder a PermissionWatch, to get \
-                 Error::Setup naming the permission instead)",
-            )
-        }
+             permission violation only to the client's event callback and the server log: \
+             connect with NatsLockProvider::connect, or give the builder a PermissionWatch, to \
+             get Error::Setup naming the permission instead)"
+        )
     }
 }
 
@@ -204,5 +206,29 @@ mod tests {
         assert_eq!(s, ["pw1", "tok3n"]);
         assert_eq!(redact("x pw1 tok3n y".to_owned(), &s), "x *** *** y");
         assert!(url_secrets("h:4222").is_empty());
+    }
+
+    #[test]
+    fn no_answer_names_the_permissions_only_when_no_watch_could_have_seen_them() {
+        let mut e = NoAnswer {
+            operation: "unlock",
+            subject: "$JS.API.STREAM.PURGE.KV_b".to_owned(),
+            pattern: "$JS.API.STREAM.PURGE.KV_b".to_owned(),
+            inbox: "_INBOX.>".to_owned(),
+            after: Some(Duration::from_secs(3)),
+            watched: false,
+        };
+        let text = e.to_string();
+        assert!(
+            text.starts_with(
+                r#"no answer to a request on "$JS.API.STREAM.PURGE.KV_b" (unlock) within 3s"#
+            ),
+            "{text}"
+        );
+        assert!(text.contains(r#"permission to publish to "$JS.API.STREAM.PURGE.KV_b" or to subscribe to "_INBOX.>""#), "{text}");
+        e.watched = true;
+        let text = e.to_string();
+        assert!(text.contains("no permission violation was reported"), "{text}");
+        assert!(!text.contains("_INBOX"), "{text}");
     }
 }

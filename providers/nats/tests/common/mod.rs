@@ -7,6 +7,9 @@
 //! its fault proxy (C24) and a restart of the server (C25) — unless the server comes from
 //! `SHEDLOCK_NATS_URL`: a server this process does not own cannot be restarted, so C25 is then
 //! expected to be "not applicable". Every other check must pass.
+//!
+//! `secure.rs` is the `nats-secure` suite's factory (TLS, users, the README's permissions);
+//! `permissions.rs` reads those permissions from the README.
 
 use std::{
     net::SocketAddr,
@@ -20,6 +23,9 @@ use shedlock_conformance::{Hooks, InstanceOptions, ProviderFactory, RecordHooks}
 use shedlock_launcher::{Backend, Service};
 use shedlock_nats::{NatsLockProvider, TimeSource};
 use shedlock_test_support as testing;
+
+pub mod permissions;
+pub mod secure;
 
 /// Client options for one instance: short timeouts so that a cut connection fails fast (C24),
 /// quick reconnection (C24, C25).

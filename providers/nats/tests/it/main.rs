@@ -4,4 +4,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod nats;
+#[path = "../common/permissions.rs"]
+mod permissions;
 mod secure;

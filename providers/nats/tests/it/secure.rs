@@ -19,69 +19,7 @@ use tokio::{sync::Mutex, time::Instant};
 /// Held by every test that uses the application user (whose permissions file they rewrite).
 static PERMISSIONS: Mutex<()> = Mutex::const_new(());
 
-const README: &str = include_str!("../../README.md");
-
-/// One permission block of the README's "Permissions" section, for `bucket`: the publish and
-/// subscribe allow lists of the code block whose first line starts with `# <purpose>`.
-fn readme_block(purpose: &str, bucket: &str) -> (Vec<String>, Vec<String>) {
-    let head = format!("```text\n# {purpose}");
-    let start = README.find(&head).unwrap_or_else(|| panic!("no README block {head:?}"));
-    let block = &README[start + head.len()..];
-    let block = &block[..block.find("```").unwrap()];
-    let quoted = |text: &str| -> Vec<String> {
-        text.split('"')
-            .skip(1)
-            .step_by(2)
-            .map(|s| s.replace("KV_shedlock", &format!("KV_{bucket}")))
-            .map(|s| s.replace("$KV.shedlock.", &format!("$KV.{bucket}.")))
-            .collect()
-    };
-    let (publish, subscribe) = block.split_once("subscribe:").unwrap();
-    // The comment line names the bucket in quotes too: not a subject.
-    let publish = &publish[publish.find("permissions").unwrap()..];
-    (quoted(publish), quoted(subscribe))
-}
-
-/// The union of the README's blocks for `purposes`.
-fn readme_permissions(purposes: &[&str], bucket: &str) -> (Vec<String>, Vec<String>) {
-    let (mut publish, mut subscribe) = (Vec::new(), Vec::new());
-    for p in purposes {
-        let (p, s) = readme_block(p, bucket);
-        for x in p {
-            if !publish.contains(&x) {
-                publish.push(x);
-            }
-        }
-        for x in s {
-            if !subscribe.contains(&x) {
-                subscribe.push(x);
-            }
-        }
-    }
-    (publish, subscribe)
-}
-
-/// The application's grants: locking, inspection and force_release.
-fn app_permissions(bucket: &str) -> (Vec<String>, Vec<String>) {
-    readme_permissions(&["locking", "inspection", "force_release"], bucket)
-}
-
-/// A `permissions` block allowing exactly these subjects. An empty list is `deny: [">"]`: to
-/// nats-server an empty `allow` list restricts nothing.
-fn block(publish: &[String], subscribe: &[String]) -> String {
-    let rule = |l: &[String]| match l {
-        [] => r#"deny: [">"]"#.to_owned(),
-        l => {
-            let quoted: Vec<String> = l.iter().map(|s| format!("{s:?}")).collect();
-            format!("allow: [{}]", quoted.join(", "))
-        }
-    };
-    format!(
-        "permissions: {{ publish: {{ {} }}, subscribe: {{ {} }} }}\n",
-        rule(publish),
-        rule(subscribe)
-    )
-}
+use crate::permissions::{app_permissions, block};
 
 struct Server {
     service: &'static Service,
