@@ -197,6 +197,13 @@ fn main() -> ExitCode {
 /// Prints `message` without any of the run's secrets; exit code 2.
 fn fail(message: &str, secrets: &Secrets) -> ExitCode {
     eprintln!("shedlock: {}", secrets.redact(message));
+    let lower = message.to_ascii_lowercase();
+    if lower.contains("unknownissuer") || lower.contains("certificate is not signed") {
+        eprintln!(
+            "shedlock: to trust the CA that signed the server's certificate, give its PEM file: \
+             --ca-file or SHEDLOCK_CA_FILE"
+        );
+    }
     ExitCode::from(ERROR)
 }
 

@@ -236,11 +236,16 @@ pub(crate) async fn nats(url: &str, password: Option<String>, args: &StoreArgs) 
     let scheme = if tls { "tls" } else { "nats" };
     let servers: Vec<String> =
         a.hosts.split(',').map(|h| format!("{scheme}://{}", h.trim())).collect();
-    let client = tokio::time::timeout(timeout, options.connect(servers))
+    // The provider's connect types the failures (refused credentials and TLS: Setup) and
+    // watches for permission violations, so that a request the user may not publish fails at
+    // once, naming the permission, instead of timing out.
+    let servers = servers.join(",");
+    let connect = shedlock_nats::NatsLockProvider::connect(&servers, options);
+    let b = tokio::time::timeout(timeout, connect)
         .await
         .map_err(|_| "cannot connect to NATS: timed out")?
         .map_err(|e| hidden("cannot connect to NATS", e, &secrets))?;
-    let mut b = shedlock_nats::NatsLockProvider::builder(client).operation_timeout(Some(timeout));
+    let mut b = b.operation_timeout(Some(timeout));
     if let Some(bucket) = &args.bucket {
         b = b.bucket(bucket);
     }

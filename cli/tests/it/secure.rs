@@ -113,6 +113,9 @@ impl Session {
                 ["certificate", "unknownissuer", "tls"].iter().any(|w| err.contains(w)),
                 "{err}"
             );
+            if err.contains("unknownissuer") {
+                assert!(err.contains("--ca-file"), "the tool says how to trust a CA: {err}");
+            }
         }
     }
 
@@ -406,6 +409,26 @@ async fn zookeeper_without_the_servers_ca_refuses_its_certificate() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_a_wrong_digest_password_is_refused_and_never_printed() {
     zookeeper().await.a_wrong_password_is_refused().await;
+}
+
+/// The launcher's application user on NATS may publish nothing at first: the tool says which
+/// permission is missing at once (the provider's permission watch), not after its time limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_a_user_without_permissions_is_told_which_one_at_once() {
+    let session = nats().await;
+    let secure = session.secure;
+    let addr = session.with_ca.rsplit_once('@').unwrap().1.to_owned();
+    let url = format!("tls://{}@{addr}", secure.app_user());
+    let ca = session.ca();
+    let started = std::time::Instant::now();
+    let mut args = vec!["--url", &url, "--ca-file", &ca, "--timeout-secs", "20"];
+    args.extend(session.options.iter().map(String::as_str));
+    args.extend(["show", &session.name]);
+    let ran = shedlock(&args, &[("SHEDLOCK_PASSWORD", secure.app_password())], "").await;
+    ran.assert_hides(&session.secrets());
+    assert_eq!(ran.code, 2, "{}", ran.stdout);
+    assert!(ran.stderr.contains("permission"), "{}", ran.stderr);
+    assert!(started.elapsed() < std::time::Duration::from_secs(15), "{:?}", started.elapsed());
 }
 
 /// A Redis Cluster's nodes over TLS take the same `--ca-file` (the cluster client's `certs`);
