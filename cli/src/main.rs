@@ -42,8 +42,8 @@ const REFUSED: u8 = 3;
 /// TLS: `--ca-file` (or `SHEDLOCK_CA_FILE`) trusts that CA alone and requires TLS verified
 /// against it, host name included. Or the URL's own settings: PostgreSQL
 /// `?sslmode=verify-full&sslrootcert=CA.pem`, MySQL `?ssl-mode=VERIFY_IDENTITY&ssl-ca=CA.pem`,
-/// `rediss://`, NATS `tls://`, MongoDB `?tls=true&tlsCAFile=CA.pem`, etcd `https://`
-/// (ZooKeeper: `--ca-file` only).
+/// `rediss://`, NATS `tls://`, MongoDB `?tls=true&tlsCAFile=CA.pem` (etcd `https://` and
+/// ZooKeeper: with `--ca-file`, which they require).
 #[derive(Debug, Parser)]
 #[command(name = "shedlock", version, about)]
 struct Cli {
@@ -197,12 +197,19 @@ fn main() -> ExitCode {
 /// Prints `message` without any of the run's secrets; exit code 2.
 fn fail(message: &str, secrets: &Secrets) -> ExitCode {
     eprintln!("shedlock: {}", secrets.redact(message));
+    // The providers' errors name their builders' settings; say which of this tool's is meant.
     let lower = message.to_ascii_lowercase();
-    if lower.contains("unknownissuer") || lower.contains("certificate is not signed") {
+    if ["unknownissuer", "certificate is not signed", "tls_ca_pem", "add_root_certificates"]
+        .iter()
+        .any(|w| lower.contains(w))
+    {
         eprintln!(
             "shedlock: to trust the CA that signed the server's certificate, give its PEM file: \
              --ca-file or SHEDLOCK_CA_FILE"
         );
+    }
+    if lower.contains("allow_password_over_plaintext") {
+        eprintln!("shedlock: this tool sends an etcd password over https:// only");
     }
     ExitCode::from(ERROR)
 }

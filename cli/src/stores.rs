@@ -154,7 +154,7 @@ fn redis_cluster_ca(
     Err(NO_RUSTLS.into())
 }
 
-/// The error of a TLS setting in a build without the `tls-rustls` feature.
+/// The error of a TLS setting for Redis in a build without the `tls-rustls` feature.
 #[cfg(not(feature = "tls-rustls"))]
 const NO_RUSTLS: &str = "this binary was built without TLS for Redis (feature `tls-rustls`)";
 
@@ -303,23 +303,53 @@ pub(crate) async fn etcd(url: &str, password: Option<String>, args: &StoreArgs) 
     let secrets = [given.as_str(), a.password.unwrap_or("")];
     let timeout = args.timeout();
     // etcd:// is plain HTTP to the client port; http:// and https:// are passed on.
-    let scheme = if url.starts_with("https://") { "https" } else { "http" };
+    let tls = url.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://"));
+    let scheme = if tls { "https" } else { "http" };
     let endpoints: Vec<String> =
         a.hosts.split(',').map(|h| format!("{scheme}://{}", h.trim())).collect();
-    let mut options =
-        etcd_client::ConnectOptions::new().with_connect_timeout(timeout).with_timeout(timeout);
+    let mut b = shedlock_etcd::EtcdClientBuilder::new(endpoints)
+        .connect_timeout(timeout)
+        .request_timeout(timeout);
+    // A password only over https:// (the provider refuses it over plaintext: etcd's login
+    // carries it as is).
     if let Some(user) = a.user {
         let p = password.or_else(|| a.password.map(percent_decode)).unwrap_or_default();
-        options = options.with_user(percent_decode(user), p);
+        b = b.user(percent_decode(user), p);
     }
-    let client = etcd_client::Client::connect(endpoints, Some(options))
-        .await
-        .map_err(|e| hidden("cannot connect to etcd", e, &secrets))?;
+    // https:// trusts exactly the CA given (the provider uses no system roots).
+    match &args.ca_file {
+        Some(_) if !tls => {
+            let scheme = url.split_once("://").map_or("", |(s, _)| s);
+            return Err(plaintext_with_ca(&format!("{scheme}://; use https://")));
+        }
+        Some(path) => b = etcd_ca(b, path)?,
+        None => {}
+    }
+    let client = b.connect().await.map_err(|e| hidden("cannot connect to etcd", e, &secrets))?;
     let mut b = shedlock_etcd::EtcdLockProvider::builder(client).operation_timeout(Some(timeout));
     if let Some(prefix) = &args.key_prefix {
         b = b.key_prefix(prefix);
     }
     Ok(Arc::new(b.build()?))
+}
+
+/// The client trusts the CA file alone.
+#[cfg(all(feature = "etcd", feature = "tls-rustls"))]
+fn etcd_ca(
+    b: shedlock_etcd::EtcdClientBuilder,
+    path: &Path,
+) -> Result<shedlock_etcd::EtcdClientBuilder, Box<dyn std::error::Error>> {
+    let pem = String::from_utf8(read_ca(path)?)
+        .map_err(|_| format!("the CA file {} is not text (PEM)", path.display()))?;
+    Ok(b.tls_ca_pem(pem))
+}
+
+#[cfg(all(feature = "etcd", not(feature = "tls-rustls")))]
+fn etcd_ca(
+    _: shedlock_etcd::EtcdClientBuilder,
+    _: &Path,
+) -> Result<shedlock_etcd::EtcdClientBuilder, Box<dyn std::error::Error>> {
+    Err("this binary was built without TLS for etcd (feature `tls-rustls`)".into())
 }
 
 #[cfg(feature = "zookeeper")]

@@ -1,5 +1,6 @@
 //! TLS against the launcher's secure servers (`shedlock_launcher::shared_secure`: TLS required,
-//! every client authenticated, a throwaway CA; PostgreSQL, MariaDB, Redis, NATS, ZooKeeper):
+//! every client authenticated, a throwaway CA; PostgreSQL, MariaDB, Redis, NATS, etcd,
+//! ZooKeeper):
 //! the tool reads a held lock over TLS verified
 //! against that CA, given in the URL or by `--ca-file`/`SHEDLOCK_CA_FILE`, with the password in
 //! the URL or in `SHEDLOCK_PASSWORD`; without the CA (the system's roots) or with another CA it
@@ -301,6 +302,45 @@ async fn nats() -> Session {
     }
 }
 
+/// etcd's administrator is `root`; the prefix is the provider's key prefix.
+#[cfg(all(feature = "etcd", feature = "tls-rustls"))]
+async fn etcd() -> Session {
+    let (secure, addr) = secure(Backend::Etcd, "etcd").await;
+    let (user, pw) = (secure.admin_user(), secure.admin_password());
+    let client = shedlock_etcd::EtcdClientBuilder::new([format!("https://{addr}")])
+        .tls_ca_pem(secure.ca_pem())
+        .user(user, pw)
+        .connect()
+        .await
+        .unwrap();
+    let prefix = format!("{}/", unique("cli-tls"));
+    let holder = shedlock_etcd::EtcdLockProvider::builder(client)
+        .key_prefix(&prefix)
+        .locked_by(HOLDER)
+        .build()
+        .unwrap();
+    let name = "jobs-tls".to_owned();
+    let lock = holder.try_lock(&cfg(&name)).await.unwrap().expect("free");
+    let (other_ca, dir) = other_ca();
+    let url = format!("https://{user}:{pw}@{addr}");
+    Session {
+        holder: Arc::new(holder),
+        _lock: lock,
+        name,
+        options: vec!["--prefix".into(), prefix],
+        // An etcd URL cannot carry a CA.
+        options_ca: vec!["--ca-file".into(), secure.ca_path().display().to_string()],
+        no_password: format!("https://{user}@{addr}"),
+        without_ca: url.clone(),
+        wrong_password: format!("https://{user}:s3cret-cli-wrong-password@{addr}"),
+        with_ca: url,
+        password: pw,
+        secure,
+        other_ca,
+        _dir: dir,
+    }
+}
+
 /// ZooKeeper has no administrator: every session authenticates (`enforce.auth`, digest), here
 /// as the application's identity, whose nodes are creator-only.
 async fn zookeeper() -> Session {
@@ -409,6 +449,38 @@ async fn zookeeper_without_the_servers_ca_refuses_its_certificate() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_a_wrong_digest_password_is_refused_and_never_printed() {
     zookeeper().await.a_wrong_password_is_refused().await;
+}
+
+#[cfg(all(feature = "etcd", feature = "tls-rustls"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_over_tls_verified_against_the_ca_shows_the_lock_and_never_the_password() {
+    etcd().await.verified_tls_shows_the_lock().await;
+}
+
+#[cfg(all(feature = "etcd", feature = "tls-rustls"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_without_the_servers_ca_refuses_its_certificate() {
+    etcd().await.an_unknown_authority_is_refused().await;
+}
+
+#[cfg(all(feature = "etcd", feature = "tls-rustls"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_a_wrong_password_is_refused_and_never_printed() {
+    etcd().await.a_wrong_password_is_refused().await;
+}
+
+/// etcd's login carries the password as is: the tool never sends it over `etcd://` or
+/// `http://` (checked without a server: it is refused before connecting).
+#[cfg(feature = "etcd")]
+#[tokio::test]
+async fn etcd_a_password_is_never_sent_over_plaintext() {
+    for url in ["etcd://ops:s3cret-cli-etcd@127.0.0.1:1", "http://ops:s3cret-cli-etcd@127.0.0.1:1"]
+    {
+        let ran = shedlock(&["--url", url, "--timeout-secs", "2", "show", "x"], &[], "").await;
+        ran.assert_hides(&["s3cret-cli-etcd"]);
+        assert_eq!(ran.code, 2, "{url}");
+        assert!(ran.stderr.contains("plaintext"), "{url}: {}", ran.stderr);
+    }
 }
 
 /// The launcher's application user on NATS may publish nothing at first: the tool says which
