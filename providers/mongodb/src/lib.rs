@@ -298,32 +298,136 @@ fn server_code(e: &mongodb::error::Error) -> Option<i32> {
     }
 }
 
+/// A command the provider sends: what a refusal of it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cmd {
+    /// The acquire: `findAndModify` with `upsert`.
+    FindAndModify,
+    /// `update` (extend, an unlock within `lock_at_least_for`, `check`).
+    Update,
+    /// `delete` (unlock, `force_release`, `check`).
+    Delete,
+    /// `aggregate` (inspect, list, force_release's read).
+    Aggregate,
+    /// `find` (`check`).
+    Find,
+    /// `create` (`create_collection`).
+    Create,
+}
+
+impl Cmd {
+    /// The command's name on the wire.
+    fn name(self) -> &'static str {
+        match self {
+            Cmd::FindAndModify => "findAndModify",
+            Cmd::Update => "update",
+            Cmd::Delete => "delete",
+            Cmd::Aggregate => "aggregate",
+            Cmd::Find => "find",
+            Cmd::Create => "create",
+        }
+    }
+
+    /// The privilege actions MongoDB asks for it on the collection.
+    fn actions(self) -> &'static str {
+        match self {
+            Cmd::FindAndModify => "find, insert, update",
+            Cmd::Update => "update",
+            Cmd::Delete => "remove",
+            Cmd::Aggregate | Cmd::Find => "find",
+            Cmd::Create => "createCollection",
+        }
+    }
+}
+
+/// The server's message of a command or write error.
+fn server_message(e: &mongodb::error::Error) -> Option<&str> {
+    match e.kind.as_ref() {
+        ErrorKind::Command(c) => Some(&c.message),
+        ErrorKind::Write(WriteFailure::WriteError(w)) => Some(&w.message),
+        ErrorKind::Write(WriteFailure::WriteConcernError(w)) => Some(&w.message),
+        _ => None,
+    }
+}
+
+/// The action a refusal names, where the server names one (SecantusDB: `… (action: update)`;
+/// MongoDB names the command instead).
+fn named_action(message: &str) -> Option<&str> {
+    let rest = &message[message.find("(action: ")? + "(action: ".len()..];
+    Some(&rest[..rest.find(')')?]).filter(|a| !a.is_empty())
+}
+
+/// Whether a server selection error describes a server the driver gave up on because it
+/// refused the login (`Kind: SCRAM failure: …`, `AuthenticationFailed`).
+fn login_refused(message: &str) -> bool {
+    ["AuthenticationFailed", "SCRAM failure", "Authentication failed", "authentication failed"]
+        .iter()
+        .any(|s| message.contains(s))
+}
+
+/// A refused login ([`ErrorKind::Authentication`], or code 18): [`Error::Setup`] saying what to
+/// check. The driver's message names the mechanism, never the password.
+fn refused_login(operation: &'static str, e: &mongodb::error::Error) -> Error {
+    setup(format!(
+        "MongoDB refused the client's credentials in {operation} ({e}): check the user name, \
+         password, authSource and mechanism of the connection string (see \"Authentication\" in \
+         the shedlock-mongodb README)"
+    ))
+}
+
 /// The driver error as a shedlock error: unreachable servers and transient server states are
-/// retryable [`Error::Unavailable`]; missing privileges and unsatisfiable write concerns are
-/// [`Error::Setup`] saying what to change; anything else is [`Error::Backend`]. The driver's
-/// errors name hosts, never the password of the connection string.
-fn map_err(inner: &MongoStore, operation: &'static str, e: mongodb::error::Error) -> Error {
+/// retryable [`Error::Unavailable`]; refused credentials, missing privileges (naming the
+/// command and the actions it needs) and unsatisfiable write concerns are [`Error::Setup`]
+/// saying what to change; anything else is [`Error::Backend`]. The driver's errors name hosts,
+/// never the password of the connection string.
+fn map_err(
+    inner: &MongoStore,
+    operation: &'static str,
+    cmd: Cmd,
+    e: mongodb::error::Error,
+) -> Error {
     let ns = || format!("{}.{}", inner.database.name(), inner.collection.name());
     match e.kind.as_ref() {
+        // The pool's login failed, and server selection gave up on the server it marked
+        // unknown with that error: the credentials, not the network.
+        ErrorKind::ServerSelection { message, .. } if login_refused(message) => {
+            return refused_login(operation, &e);
+        }
         ErrorKind::ServerSelection { .. }
         | ErrorKind::Io(_)
         | ErrorKind::ConnectionPoolCleared { .. }
         | ErrorKind::Shutdown => return Error::unavailable(BACKEND, e),
-        ErrorKind::Authentication { .. } => {
-            return setup(format!("{operation}: authentication failed: {e}"));
-        }
+        ErrorKind::Authentication { .. } => return refused_login(operation, &e),
         _ => {}
     }
     match server_code(&e) {
-        Some(UNAUTHORIZED) => setup(format!(
-            "{operation}: not authorized on {}: the user needs the readWrite role on database \
-             {:?} (or find/insert/update on the collection {:?}, and createCollection until it \
-             exists)",
-            ns(),
-            inner.database.name(),
-            inner.collection.name()
-        )),
-        Some(AUTHENTICATION_FAILED) => setup(format!("{operation}: authentication failed: {e}")),
+        Some(UNAUTHORIZED)
+            if server_message(&e).is_some_and(|m| m.contains("requires authentication")) =>
+        {
+            setup(format!(
+                "MongoDB refused {} in {operation}: the connection is not authenticated and the \
+                 server requires it: give the connection string a user and password (see \
+                 \"Authentication\" in the shedlock-mongodb README)",
+                cmd.name()
+            ))
+        }
+        Some(UNAUTHORIZED) => {
+            let message = server_message(&e).unwrap_or("");
+            let named = match named_action(message) {
+                Some(a) => format!("; the server names the action {a}"),
+                None => String::new(),
+            };
+            setup(format!(
+                "MongoDB refused {} on {} in {operation} (Unauthorized: {message}): the user needs \
+                 the privilege actions {} on the collection{named} (the built-in role readWrite \
+                 on database {:?} has them; see \"Permissions\" in the shedlock-mongodb README)",
+                cmd.name(),
+                ns(),
+                cmd.actions(),
+                inner.database.name(),
+            ))
+        }
+        Some(AUTHENTICATION_FAILED) => refused_login(operation, &e),
         Some(UNSATISFIABLE_WRITE_CONCERN) => setup(format!(
             "{operation}: the write concern {:?} cannot be satisfied by this deployment \
              (majority needs a replica set or a standalone server; give the provider a \
@@ -475,11 +579,16 @@ impl MongoStore {
         if settings.client_now().is_none() {
             pipeline.push(doc! { "$addFields": { NOW_FIELD: server_now() } });
         }
-        let mut cursor =
-            self.collection.aggregate(pipeline).await.map_err(|e| map_err(self, operation, e))?;
+        let mut cursor = self
+            .collection
+            .aggregate(pipeline)
+            .await
+            .map_err(|e| map_err(self, operation, Cmd::Aggregate, e))?;
         let mut records = Vec::new();
-        while cursor.advance().await.map_err(|e| map_err(self, operation, e))? {
-            let doc = cursor.deserialize_current().map_err(|e| map_err(self, operation, e))?;
+        while cursor.advance().await.map_err(|e| map_err(self, operation, Cmd::Aggregate, e))? {
+            let doc = cursor
+                .deserialize_current()
+                .map_err(|e| map_err(self, operation, Cmd::Aggregate, e))?;
             records.push(Record::parse(&doc)?);
         }
         Ok(records)
@@ -653,7 +762,7 @@ impl MongoStore {
             // The upsert collided with a live document (or, in server time, with another
             // caller's insert of the same new name).
             Err(e) if server_code(&e) == Some(DUPLICATE_KEY) => return Ok(None),
-            Err(e) => return Err(map_err(self, "try_lock", e)),
+            Err(e) => return Err(map_err(self, "try_lock", Cmd::FindAndModify, e)),
             // Nothing was written (a wire-compatible server answers so when a concurrent writer
             // changed the document between its match and its update).
             Ok(None) => return Ok(None),
@@ -716,7 +825,7 @@ impl MongoStore {
             .update_one(filter, vec![doc! { "$set": update }])
             .write_concern(self.write_concern.clone())
             .await
-            .map_err(|e| map_err(self, "extend", e))?;
+            .map_err(|e| map_err(self, "extend", Cmd::Update, e))?;
         Ok(match client_now {
             Some(_) => r.matched_count == 1,
             None => r.modified_count == 1,
@@ -745,7 +854,7 @@ impl MongoStore {
             .update_one(filter, update)
             .write_concern(self.write_concern.clone())
             .await
-            .map_err(|e| map_err(self, "extend", e))?;
+            .map_err(|e| map_err(self, "extend", Cmd::Update, e))?;
         Ok(r.matched_count == 1)
     }
 
@@ -772,7 +881,7 @@ impl MongoStore {
                 .delete_one(filter)
                 .write_concern(self.write_concern.clone())
                 .await
-                .map_err(|e| map_err(self, "unlock", e))?;
+                .map_err(|e| map_err(self, "unlock", Cmd::Delete, e))?;
             return Ok(r.deleted_count == 1);
         }
         let update = vec![doc! {
@@ -787,7 +896,7 @@ impl MongoStore {
             .update_one(filter, update)
             .write_concern(self.write_concern.clone())
             .await
-            .map_err(|e| map_err(self, "unlock", e))?;
+            .map_err(|e| map_err(self, "unlock", Cmd::Update, e))?;
         Ok(r.matched_count == 1)
     }
 }
@@ -816,15 +925,26 @@ impl LeaseStore for MongoStore {
             .with_inspection(true, true, true)
     }
 
-    /// Reads the collection (a `find` of an `_id` no lock can have): the deployment is
-    /// reachable, the user authenticates and may read it. A missing collection is fine:
-    /// MongoDB creates it on the first lock write.
+    /// Three commands on documents no lock can be (`_id` in `[]`), writing nothing: a `find`,
+    /// an `update` and a `delete`. The deployment is reachable, the user authenticates, holds
+    /// the `find`, `update` and `remove` actions on the collection, and the write concern can be
+    /// met. Not proven: `insert` (an acquire's upsert of a new name), which no command can
+    /// prove without writing. A missing collection is fine: MongoDB creates it on the first
+    /// lock write (or see [`MongoLockProvider::create_collection`]).
     async fn check(&self, _: &Settings) -> Result<()> {
+        let none = || doc! { "_id": { "$in": [] } };
+        self.collection.find_one(none()).await.map_err(|e| map_err(self, "check", Cmd::Find, e))?;
         self.collection
-            .find_one(doc! { "_id": "" })
+            .update_one(none(), doc! { "$set": { "owner": 0_i64 } })
+            .write_concern(self.write_concern.clone())
             .await
-            .map(drop)
-            .map_err(|e| map_err(self, "check", e))
+            .map_err(|e| map_err(self, "check", Cmd::Update, e))?;
+        self.collection
+            .delete_one(none())
+            .write_concern(self.write_concern.clone())
+            .await
+            .map_err(|e| map_err(self, "check", Cmd::Delete, e))?;
+        Ok(())
     }
 
     /// One `aggregate` on `_id` (`$match`, `$limit`, and the server's clock in server time).
@@ -879,7 +999,7 @@ impl LeaseStore for MongoStore {
             .delete_one(filter)
             .write_concern(self.write_concern.clone())
             .await
-            .map_err(|e| map_err(self, "force_release", e))?;
+            .map_err(|e| map_err(self, "force_release", Cmd::Delete, e))?;
         if r.deleted_count == 1 {
             return Ok(ForceRelease::Released(current));
         }
@@ -952,7 +1072,7 @@ impl MongoLockProvider {
             {
                 Ok(()) => Ok(()),
                 Err(e) if server_code(&e) == Some(NAMESPACE_EXISTS) => Ok(()),
-                Err(e) => Err(map_err(i, "create_collection", e)),
+                Err(e) => Err(map_err(i, "create_collection", Cmd::Create, e)),
             }
         })
         .await
@@ -997,6 +1117,22 @@ mod tests {
         assert!(!has_acquisition_suffix("host/1 #0123456789ABCDEF"));
         assert!(!has_acquisition_suffix("java-host"));
         assert!(!has_acquisition_suffix(""));
+    }
+
+    #[test]
+    fn refusals_are_read_from_the_servers_words() {
+        assert_eq!(
+            named_action("not authorized on app to execute command (action: update)"),
+            Some("update")
+        );
+        assert_eq!(named_action("not authorized on app to execute command { find: \"x\" }"), None);
+        assert!(login_refused("Error: Kind: SCRAM failure: authentication failed, labels: {}"));
+        assert!(login_refused(
+            "Command(CommandError { code: 18, code_name: \"AuthenticationFailed\""
+        ));
+        assert!(!login_refused(
+            "Server selection timeout: No available servers. Connection refused"
+        ));
     }
 
     #[test]

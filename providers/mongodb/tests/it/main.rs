@@ -6,5 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod auth;
 mod mongodb;
+mod secrets;
 mod shedlock_compat;
