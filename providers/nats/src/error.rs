@@ -177,7 +177,7 @@ pub(crate) fn connect_error(e: &ConnectError, urls: &str) -> Error {
         )),
         // The parser's message may quote the URL, credentials included.
         ConnectErrorKind::ServerParse => {
-            setup("the NATS server URL is not valid (expected nats://, tls:// or ws:// URLs)")
+            setup("the NATS server URL is not valid (expected nats:// or tls:// URLs)")
         }
         _ => Error::unavailable(BACKEND, format!("cannot connect to NATS: {}", cause())),
     }
