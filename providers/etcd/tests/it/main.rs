@@ -8,4 +8,5 @@ mod common;
 
 mod cluster;
 mod etcd;
+mod secrets;
 mod secure;

@@ -6,4 +6,5 @@
 mod nats;
 #[path = "../common/permissions.rs"]
 mod permissions;
+mod secrets;
 mod secure;

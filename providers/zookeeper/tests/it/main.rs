@@ -8,5 +8,6 @@ mod common;
 
 mod auth;
 mod cluster;
+mod secrets;
 mod secure;
 mod zookeeper;
