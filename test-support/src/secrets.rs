@@ -25,6 +25,7 @@ pub fn secret(what: &str) -> String {
 pub struct Capture {
     buf: Arc<Mutex<Vec<u8>>>,
     _guard: tracing::subscriber::DefaultGuard,
+    _second: tracing::Dispatch,
 }
 
 #[derive(Clone)]
@@ -58,7 +59,14 @@ impl Capture {
             .with_writer(Sink(buf.clone()))
             .with_ansi(false)
             .finish();
-        Capture { buf, _guard: tracing::subscriber::set_default(subscriber) }
+        let guard = tracing::subscriber::set_default(subscriber);
+        // With one registered dispatcher, tracing computes the interest of a callsite that
+        // another test thread reaches first from that thread's default (none: "never"), for
+        // every thread. A second dispatcher, alive as long as the capture, makes it ask each
+        // registered one, so that this thread's subscriber sees every callsite.
+        let second = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
+        tracing::callsite::rebuild_interest_cache();
+        Capture { buf, _guard: guard, _second: second }
     }
 
     /// What was logged so far.
