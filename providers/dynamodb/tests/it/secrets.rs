@@ -38,11 +38,6 @@ async fn a_secret_key_appears_in_no_debug_error_or_trace_log_of_a_good_or_a_fail
     let (id, _) = moto.enforce(&[("leak", policy.to_owned())]).remove(0);
 
     let capture = Capture::start();
-    // With a single registered dispatcher, tracing computes the interest of a callsite that
-    // another test thread reaches first from that thread's default (none: "never"), for every
-    // thread. A second dispatcher, alive until the end, makes it ask every registered one.
-    let _second = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
-    tracing::callsite::rebuild_interest_cache();
     let b = builder(&url, "shedlock", &key, &table);
     let builder_debug = format!("{b:?}");
     let provider = b.build().unwrap();

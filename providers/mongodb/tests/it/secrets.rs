@@ -26,11 +26,6 @@ async fn a_password_appears_in_no_debug_error_or_trace_log_of_a_good_or_a_failin
     .await;
 
     let capture = Capture::start();
-    // With a single registered dispatcher, tracing computes the interest of a callsite that
-    // another test thread reaches first from that thread's default (none: "never"), for every
-    // thread. A second dispatcher, alive until the end, makes it ask every registered one.
-    let _second = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
-    tracing::callsite::rebuild_interest_cache();
     let db = client(&server.url(Some(("leak", &password)))).await.database(DB);
     let builder = MongoLockProvider::builder(db).operation_timeout(Some(Duration::from_secs(10)));
     let builder_debug = format!("{builder:?}");
