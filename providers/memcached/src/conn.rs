@@ -1,5 +1,5 @@
-//! Connections: one meta-protocol exchange at a time on a tokio `TcpStream`, and the provider's
-//! small pool of them.
+//! Connections: one meta-protocol exchange at a time on a tokio `TcpStream` (or TLS over one,
+//! with the `tls` feature), and the provider's small pool of them.
 
 use std::{
     fmt,
@@ -7,17 +7,21 @@ use std::{
     io,
     pin::Pin,
     sync::{Mutex, PoisonError},
+    task::{Context, Poll},
     time::Duration,
 };
 
 use tokio::{
-    io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
+    io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, ReadBuf},
     net::TcpStream,
     sync::{Semaphore, SemaphorePermit, TryAcquireError},
     time::{Instant, Sleep},
 };
 
-use crate::proto::{Line, MAX_LINE_LEN, MAX_STATS_LINES, MAX_VALUE_LEN, Reply, parse_line};
+use crate::{
+    proto::{Line, MAX_LINE_LEN, MAX_STATS_LINES, MAX_VALUE_LEN, Reply, parse_line},
+    tls::{self, Tls},
+};
 
 /// Why an exchange failed. Every failure leaves the connection in an unknown state: it is
 /// discarded, never reused.
@@ -25,7 +29,12 @@ use crate::proto::{Line, MAX_LINE_LEN, MAX_STATS_LINES, MAX_VALUE_LEN, Reply, pa
 pub(crate) enum ConnError {
     /// The connection could not be opened, or broke (reset, closed, EOF mid-reply).
     #[error("{0}")]
-    Io(#[from] io::Error),
+    Io(io::Error),
+    /// The TLS handshake or session failed for a reason a retry does not change (a certificate
+    /// not accepted, a server that does not speak TLS, a refused client certificate): what to
+    /// change.
+    #[error("{0}")]
+    Tls(String),
     /// The server answered with an error line (`ERROR`, `CLIENT_ERROR …`, `SERVER_ERROR …`).
     #[error("the server answered {0:?}")]
     Server(String),
@@ -40,6 +49,96 @@ pub(crate) enum ConnError {
     /// The call's deadline passed first.
     #[error("the deadline passed")]
     TimedOut,
+}
+
+impl From<io::Error> for ConnError {
+    /// A TLS verdict inside the I/O error is [`ConnError::Tls`]; anything else
+    /// [`ConnError::Io`].
+    fn from(e: io::Error) -> Self {
+        match tls::failure(&e) {
+            Some(what) => ConnError::Tls(what),
+            None => ConnError::Io(e),
+        }
+    }
+}
+
+/// What a connection carries its bytes over: TCP, or TLS over TCP.
+enum Stream {
+    Plain(TcpStream),
+    #[cfg(feature = "tls")]
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl Stream {
+    /// Connects to `address`, then, with `tls`, runs the TLS handshake.
+    async fn connect(address: &str, tls: Option<&Tls>) -> Result<Self, ConnError> {
+        let tcp = TcpStream::connect(address).await?;
+        tcp.set_nodelay(true)?;
+        match tls {
+            None => Ok(Stream::Plain(tcp)),
+            #[cfg(feature = "tls")]
+            Some(tls) => Ok(Stream::Tls(Box::new(tls.connect(tcp).await?))),
+            #[cfg(not(feature = "tls"))]
+            Some(never) => match *never {},
+        }
+    }
+
+    /// The TCP connection underneath.
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Stream::Plain(s) => s,
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => s.get_ref().0,
+        }
+    }
+
+    fn is_tls(&self) -> bool {
+        !matches!(self, Stream::Plain(_))
+    }
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
 }
 
 /// Runs `f` until `deadline` (none: no limit).
@@ -71,15 +170,14 @@ pub(crate) struct Conn {
 }
 
 struct Io {
-    stream: BufReader<TcpStream>,
+    stream: BufReader<Stream>,
     line: Vec<u8>,
 }
 
 impl Conn {
-    /// Opens a connection (`host:port`), without learning its epoch.
-    pub(crate) async fn open(address: &str) -> Result<Self, ConnError> {
-        let stream = TcpStream::connect(address).await?;
-        stream.set_nodelay(true)?;
+    /// Opens a connection (`host:port`; over TLS with `tls`), without learning its epoch.
+    pub(crate) async fn open(address: &str, tls: Option<&Tls>) -> Result<Self, ConnError> {
+        let stream = Stream::connect(address, tls).await?;
         let far = Instant::now() + Duration::from_secs(86_400);
         Ok(Self {
             io: Io { stream: BufReader::new(stream), line: Vec::with_capacity(64) },
@@ -89,9 +187,12 @@ impl Conn {
     }
 
     /// Opens a connection and asks the server who it is (`stats`: pid, time, uptime).
-    pub(crate) async fn open_with_epoch(address: &str) -> Result<Self, ConnError> {
-        let mut conn = Self::open(address).await?;
-        conn.epoch = Some(conn.io.stats_epoch().await?);
+    pub(crate) async fn open_with_epoch(
+        address: &str,
+        tls: Option<&Tls>,
+    ) -> Result<Self, ConnError> {
+        let mut conn = Self::open(address, tls).await?;
+        conn.epoch = Some(conn.io.stats_epoch().await.map_err(|e| plaintext_hint(&conn, e))?);
         Ok(conn)
     }
 
@@ -119,18 +220,48 @@ impl Conn {
 
     /// Whether an idle connection still looks usable: nothing to read and not closed by the
     /// server (a restarted or stopped server, or a cut connection, closes it).
+    ///
+    /// On a TLS connection the probe looks at the TCP connection underneath: any byte there
+    /// (a `close_notify`, or anything else an idle connection should not receive) or its end
+    /// discards the connection, so the byte the probe may take is never missed.
     fn is_idle_and_open(&self) -> bool {
         if !self.io.stream.buffer().is_empty() {
             return false;
         }
         let mut probe = [0u8; 1];
-        matches!(self.io.stream.get_ref().try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+        matches!(self.io.stream.get_ref().tcp().try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    }
+}
+
+/// `e`, from the first exchange (`stats`) of a plaintext connection, with a hint when the
+/// server closed or reset the connection without a byte of reply: that is what memcached's
+/// TLS listener does to a client that does not speak TLS. The error stays [`ConnError::Io`]
+/// (`Error::Unavailable`): a server going away looks the same from here.
+fn plaintext_hint(conn: &Conn, e: ConnError) -> ConnError {
+    match e {
+        ConnError::Io(e)
+            if !conn.io.stream.get_ref().is_tls()
+                && matches!(
+                    e.kind(),
+                    io::ErrorKind::ConnectionReset | io::ErrorKind::UnexpectedEof
+                ) =>
+        {
+            ConnError::Io(io::Error::new(
+                e.kind(),
+                format!(
+                    "{e}, before any reply to the first request of a new connection (if this \
+                     is memcached's TLS listener (-Z), enable TLS: the `tls` feature and \
+                     tls_ca_pem)"
+                ),
+            ))
+        }
+        e => e,
     }
 }
 
 impl Io {
     async fn stats_epoch(&mut self) -> Result<Epoch, ConnError> {
-        self.stream.get_mut().write_all(b"stats\r\n").await?;
+        self.write(b"stats\r\n").await?;
         let (mut pid, mut time, mut uptime) = (None, None, None);
         for n in 0.. {
             if n == MAX_STATS_LINES {
@@ -182,8 +313,16 @@ impl Io {
         Ok(&self.line)
     }
 
+    /// Writes `bytes` whole and flushes them (a TLS stream may hold them back otherwise).
+    async fn write(&mut self, bytes: &[u8]) -> Result<(), ConnError> {
+        let stream = self.stream.get_mut();
+        stream.write_all(bytes).await?;
+        stream.flush().await?;
+        Ok(())
+    }
+
     async fn request(&mut self, request: &[u8]) -> Result<Reply, ConnError> {
-        self.stream.get_mut().write_all(request).await?;
+        self.write(request).await?;
         let line = self.read_line().await?;
         match parse_line(line) {
             Line::Error(e) => Err(ConnError::Server(e)),
@@ -212,7 +351,8 @@ impl Io {
 impl fmt::Debug for Conn {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Conn")
-            .field("peer", &self.io.stream.get_ref().peer_addr().ok())
+            .field("peer", &self.io.stream.get_ref().tcp().peer_addr().ok())
+            .field("tls", &self.io.stream.get_ref().is_tls())
             .field("epoch", &self.epoch)
             .finish()
     }
@@ -221,18 +361,24 @@ impl fmt::Debug for Conn {
 /// The provider's connections: at most `max` open at once; idle ones are kept for reuse.
 pub(crate) struct Pool {
     address: String,
+    tls: Option<Tls>,
     idle: Mutex<Vec<Conn>>,
     permits: Semaphore,
     max: usize,
 }
 
 impl Pool {
-    pub(crate) fn new(address: String, max: usize) -> Self {
-        Self { address, idle: Mutex::new(Vec::new()), permits: Semaphore::new(max), max }
+    pub(crate) fn new(address: String, tls: Option<Tls>, max: usize) -> Self {
+        Self { address, tls, idle: Mutex::new(Vec::new()), permits: Semaphore::new(max), max }
     }
 
     pub(crate) fn address(&self) -> &str {
         &self.address
+    }
+
+    /// The TLS every connection uses, if any.
+    pub(crate) fn tls(&self) -> Option<&Tls> {
+        self.tls.as_ref()
     }
 
     pub(crate) fn max(&self) -> usize {
@@ -268,7 +414,7 @@ impl Pool {
                 None => break,
             }
         }
-        let conn = until(deadline, Conn::open_with_epoch(&self.address)).await??;
+        let conn = until(deadline, Conn::open_with_epoch(&self.address, self.tls())).await??;
         Ok(Checkout { pool: self, conn, _permit: permit })
     }
 }

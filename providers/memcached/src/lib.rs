@@ -1,6 +1,7 @@
 //! memcached lock provider for [`shedlock`], speaking the memcached **meta protocol**
-//! (memcached ≥ 1.6) directly over tokio TCP connections. No client library: tokio, `tracing` and
-//! `thiserror` only.
+//! (memcached ≥ 1.6) directly over tokio TCP connections, or TLS over them with the `tls`
+//! feature ([TLS](#tls)). No client library: tokio, `tracing` and `thiserror` only (and
+//! tokio-rustls with `tls`).
 //!
 //! - **Acquire: one round trip.** A meta set in add mode with a relative TTL, returning the
 //!   item's CAS value: `ms <key> <len> b T<ttl> ME c`. `HD c<cas>` means the lock is ours, `NS`
@@ -110,9 +111,37 @@
 //! memcached is a cache: under memory pressure it may evict any item, a held lock included,
 //! which frees the lock early. Give the server memory to spare (`-m`), or run it with `-M`
 //! (return errors instead of evicting), or use a memcached instance of its own for locks.
+//!
+//! # TLS
+//!
+//! With the **`tls`** feature (tokio-rustls, rustls on the *ring* provider, named explicitly),
+//! [`tls_ca_pem`](MemcachedLockProviderBuilder::tls_ca_pem) connects every connection of the
+//! pool, reconnects included, to memcached's TLS listener (`-Z`), trusting exactly the CAs in
+//! that PEM text (no system roots).
+//! [`tls_server_name`](MemcachedLockProviderBuilder::tls_server_name) changes the name the
+//! certificate is verified against (default: the host of the address) and
+//! [`tls_identity`](MemcachedLockProviderBuilder::tls_identity) presents a client certificate
+//! (memcached's `ssl_verify_mode=2`). The reply caps above hold on the decrypted stream.
+//!
+//! Settings that cannot work (no CA, PEM that does not parse, a bad name, TLS without the
+//! feature) are [`Error::Setup`] at build, before any I/O. A TLS failure at connection time that a
+//! retry would not change — a certificate not accepted, a session refused by the server (a
+//! client certificate required), a port that does not answer TLS — is [`Error::Setup`] too,
+//! saying what to change; a handshake cut by the network is the retryable
+//! [`Error::Unavailable`], and one that never completes ends at the operation timeout.
+//!
+//! # Security
+//!
+//! memcached has **no access control**, and this client sends no login (memcached's SASL is
+//! binary-protocol only; its experimental `-Y` text-protocol login is not supported): anyone
+//! who reaches the port can take, release or forge any lock. Bind memcached to a private
+//! network; on a shared one, use TLS with client certificates
+//! ([`tls_identity`](MemcachedLockProviderBuilder::tls_identity), `ssl_verify_mode=2`). See the
+//! README's "Permissions".
 
 mod conn;
 mod proto;
+mod tls;
 
 use std::{
     fmt,
@@ -134,6 +163,7 @@ use tokio::time::Instant;
 use crate::{
     conn::{Checkout, Conn, ConnError, Epoch, Pool},
     proto::{Reply, at_least_ttl, at_most_ttl, base64, meta_delete, meta_get, meta_set},
+    tls::TlsSettings,
 };
 
 pub use crate::proto::{MAX_KEY_LEN, MAX_LINE_LEN, MAX_LOCK_DURATION, MAX_VALUE_LEN};
@@ -175,6 +205,7 @@ pub struct MemcachedLockProviderBuilder {
     prefix: Vec<u8>,
     settings: ProviderSettings,
     max_connections: usize,
+    tls: TlsSettings,
 }
 
 impl ProviderBuilder for MemcachedLockProviderBuilder {
@@ -202,12 +233,42 @@ impl MemcachedLockProviderBuilder {
         self
     }
 
+    /// Connect over TLS, trusting exactly the certificate authorities in `pem` (PEM text: one
+    /// CA, or a bundle of several, each trusted): memcached's certificate (`-o
+    /// ssl_chain_cert=…`) must be signed by one of them. The client trusts no system roots, so
+    /// TLS needs this setting; any TLS setting turns TLS on for every connection of the
+    /// provider, reconnects included. Needs the `tls` feature (without it [`build`](Self::build)
+    /// fails with [`Error::Setup`]). See [TLS](crate#tls).
+    pub fn tls_ca_pem(mut self, pem: impl Into<String>) -> Self {
+        self.tls.ca_pem = Some(pem.into());
+        self
+    }
+
+    /// The name memcached's certificate is verified against (a DNS name or an IP address),
+    /// when it is not the host of the address (default): e.g. an address given as an IP, a
+    /// certificate issued for `cache.internal`. Turns TLS on (see [`tls_ca_pem`](Self::tls_ca_pem)).
+    pub fn tls_server_name(mut self, name: impl Into<String>) -> Self {
+        self.tls.server_name = Some(name.into());
+        self
+    }
+
+    /// A client certificate (PEM; its chain may follow it) and its private key (PEM: PKCS#8,
+    /// RSA or SEC1), presented to a memcached that asks for one (`-o ssl_verify_mode=2` with
+    /// `ssl_ca_cert=…`): with this client, the only way memcached can keep clients out (see
+    /// [Security](crate#security)). The key is never printed. Turns TLS on (see [`tls_ca_pem`](Self::tls_ca_pem)).
+    pub fn tls_identity(mut self, cert_pem: impl Into<String>, key_pem: impl Into<String>) -> Self {
+        self.tls.identity = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
     /// Validates the configuration and builds the provider. An address that is not
     /// `host:port` (optionally `memcache://host:port`), a prefix that leaves no room for a name,
-    /// a `locked_by` over 255 bytes or zero connections give
-    /// [`Error::Setup`]. Does no I/O.
+    /// a `locked_by` over 255 bytes, zero connections, or TLS settings that are not usable (no
+    /// CA, PEM text that does not parse, a server name that is neither a DNS name nor an IP
+    /// address, TLS asked for without the `tls` feature) give [`Error::Setup`]. Does no I/O.
     pub fn build(self) -> Result<MemcachedLockProvider> {
         let address = parse_address(&self.address)?;
+        let tls = self.tls.connector(host_of(&address))?;
         let prefix = delimited(self.prefix);
         if prefix.len() >= MAX_KEY_LEN {
             return Err(setup(format!(
@@ -221,7 +282,7 @@ impl MemcachedLockProviderBuilder {
             return Err(setup("max_connections must be at least 1".into()));
         }
         let store = MemcachedStore {
-            pool: Pool::new(address, self.max_connections),
+            pool: Pool::new(address, tls, self.max_connections),
             max_name_len: MAX_KEY_LEN - prefix.len(),
             prefix,
         };
@@ -240,6 +301,11 @@ fn delimited(mut prefix: Vec<u8>) -> Vec<u8> {
 
 fn setup(message: String) -> Error {
     Error::Setup { backend: BACKEND, message }
+}
+
+/// The host of a checked `host:port` (an IPv6 address keeps its brackets).
+fn host_of(address: &str) -> &str {
+    address.rsplit_once(':').map_or(address, |(host, _)| host)
 }
 
 /// `host:port` from `host:port`, `memcache://host:port` or `memcached://host:port` (a trailing
@@ -271,6 +337,9 @@ fn parse_address(address: &str) -> Result<String> {
 fn map_err(e: ConnError) -> Error {
     match e {
         ConnError::Io(e) => Error::unavailable(BACKEND, e),
+        // A certificate not accepted, a server that does not speak TLS: the settings (or the
+        // server's) must change; a retry would fail the same way.
+        ConnError::Tls(what) => setup(what),
         e @ (ConnError::Server(_)
         | ConnError::Protocol(_)
         | ConnError::Oversized(_)
@@ -322,6 +391,7 @@ impl fmt::Debug for MemcachedStore {
             .field("key_prefix", &String::from_utf8_lossy(&self.prefix))
             .field("max_name_len", &self.max_name_len)
             .field("max_connections", &self.pool.max())
+            .field("tls", &self.pool.tls())
             .finish()
     }
 }
@@ -573,6 +643,7 @@ impl MemcachedLockProvider {
             prefix: DEFAULT_KEY_PREFIX.as_bytes().to_vec(),
             settings: ProviderSettings::new(),
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            tls: TlsSettings::default(),
         }
     }
 
@@ -598,6 +669,21 @@ impl MemcachedLockProvider {
     /// The server address, `host:port`.
     pub fn address(&self) -> &str {
         self.inner.store().pool.address()
+    }
+
+    /// Whether the provider's connections use TLS.
+    pub fn uses_tls(&self) -> bool {
+        self.inner.store().pool.tls().is_some()
+    }
+
+    /// A new [`RawConnection`] to this provider's server, opened as the provider opens its
+    /// own (over TLS when it uses TLS) but outside its pool, with no time limit. A TLS failure
+    /// is [`Error::Setup`], as for the provider's calls.
+    pub async fn raw_connection(&self) -> Result<RawConnection> {
+        let pool = &self.inner.store().pool;
+        Ok(RawConnection {
+            conn: Some(Conn::open(pool.address(), pool.tls()).await.map_err(map_err)?),
+        })
     }
 }
 
@@ -645,10 +731,12 @@ impl RawReply {
 }
 
 impl RawConnection {
-    /// Connects to `address` (`host:port` or `memcache://host:port`).
+    /// Connects to `address` (`host:port` or `memcache://host:port`), in plaintext. For TLS,
+    /// open one with [`MemcachedLockProvider::raw_connection`] on a provider built with the TLS
+    /// settings.
     pub async fn connect(address: &str) -> Result<Self> {
         let address = parse_address(address)?;
-        Ok(Self { conn: Some(Conn::open(&address).await.map_err(map_err)?) })
+        Ok(Self { conn: Some(Conn::open(&address, None).await.map_err(map_err)?) })
     }
 
     /// Sends `request` — a meta command line and, for `ms`, its data block, each ending in

@@ -5,3 +5,5 @@
 
 mod hostile;
 mod memcached;
+mod pki;
+mod tls;
