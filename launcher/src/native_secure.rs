@@ -297,8 +297,8 @@ pub(super) fn secure_nodes(
         Programs::Memcached { server } => {
             let d = dir.join("memcached");
             fresh_dir(backend, &d)?;
-            // TLS on the one listener (memcached's meta protocol has no authentication: see
-            // `Secure`); the key is readable by the server's user only.
+            // TLS 1.3 on the one listener, and no authentication (see `Secure`); the key is
+            // readable by the server's user only.
             let user = if system_user("memcache").is_some() { "memcache" } else { "nobody" };
             if is_root() {
                 chown_tree(backend, &s.key_path(), system_user(user))?;
@@ -327,7 +327,7 @@ pub(super) fn secure_nodes(
                     .arg(port(0).to_string())
                     .args(["-U", "0", "-m", "64", "-Z", "-o"])
                     .arg(format!(
-                        "ssl_chain_cert={},ssl_key={}",
+                        "ssl_chain_cert={},ssl_key={},ssl_min_version=3",
                         s.cert_path().display(),
                         s.key_path().display()
                     ))

@@ -37,7 +37,7 @@ const ADMIN_USER: &str = "shedlock_admin";
 /// | etcd | `https://` client URL | `root` (role `root`); `auth enable` | `shedlock_app`, no role: grant one |
 /// | NATS | `tls` block (`tls_required`) | `shedlock_admin` (all) | `shedlock_app`, permissions in [`app_permissions_path`](Self::app_permissions_path), at first none |
 /// | ZooKeeper | `secureClientPort` only (Netty) | none (no super user) | any digest identity, e.g. `shedlock_app` / [`app_password`](Self::app_password): `enforce.auth` refuses sessions without one |
-/// | memcached | `-Z` on its one listener | none: the meta protocol has no authentication | none |
+/// | memcached | `-Z` on its one listener, TLS 1.3 (`ssl_min_version=3`) | none | none: no authentication is enabled (memcached 1.6's experimental `-Y` auth file is not used, and the provider sends no login) |
 #[derive(Clone)]
 pub struct Secure {
     backend: Backend,
@@ -198,7 +198,7 @@ impl Secure {
             Backend::Redis | Backend::Valkey => format!("rediss://{user}:{password}@{addr}"),
             Backend::Etcd => format!("https://{addr}"),
             Backend::Nats => format!("tls://{user}:{password}@{addr}"),
-            // No credentials: memcached has no authentication in its meta protocol.
+            // No credentials: the secure memcached enables no authentication.
             Backend::Memcached => format!("memcache://{addr}"),
             _ => format!("{addr}"),
         }
