@@ -60,10 +60,6 @@ pub(crate) async fn open(args: &StoreArgs) -> Result<Arc<dyn LockProvider>, Stri
         #[cfg(feature = "memcached")]
         "memcache" | "memcached" if args.shedlock_compatible => compat_unsupported("memcached"),
         #[cfg(feature = "memcached")]
-        "memcache" | "memcached" if args.ca_file.is_some() => {
-            no_tls("shedlock-memcached speaks plain TCP only")
-        }
-        #[cfg(feature = "memcached")]
         "memcache" | "memcached" => stores::memcached(url, args),
         #[cfg(feature = "nats")]
         "nats" | "tls" if args.shedlock_compatible => compat_unsupported("NATS"),

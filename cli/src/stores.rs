@@ -193,13 +193,16 @@ fn url_rest(url: &str) -> &str {
 pub(crate) fn memcached(url: &str, args: &StoreArgs) -> Opened {
     let a = authority(url_rest(url));
     if a.user.is_some() {
-        return Err(
-            "memcached has no authentication in its meta protocol: give host:port only".into()
-        );
+        return Err("shedlock-memcached sends no login: give host:port only".into());
     }
     let mut b = shedlock_memcached::MemcachedLockProvider::builder(a.hosts).max_connections(1);
     if let Some(prefix) = &args.key_prefix {
         b = b.key_prefix(prefix);
+    }
+    // A CA means memcached's TLS listener (`-Z`), verified against it (the provider's `tls`
+    // feature, on with the tool's `tls-rustls`).
+    if let Some(path) = &args.ca_file {
+        b = b.tls_ca_pem(String::from_utf8_lossy(&read_ca(path)?).into_owned());
     }
     Ok(Arc::new(b.operation_timeout(Some(args.timeout())).build()?))
 }

@@ -517,3 +517,45 @@ async fn a_ca_file_with_a_plaintext_redis_cluster_node_is_refused() {
     assert_eq!(ran.code, 2);
     assert!(ran.stderr.contains("plaintext") && ran.stderr.contains("rediss://"), "{}", ran.stderr);
 }
+
+/// memcached has no login: over its TLS listener (`-Z`) the tool shows a lock with `--ca-file`,
+/// and without the CA, or with another one, it is refused, saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memcached_over_tls_verified_against_the_ca_shows_the_lock_and_refuses_another_ca() {
+    let (secure, addr) = secure(Backend::Memcached, "memcached").await;
+    let prefix = format!("{}:", unique("cli-tls"));
+    let holder = shedlock_memcached::MemcachedLockProvider::builder(addr.to_string())
+        .tls_ca_pem(secure.ca_pem())
+        .key_prefix(&prefix)
+        .locked_by(HOLDER)
+        .build()
+        .unwrap();
+    let name = "jobs-tls";
+    let _lock = holder.try_lock(&cfg(name)).await.unwrap().expect("free");
+    let url = format!("memcache://{addr}");
+    let ca = secure.ca_path().display().to_string();
+    let (other, _dir) = other_ca();
+    let show = |extra: Vec<String>| {
+        let url = url.clone();
+        let prefix = prefix.clone();
+        async move {
+            let mut args = vec!["--url".to_owned(), url, "--prefix".to_owned(), prefix];
+            args.extend(extra);
+            args.extend(["--timeout-secs", "5", "--json", "show", name].map(String::from));
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            shedlock(&args, &[], "").await
+        }
+    };
+    let ran = show(vec!["--ca-file".into(), ca]).await;
+    assert_eq!(ran.code, 0, "the held lock, over TLS: {}", ran.stderr);
+    let v: Value = serde_json::from_str(&ran.stdout).expect(&ran.stdout);
+    assert_eq!((v["held"].clone(), v["locked_by"].clone()), (true.into(), HOLDER.into()));
+    for (what, extra) in
+        [("no CA: plaintext", vec![]), ("another CA", vec!["--ca-file".into(), other])]
+    {
+        let ran = show(extra).await;
+        assert_eq!(ran.code, 2, "{what} must be refused: {}", ran.stdout);
+        let err = ran.stderr.to_ascii_lowercase();
+        assert!(["certificate", "tls"].iter().any(|w| err.contains(w)), "{what}: {err}");
+    }
+}
