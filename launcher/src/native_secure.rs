@@ -42,6 +42,36 @@ fn os(args: &[&str]) -> Vec<OsString> {
     args.iter().map(OsString::from).collect()
 }
 
+/// A probe that sends `request` over TLS with `openssl s_client`, verifying the server against
+/// the CA at `ca`, and expects `expect` in the answer (the server must close the connection
+/// after it: `-quiet` ignores the end of `request`).
+fn openssl_probe(
+    backend: Backend,
+    addr: SocketAddr,
+    ca: &str,
+    request: &'static str,
+    expect: &'static str,
+) -> Result<CommandProbe, LaunchError> {
+    let connect = addr.to_string();
+    Ok(CommandProbe {
+        addr,
+        program: client(backend, "openssl", "openssl")?,
+        args: os(&[
+            "s_client",
+            "-connect",
+            &connect,
+            "-CAfile",
+            ca,
+            "-verify_return_error",
+            "-quiet",
+        ]),
+        env: Vec::new(),
+        expect,
+        stdin: None,
+    }
+    .with_stdin(request))
+}
+
 /// The one server of a secure launch on `ports[0]` (and `ports[1]`, etcd's peer port).
 pub(super) fn secure_nodes(
     backend: Backend,
@@ -261,24 +291,8 @@ pub(super) fn secure_nodes(
             }
             classpath.push(":");
             classpath.push(d.as_os_str());
-            let probe = CommandProbe {
-                addr,
-                program: client(backend, "openssl", "openssl")?,
-                // `srvr` over TLS (four-letter words need no login), verified against the CA.
-                args: os(&[
-                    "s_client",
-                    "-connect",
-                    &addr.to_string(),
-                    "-CAfile",
-                    &ca,
-                    "-verify_return_error",
-                    "-quiet",
-                ]),
-                env: Vec::new(),
-                expect: "Mode: standalone",
-                stdin: None,
-            }
-            .with_stdin("srvr");
+            // `srvr` over TLS (four-letter words need no login); the server then closes.
+            let probe = openssl_probe(backend, addr, &ca, "srvr", "Mode: standalone")?;
             NodeSpec::new(java, d.join("server.log"), Probe::Command(Box::new(probe)))
                 .args([
                     "-Xmx256m",
@@ -303,24 +317,8 @@ pub(super) fn secure_nodes(
             if is_root() {
                 chown_tree(backend, &s.key_path(), system_user(user))?;
             }
-            let probe = CommandProbe {
-                addr,
-                program: client(backend, "openssl", "openssl")?,
-                args: os(&[
-                    "s_client",
-                    "-connect",
-                    &addr.to_string(),
-                    "-CAfile",
-                    &ca,
-                    "-verify_return_error",
-                    "-quiet",
-                ]),
-                env: Vec::new(),
-                expect: "VERSION ",
-                stdin: None,
-            }
             // `quit` makes the server close the connection, and s_client exit.
-            .with_stdin("version\r\nquit\r\n");
+            let probe = openssl_probe(backend, addr, &ca, "version\r\nquit\r\n", "VERSION ")?;
             let mut spec =
                 NodeSpec::new(server, d.join("server.log"), Probe::Command(Box::new(probe)))
                     .args(["-l", "127.0.0.1", "-p"])
