@@ -294,7 +294,12 @@ async fn accept(listener: TcpListener, forward: Forward) {
 
 impl Forward {
     async fn run(self, client: TcpStream, peer: SocketAddr, local: SocketAddr) {
-        match from_this_process(peer, local) {
+        // Reading /proc is file I/O (the whole namespace's TCP table, then every descriptor of
+        // this process): off the async runtime's threads.
+        let ours = tokio::task::spawn_blocking(move || from_this_process(peer, local))
+            .await
+            .unwrap_or_else(|e| Err(io::Error::other(e)));
+        match ours {
             Ok(true) => {}
             Ok(false) => {
                 tracing::warn!(%peer, "the TLS forwarder refused a connection from another process");
@@ -407,6 +412,21 @@ fn classify(server: &Server, e: &io::Error) -> Failure {
 /// process's file descriptors.
 #[cfg(target_os = "linux")]
 fn from_this_process(peer: SocketAddr, local: SocketAddr) -> io::Result<bool> {
+    // The kernel builds /proc/net/tcp bucket by bucket while it is read: sockets opened and
+    // closed meanwhile (other connections of a busy process) can make one read miss an entry.
+    // A connection is refused only when several reads agree it is not ours.
+    for _ in 0..5 {
+        if socket_of_this_process(peer, local)? {
+            return Ok(true);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    Ok(false)
+}
+
+/// One read of /proc/self/net/tcp and /proc/self/fd: see [`from_this_process`].
+#[cfg(target_os = "linux")]
+fn socket_of_this_process(peer: SocketAddr, local: SocketAddr) -> io::Result<bool> {
     let table = std::fs::read_to_string("/proc/self/net/tcp")?;
     let inode = table.lines().skip(1).find_map(|line| {
         let f: Vec<&str> = line.split_whitespace().collect();
