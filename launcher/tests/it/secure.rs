@@ -195,26 +195,32 @@ fn plaintext_hello(addr: std::net::SocketAddr, send: &[u8]) -> String {
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
-#[test]
-fn secure_zookeeper_speaks_only_tls_and_answers_srvr_over_it() {
-    let s = start_secure(Backend::ZooKeeper);
-    let sec = s.secure().unwrap();
-    let addr = s.addr().unwrap();
+/// What the server at `addr` answers `request` over TLS verified against the CA at `ca`
+/// (`openssl s_client`; the server must close the connection after it).
+fn over_tls(addr: std::net::SocketAddr, ca: &std::path::Path, request: &[u8]) -> String {
+    use std::io::Write;
     let out = Command::new("openssl")
         .args(["s_client", "-connect", &addr.to_string(), "-CAfile"])
-        .arg(sec.ca_path())
+        .arg(ca)
         .args(["-verify_return_error", "-quiet"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .and_then(|mut c| {
-            use std::io::Write;
-            c.stdin.take().unwrap().write_all(b"srvr")?;
+            c.stdin.take().unwrap().write_all(request)?;
             c.wait_with_output()
         })
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn secure_zookeeper_speaks_only_tls_and_answers_srvr_over_it() {
+    let s = start_secure(Backend::ZooKeeper);
+    let sec = s.secure().unwrap();
+    let addr = s.addr().unwrap();
+    let text = over_tls(addr, &sec.ca_path(), b"srvr");
     assert!(text.contains("Mode: standalone"), "{text}");
     // A plaintext four-letter word gets no answer: the port speaks TLS only.
     let plain = plaintext_hello(addr, b"srvr");
@@ -248,21 +254,7 @@ fn secure_memcached_speaks_only_tls() {
     let s = start_secure(Backend::Memcached);
     let sec = s.secure().unwrap();
     let addr = s.addr().unwrap();
-    let out = Command::new("openssl")
-        .args(["s_client", "-connect", &addr.to_string(), "-CAfile"])
-        .arg(sec.ca_path())
-        .args(["-verify_return_error", "-quiet"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .and_then(|mut c| {
-            use std::io::Write;
-            c.stdin.take().unwrap().write_all(b"version\r\nquit\r\n")?;
-            c.wait_with_output()
-        })
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = over_tls(addr, &sec.ca_path(), b"version\r\nquit\r\n");
     assert!(text.starts_with("VERSION "), "{text}");
     let plain = plaintext_hello(addr, b"version\r\n");
     assert!(!plain.starts_with("VERSION"), "plaintext must get no answer: {plain}");
