@@ -13,6 +13,8 @@
 //! (rustls on ring), verified against exactly the CA given, and forwards the bytes both ways. So
 //! every connection of the provider, reconnections included, reaches the ensemble over TLS, and
 //! a failed handshake is reported by what failed (an unknown CA, a wrong name, a plaintext port).
+//! The forwarder keeps each connection's first exchange in order (see `first_exchange`): the
+//! client's credentials reach the server only after its session is answered.
 //! The forwarder accepts only connections made by this very process (on Linux it checks the
 //! connecting socket against `/proc/self/fd`), so that no other local program can borrow its TLS
 //! session or client certificate.
@@ -21,6 +23,8 @@ use std::fmt;
 
 #[cfg(feature = "tls")]
 mod bridge;
+#[cfg(feature = "tls")]
+mod first_exchange;
 
 #[cfg(feature = "tls")]
 pub(crate) use bridge::Tls;

@@ -7,8 +7,7 @@
 //! - `zookeeper-secure`: the launcher's secure server (a TLS-only client port, digest
 //!   authentication enforced, no super user); every instance connects over TLS trusting only the
 //!   launcher's CA, authenticated as `shedlock_app`, and its nodes are creator-only (the record
-//!   hooks' session is that identity too). Parked (shown as skipped) unless
-//!   `SHEDLOCK_ZOOKEEPER_SECURE_SUITE` is set: see `secure()`.
+//!   hooks' session is that identity too).
 //!
 //! See `common/mod.rs` for the factory and hooks, `common/secure.rs` for the secure suite's.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -38,28 +37,12 @@ fn main() -> std::process::ExitCode {
     ])
 }
 
-/// Set to run `zookeeper-secure` (e.g. `SHEDLOCK_ZOOKEEPER_SECURE_SUITE=1 cargo xtask
-/// conformance --provider zookeeper --secure`).
-const SECURE_SUITE_ENV: &str = "SHEDLOCK_ZOOKEEPER_SECURE_SUITE";
-
-/// `zookeeper-secure`, parked unless asked for: under `cargo xtask test`'s load a new session
-/// through the provider's TLS forwarder fails now and then with "no available hosts" (seen in
-/// C13 and in C28's node processes). That is a bug of the forwarder, not of the kit: until it
-/// is found, the suite is shown as skipped with this reason, never as passed.
+/// `zookeeper-secure`: the secure server, reached over TLS as the application's identity.
 fn secure() -> shedlock_conformance::SuiteSpec {
-    if std::env::var_os(SECURE_SUITE_ENV).is_some() {
-        return shedlock_test_support::secure::suite(
-            Backend::ZooKeeper,
-            "zookeeper-secure",
-            shedlock_test_support::secure::options(),
-            common::secure::new_secure,
-        );
-    }
-    shedlock_conformance::SuiteSpec::skipped(
+    shedlock_test_support::secure::suite(
+        Backend::ZooKeeper,
         "zookeeper-secure",
-        format!(
-            "parked: new sessions through the TLS forwarder fail intermittently under load \
-             (\"no available hosts\" in C13 and C28); set {SECURE_SUITE_ENV}=1 to run it"
-        ),
+        shedlock_test_support::secure::options(),
+        common::secure::new_secure,
     )
 }

@@ -19,6 +19,7 @@ use tokio::{
 };
 use tokio_rustls::{TlsConnector, client::TlsStream};
 
+use super::first_exchange;
 use crate::BACKEND;
 
 /// The TLS of a provider: the client configuration (the CA, the optional client certificate),
@@ -335,10 +336,32 @@ impl Forward {
                 return;
             }
         };
-        self.failures.succeeded(&self.server);
         if let Some(version) = server.get_ref().1.protocol_version() {
             tracing::debug!(server = %self.server.addr, ?version, "TLS connection to ZooKeeper");
         }
+        let (mut client, mut server) = (client, server);
+        let first = first_exchange::relay(&mut client, &mut server);
+        let message = match tokio::time::timeout(self.timeout, first).await {
+            Ok(Ok(())) => None,
+            Ok(Err(first_exchange::Failed::Client(e))) => {
+                // The client gave up (its own connection timeout) or is not a ZooKeeper client.
+                tracing::debug!(error = %e, "the forwarded client left before its session was answered");
+                return;
+            }
+            Ok(Err(first_exchange::Failed::Server(e))) => {
+                Some(format!("the server did not answer the session request: {e}"))
+            }
+            Err(_) => Some(format!(
+                "the server did not answer the session request within {:?} (the connection \
+                 timeout)",
+                self.timeout
+            )),
+        };
+        if let Some(message) = message {
+            self.failures.record(&self.server, Failure { setup: false, message });
+            return;
+        }
+        self.failures.succeeded(&self.server);
         pipe(client, server).await;
     }
 }

@@ -108,21 +108,7 @@ pub async fn new_secure() -> Result<testing::secure::Secured<Zk>, BoxError> {
         other => return Err(format!("the secure ZooKeeper negotiated {other:?}").into()),
     };
     let root = format!("/shedlock-conformance-secure/{}", super::run_segment());
-    // A first session through the TLS forwarder can fail while C28 starts its three node
-    // processes at once ("no available hosts", retryable): set-up tries again, as a service's
-    // start-up would; the checks themselves never retry.
-    let mut attempt = 0;
-    let zk = loop {
-        match Zk::on("zookeeper-secure", service, root.clone(), app_access(service)).await {
-            Ok(zk) => break zk,
-            Err(e) if attempt < 5 => {
-                attempt += 1;
-                eprintln!("zookeeper-secure set-up, attempt {attempt}: {e}; trying again");
-                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-            }
-            Err(e) => return Err(e),
-        }
-    };
+    let zk = Zk::on("zookeeper-secure", service, root, app_access(service)).await?;
     // The claim of the report, checked: the root carries the application's digest identity with
     // every right, and nothing else.
     let (acls, _) = zk.admin().get_acl(zk.root()).await?;
