@@ -517,9 +517,8 @@ pub(crate) fn after_first_start(
     secure: Option<&Secure>,
 ) -> Result<(), LaunchError> {
     if let Some(s) = secure {
-        let addr =
-            specs.first().map_or(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), |n| n.probe.addr());
-        return secure_setup(backend, programs, addr, s);
+        let addrs: Vec<SocketAddr> = specs.iter().map(|n| n.probe.addr()).collect();
+        return secure_setup(backend, programs, &addrs, s);
     }
     let Programs::RedisCluster { cli, .. } = programs else {
         return Ok(());
@@ -545,8 +544,14 @@ pub(crate) fn settle(
     }
     let start = std::time::Instant::now();
     loop {
-        let failing =
-            specs.iter().find_map(|s| crate::probe::redis_cluster_ok(s.probe.addr()).err());
+        // A secure cluster's nodes answer over TLS only: asked through its client.
+        let failing = specs.iter().find_map(|s| {
+            match &s.probe {
+                Probe::RedisTls(cli) => cli.cluster_ok(),
+                other => crate::probe::redis_cluster_ok(other.addr()),
+            }
+            .err()
+        });
         let Some(last_probe) = failing else {
             return Ok(());
         };

@@ -16,14 +16,15 @@ use crate::{
     locate::{Programs, system_user, which},
     probe::Probe,
     process::NodeSpec,
-    secure::{self, CommandProbe, Secure},
+    secure::{self, CommandProbe, RedisCli, Secure},
 };
 
 fn unsupported(backend: Backend) -> LaunchError {
     LaunchError::Unsupported {
         backend: backend.name(),
         what: "a secure launch (authentication and TLS): the launcher secures postgres, \
-               mariadb, redis, etcd, nats, zookeeper and memcached (TLS only)"
+               mariadb, redis, valkey, redis-cluster, etcd, nats, zookeeper and memcached (TLS \
+               only)"
             .to_owned(),
     }
 }
@@ -36,6 +37,82 @@ fn client(backend: Backend, name: &str, package: &str) -> Result<PathBuf, Launch
         ),
         hint: format!("run `cargo xtask provision` or `apt-get install {package}`"),
     })
+}
+
+/// The command-line client of a Redis-protocol server: `valkey-cli` for Valkey, `redis-cli`
+/// otherwise, each falling back to the other (their TLS and login options are the same).
+fn redis_cli(backend: Backend) -> Result<PathBuf, LaunchError> {
+    let (first, second, package) = if backend == Backend::Valkey {
+        ("valkey-cli", "redis-cli", "valkey-tools")
+    } else {
+        ("redis-cli", "valkey-cli", "redis-tools")
+    };
+    which(first).or_else(|| which(second)).ok_or_else(|| LaunchError::NotInstalled {
+        backend: backend.name(),
+        looked_for: format!(
+            "{first} or {second} on PATH (a secure launch probes and sets up the server with it)"
+        ),
+        hint: format!("run `cargo xtask provision` or `apt-get install {package}`"),
+    })
+}
+
+/// A secure Redis-protocol server in `d` on TLS port `port` (its plaintext port is off): its
+/// ACL file (`default` off, the administrator with every right) and its configuration; for a
+/// Redis Cluster node (`bus`: its cluster-bus port) the cluster bus and replication over TLS
+/// too, and replicas logging in to their masters as the administrator.
+fn redis_node(
+    backend: Backend,
+    server: &Path,
+    cli: &Path,
+    d: &Path,
+    port: u16,
+    bus: Option<u16>,
+    s: &Secure,
+) -> Result<NodeSpec, LaunchError> {
+    fresh_dir(backend, d)?;
+    // Users live in an ACL file, so that users a test adds (`ACL SETUSER` then `ACL SAVE`)
+    // survive a restart; `default` (the password-less user) is off.
+    let acl = d.join("users.acl");
+    secure::write_secret(
+        backend,
+        &acl,
+        &format!(
+            "user default off\nuser {} on >{} ~* &* +@all\n",
+            s.admin_user(),
+            s.admin_password()
+        ),
+    )?;
+    let mut conf = format!(
+        "port 0\ntls-port {port}\nbind 127.0.0.1\nprotected-mode yes\ndir {dir}\n\
+         tls-cert-file {cert}\ntls-key-file {key}\ntls-ca-cert-file {ca}\n\
+         tls-auth-clients no\ntls-protocols \"TLSv1.3\"\naclfile {acl}\n\
+         save \"\"\nappendonly yes\nappendfsync no\n",
+        dir = d.display(),
+        cert = s.cert_path().display(),
+        key = s.key_path().display(),
+        ca = s.ca_path().display(),
+        acl = acl.display(),
+    );
+    if let Some(bus) = bus {
+        // As the plaintext cluster (native.rs's `redis_cluster_nodes`): fail-over within about
+        // two seconds, replicas syncing at once, a stopping master not waiting for them. The
+        // nodes talk to each other over TLS (each presents the server certificate, which is
+        // also a client certificate, and verifies the others' against the CA).
+        conf.push_str(&format!(
+            "cluster-enabled yes\ncluster-config-file nodes.conf\ncluster-port {bus}\n\
+             tls-cluster yes\ntls-replication yes\nmasteruser {admin}\nmasterauth {pw}\n\
+             cluster-node-timeout 1000\nrepl-diskless-sync-delay 0\nshutdown-timeout 1\n",
+            admin = s.admin_user(),
+            pw = s.admin_password(),
+        ));
+    }
+    let conf_path = d.join("redis.conf");
+    secure::write_secret(backend, &conf_path, &conf)?;
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let probe = RedisCli::new(addr, cli.to_path_buf(), s);
+    Ok(NodeSpec::new(server, d.join("server.log"), Probe::RedisTls(Box::new(probe)))
+        .arg(conf_path.as_os_str())
+        .cwd(d))
 }
 
 fn os(args: &[&str]) -> Vec<OsString> {
@@ -165,60 +242,18 @@ pub(super) fn secure_nodes(
             spec
         }
         Programs::Redis { server } => {
-            let d = dir.join("redis");
-            fresh_dir(backend, &d)?;
-            // Users live in an ACL file, so that users a test adds (`ACL SETUSER` then
-            // `ACL SAVE`) survive a restart; `default` (the password-less user) is off.
-            let acl = d.join("users.acl");
-            secure::write_secret(
-                backend,
-                &acl,
-                &format!(
-                    "user default off\nuser {} on >{} ~* &* +@all\n",
-                    s.admin_user(),
-                    s.admin_password()
-                ),
-            )?;
-            let conf = d.join("redis.conf");
-            secure::write_secret(
-                backend,
-                &conf,
-                &format!(
-                    "port 0\ntls-port {port}\nbind 127.0.0.1\nprotected-mode yes\ndir {dir}\n\
-                     tls-cert-file {cert}\ntls-key-file {key}\ntls-ca-cert-file {ca}\n\
-                     tls-auth-clients no\ntls-protocols \"TLSv1.3\"\naclfile {acl}\n\
-                     save \"\"\nappendonly yes\nappendfsync no\n",
-                    port = port(0),
-                    dir = d.display(),
-                    cert = s.cert_path().display(),
-                    key = s.key_path().display(),
-                    acl = acl.display(),
-                ),
-            )?;
-            let cli = client(backend, "redis-cli", "redis-tools")?;
-            let probe = CommandProbe {
-                addr,
-                program: cli,
-                args: os(&[
-                    "--tls",
-                    "--cacert",
-                    &ca,
-                    "-h",
-                    "127.0.0.1",
-                    "-p",
-                    &port(0).to_string(),
-                    "--user",
-                    s.admin_user(),
-                    "--no-auth-warning",
-                    "PING",
-                ]),
-                env: vec![("REDISCLI_AUTH".to_owned(), s.admin_password().to_owned())],
-                expect: "PONG",
-                stdin: None,
-            };
-            NodeSpec::new(server, d.join("server.log"), Probe::Command(Box::new(probe)))
-                .arg(conf.as_os_str())
-                .cwd(&d)
+            let cli = redis_cli(backend)?;
+            redis_node(backend, server, &cli, &dir.join("redis"), port(0), None, s)?
+        }
+        Programs::RedisCluster { server, cli } => {
+            // ports: the client (TLS) ports of the nodes, then their cluster-bus ports.
+            let n = backend.node_count();
+            return (0..n)
+                .map(|i| {
+                    let d = dir.join(format!("redis{i}"));
+                    redis_node(backend, server, cli, &d, port(i), Some(port(n + i)), s)
+                })
+                .collect();
         }
         Programs::Etcd { server } => {
             let d = dir.join("etcd0");
@@ -386,15 +421,17 @@ pub(super) fn secure_nodes(
 }
 
 /// What a secure server needs once it answers, on its first start: PostgreSQL's application
-/// role; etcd's root user and role, the application user, and `auth enable`. (MariaDB's users
-/// come from its init file at every start, Redis's from its ACL file.)
+/// role; etcd's root user and role, the application user, and `auth enable`; the Redis
+/// Cluster's creation over TLS. (MariaDB's users come from its init file at every start,
+/// Redis's from its ACL file.) `addrs`: the nodes' client addresses.
 pub(super) fn secure_setup(
     backend: Backend,
     programs: &Programs,
-    addr: SocketAddr,
+    addrs: &[SocketAddr],
     s: &Secure,
 ) -> Result<(), LaunchError> {
     let ca = s.ca_path().display().to_string();
+    let addr = addrs.first().copied().unwrap_or(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)));
     match programs {
         Programs::Postgres { postgres, .. } => {
             let psql = postgres
@@ -439,6 +476,20 @@ pub(super) fn secure_setup(
                 run_secret(backend, s, what, &etcdctl, &all, &[("ETCDCTL_API", "3")], None)?;
             }
             Ok(())
+        }
+        Programs::RedisCluster { cli, .. } => {
+            // 3 masters and 3 replicas, as the plaintext cluster; the administrator's password
+            // in REDISCLI_AUTH only.
+            let cli = RedisCli::new(addr, cli.clone(), s);
+            let nodes: Vec<String> = addrs.iter().map(SocketAddr::to_string).collect();
+            let mut rest = vec!["--cluster", "create"];
+            rest.extend(nodes.iter().map(String::as_str));
+            rest.extend(["--cluster-replicas", "1", "--cluster-yes"]);
+            let args = cli.args_with(&rest);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let env: Vec<(&str, &str)> =
+                cli.env().iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            run_secret(backend, s, "creating the cluster", cli.program(), &args, &env, None)
         }
         _ => Ok(()),
     }

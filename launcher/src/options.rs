@@ -201,8 +201,10 @@ impl LaunchOptions {
     /// user with no privilege on lock data, for the test to grant exactly what its provider
     /// needs. [`Service::secure`](crate::Service::secure) gives the CA and the credentials, and
     /// [`Service::url`](crate::Service::url) is then the application user's URL over TLS.
-    /// Native PostgreSQL, MariaDB, Redis and etcd (one node) only: any other backend, a Docker
-    /// launch or a placement fails with [`LaunchError::Unsupported`](crate::LaunchError).
+    /// Native PostgreSQL, MariaDB, Redis, Valkey, the Redis Cluster (six nodes, TLS also on the
+    /// cluster bus and replication), etcd (one node), NATS, ZooKeeper (one node) and memcached
+    /// (TLS only) only: any other backend, a Docker launch or a placement fails with
+    /// [`LaunchError::Unsupported`](crate::LaunchError).
     /// [`Secure`](crate::Secure) lists what each server gets.
     pub fn secure(mut self, secure: bool) -> Self {
         self.secure = secure;

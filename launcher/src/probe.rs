@@ -38,8 +38,11 @@ pub(crate) enum Probe {
         path: &'static str,
     },
     /// A secure launch's server, probed with its own client over TLS and with credentials
-    /// (`pg_isready`, `mariadb-admin ping`, `redis-cli PING`, `curl /health`).
+    /// (`pg_isready`, `mariadb-admin ping`, `curl /health`).
     Command(Box<crate::secure::CommandProbe>),
+    /// A secure launch's Redis or Valkey node: `PING` through `redis-cli` (or `valkey-cli`)
+    /// over TLS as the administrator.
+    RedisTls(Box<crate::secure::RedisCli>),
 }
 
 const IO_TIMEOUT: Duration = Duration::from_secs(3);
@@ -159,6 +162,7 @@ impl Probe {
             Probe::Nats { client, .. } => *client,
             Probe::HttpOk { addr, .. } => *addr,
             Probe::Command(c) => c.addr,
+            Probe::RedisTls(c) => c.addr,
         }
     }
 
@@ -166,6 +170,7 @@ impl Probe {
     pub(crate) fn check(&self) -> Result<(), String> {
         match self {
             Probe::Command(c) => c.check(),
+            Probe::RedisTls(c) => c.ping(),
             Probe::Postgres(a) => postgres(*a),
             Probe::MySql(a) => mysql(*a),
             Probe::Redis(a) => {
@@ -300,18 +305,29 @@ fn read_line(s: &mut Wire) -> Result<String, String> {
 /// and no append-only-file rewrite is running.
 pub(crate) fn redis_cluster_ok(addr: SocketAddr) -> Result<(), String> {
     let info = redis_bulk(addr, b"*2\r\n$7\r\nCLUSTER\r\n$4\r\nINFO\r\n")?;
+    let repl = redis_bulk(addr, b"*2\r\n$4\r\nINFO\r\n$11\r\nreplication\r\n")?;
+    let persistence = redis_bulk(addr, b"*2\r\n$4\r\nINFO\r\n$11\r\npersistence\r\n")?;
+    redis_cluster_judge(addr, &info, &repl, &persistence)
+}
+
+/// [`redis_cluster_ok`]'s verdict on the node's answers to `CLUSTER INFO`, `INFO replication`
+/// and `INFO persistence` (a secure cluster's come from `redis-cli` over TLS).
+pub(crate) fn redis_cluster_judge(
+    addr: SocketAddr,
+    info: &str,
+    repl: &str,
+    persistence: &str,
+) -> Result<(), String> {
     if !info.lines().any(|l| l.trim() == "cluster_state:ok") {
         let state = info.lines().find(|l| l.starts_with("cluster_state:")).unwrap_or("no state");
         return Err(format!("{addr}: {}", state.trim()));
     }
-    let repl = redis_bulk(addr, b"*2\r\n$4\r\nINFO\r\n$11\r\nreplication\r\n")?;
     let replica = repl.lines().any(|l| l.trim() == "role:slave");
     if replica && !repl.lines().any(|l| l.trim() == "master_link_status:up") {
         return Err(format!("{addr}: the replica has not synced with its master yet"));
     }
     // After a sync a replica rewrites its append-only file; until that ends it refuses to shut
     // down on SIGTERM ("Writing initial AOF, can't exit").
-    let persistence = redis_bulk(addr, b"*2\r\n$4\r\nINFO\r\n$11\r\npersistence\r\n")?;
     let busy = ["aof_rewrite_in_progress:1", "aof_rewrite_scheduled:1"];
     if persistence.lines().any(|l| busy.contains(&l.trim())) {
         return Err(format!("{addr}: rewriting its append-only file"));

@@ -33,7 +33,8 @@ const ADMIN_USER: &str = "shedlock_admin";
 /// |---|---|---|---|
 /// | PostgreSQL | `ssl=on`, TLS 1.3 only, `hostnossl` rejected | `postgres` (SCRAM) | `shedlock_app` (SCRAM), login only: no table, no `CREATE` on a schema |
 /// | MariaDB | `require_secure_transport`, TLS 1.3 only | `shedlock_admin@127.0.0.1` (`ALL … WITH GRANT OPTION`) | `shedlock_app@127.0.0.1`, `REQUIRE SSL`, no privilege |
-/// | Redis | `tls-port` only (`port 0`), TLS 1.3 | `shedlock_admin` (`~* &* +@all`); `default` is off | none: create it with `ACL SETUSER` and `ACL SAVE` (an `aclfile` keeps it across restarts) |
+/// | Redis, Valkey | `tls-port` only (`port 0`), TLS 1.3 | `shedlock_admin` (`~* &* +@all`); `default` is off | none: create it with `ACL SETUSER` and `ACL SAVE` (an `aclfile` keeps it across restarts) |
+/// | Redis Cluster | every node `tls-port` only (`port 0`), TLS 1.3, and TLS on the cluster bus and replication (`tls-cluster`, `tls-replication`) | `shedlock_admin` on every node (its own ACL file each); replicas log in to their masters as it (`masteruser`/`masterauth`) | none: create it on every node, masters and replicas (ACL users are per node) |
 /// | etcd | `https://` client URL | `root` (role `root`); `auth enable` | `shedlock_app`, no role: grant one |
 /// | NATS | `tls` block (`tls_required`) | `shedlock_admin` (all) | `shedlock_app`, permissions in [`app_permissions_path`](Self::app_permissions_path), at first none |
 /// | ZooKeeper | `secureClientPort` only (Netty) | none (no super user) | any digest identity, e.g. `shedlock_app` / [`app_password`](Self::app_password): `enforce.auth` refuses sessions without one |
@@ -94,11 +95,11 @@ impl Secure {
         format!("SHEDLOCK_SECURE_{}", backend.name().to_ascii_uppercase().replace('-', "_"))
     }
 
-    /// One line per field: address, TLS directory, administrator, its password, the
-    /// application user's password.
-    pub(crate) fn encode(&self, addr: SocketAddr) -> String {
+    /// One line per field: the nodes' addresses (comma-separated), TLS directory,
+    /// administrator, its password, the application user's password.
+    pub(crate) fn encode(&self, addrs: &[SocketAddr]) -> String {
         [
-            addr.to_string(),
+            addrs.iter().map(SocketAddr::to_string).collect::<Vec<_>>().join(","),
             self.tls_dir.display().to_string(),
             self.admin_user.clone(),
             self.admin_password.clone(),
@@ -107,9 +108,13 @@ impl Secure {
         .join("\n")
     }
 
-    pub(crate) fn decode(backend: Backend, value: &str) -> Option<(Secure, SocketAddr)> {
+    pub(crate) fn decode(backend: Backend, value: &str) -> Option<(Secure, Vec<SocketAddr>)> {
         let mut lines = value.lines();
-        let addr = lines.next()?.parse().ok()?;
+        let addrs =
+            lines.next()?.split(',').map(|a| a.trim().parse().ok()).collect::<Option<Vec<_>>>()?;
+        if addrs.is_empty() {
+            return None;
+        }
         let tls_dir = PathBuf::from(lines.next()?);
         let ca_pem = std::fs::read_to_string(tls_dir.join("ca.pem")).ok()?;
         let secure = Secure {
@@ -120,7 +125,7 @@ impl Secure {
             admin_password: lines.next()?.to_owned(),
             app_password: lines.next()?.to_owned(),
         };
-        Some((secure, addr))
+        Some((secure, addrs))
     }
 
     /// The certificate authority's certificate, PEM: the only root a client should trust.
@@ -182,6 +187,21 @@ impl Secure {
         }
     }
 
+    /// The URL of a secure service whose nodes' client addresses are `addrs`, for the
+    /// application user: a Redis Cluster's names every node ([`url_for`](Self::url_for) each,
+    /// joined by commas, as [`Backend::RedisCluster`]'s plaintext URL), any other's the first.
+    pub(crate) fn service_url(&self, addrs: &[SocketAddr]) -> String {
+        let first = addrs.first().copied().unwrap_or(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)));
+        match self.backend {
+            Backend::RedisCluster => addrs
+                .iter()
+                .map(|a| self.url_for(*a, self.app_user(), self.app_password()))
+                .collect::<Vec<_>>()
+                .join(","),
+            _ => self.url_for(first, self.app_user(), self.app_password()),
+        }
+    }
+
     /// A URL for `user`/`password` at `addr` over TLS, verified against the CA, in the form
     /// this workspace's providers and the CLI take. Redis and etcd clients cannot take a CA in
     /// their URL: give them [`ca_pem`](Self::ca_pem) too.
@@ -195,7 +215,9 @@ impl Secure {
             Backend::MariaDb => format!(
                 "mysql://{user}:{password}@{addr}/shedlock?ssl-mode=VERIFY_IDENTITY&ssl-ca={ca}"
             ),
-            Backend::Redis | Backend::Valkey => format!("rediss://{user}:{password}@{addr}"),
+            Backend::Redis | Backend::Valkey | Backend::RedisCluster => {
+                format!("rediss://{user}:{password}@{addr}")
+            }
             Backend::Etcd => format!("https://{addr}"),
             Backend::Nats => format!("tls://{user}:{password}@{addr}"),
             // No credentials: the secure memcached enables no authentication.
@@ -315,6 +337,106 @@ impl CommandProbe {
             let cut: String = out.trim().chars().take(200).collect();
             Err(format!("{}: {cut}", self.program.display()))
         }
+    }
+}
+
+/// A Redis-protocol server of a secure launch, reached with its own command-line client
+/// (`redis-cli` or `valkey-cli`) over TLS verified against the launcher's CA, as the
+/// administrator: the password goes in `REDISCLI_AUTH`, never in the arguments (which an error
+/// may quote), and `Debug` shows only the variable's name.
+#[derive(Clone)]
+pub(crate) struct RedisCli {
+    pub(crate) addr: SocketAddr,
+    program: PathBuf,
+    /// `--tls --cacert CA -h IP -p PORT --user ADMIN --no-auth-warning`.
+    connect: Vec<OsString>,
+    env: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for RedisCli {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisCli")
+            .field("addr", &self.addr)
+            .field("program", &self.program)
+            .field("connect", &self.connect)
+            .field("env", &self.env.iter().map(|(k, _)| k).collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl RedisCli {
+    pub(crate) fn new(addr: SocketAddr, program: PathBuf, s: &Secure) -> RedisCli {
+        let connect = [
+            "--tls".to_owned(),
+            "--cacert".to_owned(),
+            s.ca_path().display().to_string(),
+            "-h".to_owned(),
+            addr.ip().to_string(),
+            "-p".to_owned(),
+            addr.port().to_string(),
+            "--user".to_owned(),
+            s.admin_user().to_owned(),
+            "--no-auth-warning".to_owned(),
+        ]
+        .map(OsString::from)
+        .to_vec();
+        RedisCli {
+            addr,
+            program,
+            connect,
+            env: vec![("REDISCLI_AUTH".to_owned(), s.admin_password().to_owned())],
+        }
+    }
+
+    /// The client program.
+    pub(crate) fn program(&self) -> &Path {
+        &self.program
+    }
+
+    /// The connection arguments followed by `rest` (no secret among them).
+    pub(crate) fn args_with(&self, rest: &[&str]) -> Vec<String> {
+        self.connect
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .chain(rest.iter().map(|r| (*r).to_owned()))
+            .collect()
+    }
+
+    /// The environment that carries the administrator's password.
+    pub(crate) fn env(&self) -> &[(String, String)] {
+        &self.env
+    }
+
+    /// `PING` answers `PONG`.
+    pub(crate) fn ping(&self) -> Result<(), String> {
+        let mut args = self.connect.clone();
+        args.push("PING".into());
+        CommandProbe {
+            addr: self.addr,
+            program: self.program.clone(),
+            args,
+            env: self.env.clone(),
+            expect: "PONG",
+            stdin: None,
+        }
+        .check()
+    }
+
+    /// [`redis_cluster_ok`](crate::probe::redis_cluster_ok) over TLS: the three answers come
+    /// from one client run (the commands on its standard input).
+    pub(crate) fn cluster_ok(&self) -> Result<(), String> {
+        let (ok, out) = run_bounded(
+            &self.program,
+            &self.connect,
+            &self.env,
+            Some("CLUSTER INFO\nINFO replication\nINFO persistence\n"),
+            PROBE_LIMIT,
+        )?;
+        if !ok {
+            let cut: String = out.trim().chars().take(200).collect();
+            return Err(format!("{}: {cut}", self.program.display()));
+        }
+        crate::probe::redis_cluster_judge(self.addr, &out, &out, &out)
     }
 }
 

@@ -71,6 +71,12 @@ impl std::fmt::Debug for Service {
 
 /// `scheme://user:secret@host/...` as `scheme://user:***@host/...`; other URLs unchanged.
 pub(crate) fn redact_url(url: &str) -> String {
+    // A cluster's URL is its nodes' URLs joined by commas (a secure Redis Cluster's each carry
+    // the password).
+    url.split(',').map(redact_one).collect::<Vec<_>>().join(",")
+}
+
+fn redact_one(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
     let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(authority_end);
@@ -98,6 +104,11 @@ mod redact_tests {
         assert_eq!(redact_url("redis://:pw@h:6379"), "redis://:***@h:6379");
         assert_eq!(redact_url("127.0.0.1:2181"), "127.0.0.1:2181");
         assert_eq!(redact_url("http://h:1/p@q"), "http://h:1/p@q");
+        assert_eq!(
+            redact_url("rediss://app:pw@h:1,rediss://app:pw@h:2,rediss://app:pw@h:3"),
+            "rediss://app:***@h:1,rediss://app:***@h:2,rediss://app:***@h:3"
+        );
+        assert_eq!(redact_url("mongodb://u:pw@h1:1,h2:2/db"), "mongodb://u:***@h1:1,h2:2/db");
     }
 }
 
@@ -506,12 +517,13 @@ impl Service {
             });
         }
         let secure = if options.get_secure() {
-            if !options.get_placement().is_empty() || backend.node_count() > 1 {
+            let cluster = backend.node_count() > 1 && backend != Backend::RedisCluster;
+            if !options.get_placement().is_empty() || cluster {
                 let _ = std::fs::remove_dir_all(&dir);
                 return Err(LaunchError::Unsupported {
                     backend: backend.name(),
-                    what: "a secure launch of a cluster or with a placement: one server on \
-                           loopback only"
+                    what: "a secure launch of a cluster (other than the Redis Cluster) or with a \
+                           placement: servers on loopback only"
                         .to_owned(),
                 });
             }
@@ -533,8 +545,8 @@ impl Service {
                     .take(backend.node_count())
                     .map(|s| s.probe.addr())
                     .collect();
-                let url = match (&secure, clients.first()) {
-                    (Some(s), Some(a)) => s.url_for(*a, s.app_user(), s.app_password()),
+                let url = match &secure {
+                    Some(s) if !clients.is_empty() => s.service_url(&clients),
                     _ => backend.url_for_addrs(&clients),
                 };
                 Ok(Service {
@@ -644,19 +656,21 @@ impl Service {
     /// the passwords: give it to child processes only, never print it.
     pub fn secure_env(&self) -> Option<(String, String)> {
         let s = self.secure.as_ref()?;
-        let addr = self.addr()?;
-        Some((Secure::env_var(self.backend), s.encode(addr)))
+        let addrs = self.addrs();
+        if addrs.is_empty() {
+            return None;
+        }
+        Some((Secure::env_var(self.backend), s.encode(&addrs)))
     }
 
     /// The service a [`secure_env`](Self::secure_env) variable names, if this process has one.
     pub(crate) fn from_secure_env(backend: Backend) -> Option<Service> {
         let value = std::env::var(Secure::env_var(backend)).ok()?;
-        let (secure, addr) = Secure::decode(backend, &value)?;
-        let mut service = Service::external(
-            backend,
-            secure.url_for(addr, secure.app_user(), secure.app_password()),
-        );
-        service.server = format!("the secure server of the parent process at {addr}");
+        let (secure, addrs) = Secure::decode(backend, &value)?;
+        let mut service = Service::external(backend, secure.service_url(&addrs));
+        let first = addrs.first().map(ToString::to_string).unwrap_or_default();
+        service.server = format!("the secure server of the parent process at {first}");
+        service.addrs = addrs;
         service.secure = Some(secure);
         Some(service)
     }

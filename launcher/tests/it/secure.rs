@@ -143,6 +143,116 @@ fn secure_redis_listens_only_on_tls_and_refuses_the_default_user() {
     assert_eq!(out.trim(), "PONG", "after a restart");
 }
 
+/// `cli` (`redis-cli` or `valkey-cli`) against the server at `addr`, over TLS verified against
+/// the launcher's CA or in plaintext, as `user` (the password in `REDISCLI_AUTH`) or without a
+/// login.
+fn resp_cli(
+    cli: &str,
+    addr: std::net::SocketAddr,
+    sec: &shedlock_launcher::Secure,
+    tls: bool,
+    user: Option<(&str, &str)>,
+    cmd: &[&str],
+) -> String {
+    let (host, port) = (addr.ip().to_string(), addr.port().to_string());
+    let ca = sec.ca_path().display().to_string();
+    let mut args = vec!["-h", &host, "-p", &port, "--no-auth-warning"];
+    if tls {
+        args.extend(["--tls", "--cacert", &ca]);
+    }
+    let mut env = Vec::new();
+    if let Some((u, pw)) = user {
+        args.extend(["--user", u]);
+        env.push(("REDISCLI_AUTH", pw));
+    }
+    args.extend(cmd);
+    attempt(cli, &args, &env).1
+}
+
+/// The server at `addr` speaks TLS only and enforces logins: in plaintext it answers no RESP
+/// at all (not even an error), over TLS a client without a login gets NOAUTH (`default` is
+/// off) and a wrong password WRONGPASS, and the administrator gets in over TLS.
+fn assert_only_tls_with_a_login(
+    cli: &str,
+    addr: std::net::SocketAddr,
+    sec: &shedlock_launcher::Secure,
+) {
+    let admin = Some((sec.admin_user(), sec.admin_password()));
+    let plain = plaintext_hello(addr, b"*1\r\n$4\r\nPING\r\n");
+    assert!(
+        !plain.starts_with('+') && !plain.starts_with('-'),
+        "{addr}: a plaintext PING got a RESP answer: {plain:?}"
+    );
+    let out = resp_cli(cli, addr, sec, false, admin, &["PING"]);
+    assert_ne!(out.trim(), "PONG", "{addr}: plaintext must be refused");
+    let out = resp_cli(cli, addr, sec, true, None, &["PING"]);
+    assert!(out.contains("NOAUTH"), "{addr}: TLS without a login: {out}");
+    let out = resp_cli(cli, addr, sec, true, Some((sec.admin_user(), "wrong")), &["PING"]);
+    assert!(out.contains("WRONGPASS") || out.contains("AUTH failed"), "{addr}: {out}");
+    let out = resp_cli(cli, addr, sec, true, admin, &["PING"]);
+    assert_eq!(out.trim(), "PONG", "{addr}: the administrator over TLS");
+    let out = resp_cli(cli, addr, sec, true, admin, &["CONFIG", "GET", "port"]);
+    assert_eq!(out.split_whitespace().collect::<Vec<_>>(), ["port", "0"], "{addr}");
+}
+
+#[test]
+fn secure_valkey_listens_only_on_tls_and_refuses_the_default_user() {
+    let s = start_secure(Backend::Valkey);
+    let sec = s.secure().unwrap();
+    let redacted = s.url().replace(sec.app_password(), "***");
+    assert!(s.url().starts_with("rediss://"), "{redacted}");
+    let addr = s.addr().unwrap();
+    assert_only_tls_with_a_login("valkey-cli", addr, sec);
+    let admin = Some((sec.admin_user(), sec.admin_password()));
+    let out = resp_cli("valkey-cli", addr, sec, true, admin, &["INFO", "server"]);
+    assert!(out.contains("valkey_version:"), "not a Valkey server: {out}");
+    let out = resp_cli("valkey-cli", addr, sec, true, admin, &["CONFIG", "GET", "tls-protocols"]);
+    assert!(out.contains("TLSv1.3") && !out.contains("TLSv1.2"), "{out}");
+}
+
+#[test]
+fn secure_redis_cluster_nodes_speak_only_tls_with_logins_and_the_cluster_is_ok() {
+    let s = start_secure(Backend::RedisCluster);
+    let sec = s.secure().unwrap();
+    let addrs = s.addrs();
+    assert_eq!(addrs.len(), 6, "{addrs:?}");
+    // The application user's URL names every node, over TLS.
+    let urls: Vec<&str> = s.url().split(',').collect();
+    assert_eq!(urls.len(), 6);
+    for (url, addr) in urls.iter().zip(&addrs) {
+        let redacted = url.replace(sec.app_password(), "***");
+        assert!(url.starts_with("rediss://") && url.ends_with(&format!("@{addr}")), "{redacted}");
+    }
+    let admin = Some((sec.admin_user(), sec.admin_password()));
+    for &addr in &addrs {
+        assert_only_tls_with_a_login("redis-cli", addr, sec);
+        let info = resp_cli("redis-cli", addr, sec, true, admin, &["CLUSTER", "INFO"]);
+        assert!(info.lines().any(|l| l.trim() == "cluster_state:ok"), "{addr}: {info}");
+        assert!(info.lines().any(|l| l.trim() == "cluster_known_nodes:6"), "{addr}: {info}");
+        for setting in ["tls-cluster", "tls-replication"] {
+            let out = resp_cli("redis-cli", addr, sec, true, admin, &["CONFIG", "GET", setting]);
+            assert_eq!(out.split_whitespace().collect::<Vec<_>>(), [setting, "yes"], "{addr}");
+        }
+    }
+    // 3 masters and 3 replicas, each replica's link to its master up (over TLS, logged in as
+    // the administrator).
+    let nodes = resp_cli("redis-cli", addrs[0], sec, true, admin, &["CLUSTER", "NODES"]);
+    let role = |r: &str| {
+        nodes.lines().filter(|l| l.split(' ').nth(2).is_some_and(|f| f.contains(r))).count()
+    };
+    assert_eq!((role("master"), role("slave")), (3, 3), "{nodes}");
+    for &addr in &addrs {
+        let repl = resp_cli("redis-cli", addr, sec, true, admin, &["INFO", "replication"]);
+        if repl.contains("role:slave") {
+            assert!(repl.contains("master_link_status:up"), "{addr}: {repl}");
+        }
+    }
+    // A restart re-forms it from each node's nodes.conf, over TLS.
+    s.restart().unwrap();
+    let info = resp_cli("redis-cli", addrs[5], sec, true, admin, &["CLUSTER", "INFO"]);
+    assert!(info.contains("cluster_state:ok"), "after a restart: {info}");
+}
+
 #[test]
 fn secure_etcd_serves_https_only_and_enforces_authentication() {
     let s = start_secure(Backend::Etcd);
