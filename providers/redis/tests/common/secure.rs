@@ -24,16 +24,33 @@ pub const LIST_RULES: &str = "+scan +type +cluster|slots";
 /// A reconnecting connection over TLS to `url` (`rediss://user:password@host:port`), trusting
 /// only `ca_pem`, with the suite's short limits.
 pub async fn tls_manager(url: &str, ca_pem: &str) -> Result<ConnectionManager, BoxError> {
-    let client = redis::Client::build_with_tls(
-        url,
-        redis::TlsCertificates { client_tls: None, root_cert: Some(ca_pem.as_bytes().to_vec()) },
-    )?;
+    let client = redis::Client::build_with_tls(url, only_ca(ca_pem))?;
     let config = redis::aio::ConnectionManagerConfig::new()
         .set_connection_timeout(Some(Duration::from_secs(1)))
         .set_response_timeout(Some(Duration::from_secs(2)))
         .set_number_of_retries(1)
         .set_max_delay(Duration::from_millis(200));
     Ok(ConnectionManager::new_with_config(client, config).await?)
+}
+
+/// The launcher's CA as the only root a client trusts.
+pub fn only_ca(ca_pem: &str) -> redis::TlsCertificates {
+    redis::TlsCertificates { client_tls: None, root_cert: Some(ca_pem.as_bytes().to_vec()) }
+}
+
+/// A connection over TLS to the Redis Cluster whose nodes are `urls`
+/// (`rediss://user:password@host:port` each), trusting only `ca_pem`, with short limits. The
+/// client logs in to every node it meets (also those `CLUSTER SLOTS` names) as that user.
+pub async fn tls_cluster_connection(
+    urls: &[String],
+    ca_pem: &str,
+) -> Result<redis::cluster_async::ClusterConnection, BoxError> {
+    let client = redis::cluster::ClusterClientBuilder::new(urls.to_vec())
+        .certs(only_ca(ca_pem))
+        .connection_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_secs(2))
+        .build()?;
+    Ok(client.get_async_connection().await?)
 }
 
 /// The factory of `redis-secure`.

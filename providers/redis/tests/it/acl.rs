@@ -1,6 +1,7 @@
 //! Least privilege: Redis ACL users with exactly the rules of the README's "Permissions"
 //! section (read from the README itself, so the documentation is what is tested), on Redis 7.0,
-//! Valkey 8.0 and the Redis Cluster. Every call works with them; a user without any one of the
+//! Valkey 8.0 and the Redis Cluster, and on the launcher's secure Redis Cluster (TLS only,
+//! `default` off) over `rediss://` trusting only the launcher's CA. Every call works with them; a user without any one of the
 //! documented commands gets `Error::Setup` naming it on the call that needs it; a user granted
 //! one prefix cannot reach another's locks; a refused login is `Error::Setup` and no password
 //! is ever printed. Each test makes its own users and deletes them (also when it fails).
@@ -57,17 +58,30 @@ struct User {
     password: String,
     /// Superuser URLs of the servers it exists on.
     admins: Vec<String>,
+    /// The CA the servers' certificates are verified against (`rediss://` URLs), if any.
+    ca: Option<String>,
 }
 
 impl User {
     async fn create(admins: &[&str], password: &str, rules: &[String]) -> Self {
+        Self::create_on(admins, None, password, rules).await
+    }
+
+    /// [`create`](Self::create) on servers reached over TLS verified against `ca` (PEM).
+    async fn create_on(
+        admins: &[&str],
+        ca: Option<&str>,
+        password: &str,
+        rules: &[String],
+    ) -> Self {
         let user = Self {
             name: unique("shedlock-acl"),
             password: password.to_owned(),
             admins: admins.iter().map(|a| (*a).to_owned()).collect(),
+            ca: ca.map(str::to_owned),
         };
         for admin in admins {
-            let mut c = admin_conn(admin).await;
+            let mut c = admin_conn_on(admin, ca).await;
             let _: () = redis::cmd("ACL")
                 .arg("SETUSER")
                 .arg(&user.name)
@@ -89,7 +103,13 @@ impl User {
 impl Drop for User {
     fn drop(&mut self) {
         for admin in &self.admins {
-            let deleted = redis::Client::open(admin.as_str()).and_then(|c| {
+            let client = match &self.ca {
+                Some(ca) => {
+                    redis::Client::build_with_tls(admin.as_str(), common::secure::only_ca(ca))
+                }
+                None => redis::Client::open(admin.as_str()),
+            };
+            let deleted = client.and_then(|c| {
                 let mut c = c.get_connection()?;
                 redis::cmd("ACL").arg("DELUSER").arg(&self.name).query::<i64>(&mut c)
             });
@@ -101,7 +121,16 @@ impl Drop for User {
 }
 
 async fn admin_conn(url: &str) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap()
+    admin_conn_on(url, None).await
+}
+
+/// A connection to `url`, over TLS verified against `ca` (PEM) when given.
+async fn admin_conn_on(url: &str, ca: Option<&str>) -> redis::aio::MultiplexedConnection {
+    let client = match ca {
+        Some(ca) => redis::Client::build_with_tls(url, common::secure::only_ca(ca)),
+        None => redis::Client::open(url),
+    };
+    client.unwrap().get_multiplexed_async_connection().await.unwrap()
 }
 
 /// The shared servers, by name.
@@ -471,4 +500,62 @@ async fn on_redis_cluster_a_user_with_the_documented_rules_on_every_node_can_mak
     for l in locks {
         l.unlock().await.unwrap();
     }
+}
+
+#[tokio::test]
+async fn on_the_secure_redis_cluster_the_documented_rules_work_over_tls_and_one_less_is_setup() {
+    let service = shedlock_test_support::secure::service(Backend::RedisCluster, "Redis Cluster")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let sec = service.secure().expect("a secure launch says what it made");
+    let ca = sec.ca_pem();
+    let nodes = service.addrs();
+    assert_eq!(nodes.len(), 6, "{nodes:?}");
+    // The administrator's URL of every node, masters and replicas: ACL users are per node.
+    let admins: Vec<String> =
+        nodes.iter().map(|a| sec.url_for(*a, sec.admin_user(), sec.admin_password())).collect();
+    let admins: Vec<&str> = admins.iter().map(String::as_str).collect();
+    // Exactly the README's lines for locking, `list` and Redis Cluster.
+    let password = sec.app_password();
+    let prefix = format!("{}:", unique("acl-secure-cluster"));
+    let rules = rules(password, &prefix, &["+scan", "+cluster|slots"]);
+    let user = User::create_on(&admins, Some(ca), password, &rules).await;
+    let urls: Vec<String> = admins.iter().map(|a| user.url(a)).collect();
+    assert!(urls.iter().all(|u| u.starts_with("rediss://")));
+
+    let conn = common::secure::tls_cluster_connection(&urls, ca).await.unwrap();
+    if let Err((step, e)) = every_call(conn, &prefix, None).await {
+        panic!("secure Redis Cluster: {step} failed with the documented rules: {e:?}");
+    }
+
+    // The same user without one documented rule (`+set`, which the acquire script calls):
+    // the typed Setup error naming it, on the call that needs it.
+    let prefix = format!("{}:", unique("acl-secure-cluster-lack"));
+    let without: Vec<String> = self::rules(password, &prefix, &["+scan", "+cluster|slots"])
+        .into_iter()
+        .filter(|r| r != "+set")
+        .collect();
+    let lacking = User::create_on(&admins, Some(ca), password, &without).await;
+    let urls: Vec<String> = admins.iter().map(|a| lacking.url(a)).collect();
+    let conn = common::secure::tls_cluster_connection(&urls, ca).await.unwrap();
+    match every_call(conn, &prefix, None).await {
+        Ok(()) => panic!("secure Redis Cluster without +set: every call succeeded"),
+        Err((step, e)) => {
+            assert_eq!(step, "try_lock", "failed at {step}: {e:?}");
+            assert_names_rule(&e, "+set", "secure Redis Cluster without +set");
+            assert!(!format!("{e} {e:?}").contains(password), "the password in {e:?}");
+        }
+    }
+
+    // Neither plaintext nor a TLS client that does not trust the launcher's CA gets in.
+    let plain: Vec<String> = urls.iter().map(|u| u.replacen("rediss://", "redis://", 1)).collect();
+    let e = common::cluster_connection(&plain.join(",")).await.err().expect("plaintext refused");
+    assert!(!e.to_string().contains(password), "{e}");
+    let untrusted = redis::cluster::ClusterClientBuilder::new(urls.clone())
+        .connection_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let e = untrusted.get_async_connection().await.err().expect("the system roots trust no node");
+    assert!(!e.to_string().contains(password), "{e}");
 }
