@@ -550,6 +550,26 @@ mod tests {
     }
 
     #[test]
+    fn a_secure_cluster_names_every_node_over_tls_and_its_env_carries_every_address() {
+        let dir = std::env::temp_dir()
+            .join(format!("shedlock-secure-cluster-test-{}", std::process::id()));
+        let s = Secure::generate(Backend::RedisCluster, &dir).unwrap();
+        let addrs: Vec<SocketAddr> =
+            (1..=6).map(|p| SocketAddr::from((Ipv4Addr::LOCALHOST, 7000 + p))).collect();
+        let url = s.service_url(&addrs);
+        let urls: Vec<&str> = url.split(',').collect();
+        assert_eq!(urls.len(), 6);
+        for (u, a) in urls.iter().zip(&addrs) {
+            assert_eq!(*u, format!("rediss://shedlock_app:{}@{a}", s.app_password()));
+        }
+        let (back, back_addrs) = Secure::decode(Backend::RedisCluster, &s.encode(&addrs)).unwrap();
+        assert_eq!(back_addrs, addrs);
+        assert_eq!(back.service_url(&back_addrs), url);
+        assert!(Secure::decode(Backend::RedisCluster, "").is_none());
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
     fn a_probe_that_outlives_its_limit_is_killed_and_reported() {
         let started = Instant::now();
         let r = run_bounded(
