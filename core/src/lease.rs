@@ -263,6 +263,14 @@ impl Acquisition {
         Self { config: config.clone(), started: Instant::now(), step: DEFAULT_CLOCK_STEP }
     }
 
+    /// Starts an acquire of `config` now, with the clock step the provider declares in
+    /// `capabilities` ([`Capabilities::clock_step`](crate::Capabilities::clock_step)): the step
+    /// is written once, in the capabilities, and every lease agrees with it (the conformance kit
+    /// checks that every lock's lease does).
+    pub fn begin_declared(config: &LockConfig, capabilities: &crate::Capabilities) -> Self {
+        Self::begin(config).with_clock_step(capabilities.clock_step)
+    }
+
     /// The backend's [`clock_step`](crate::Capabilities::clock_step): how far before the moment
     /// it read its clock (or the client's) the times it stores may lie. The lease, and every
     /// extension of it, ends this much before `sent + lock_at_most_for`, so the holder never

@@ -378,8 +378,29 @@ impl Capabilities {
         self
     }
 
+    /// Sets [`inspect`](Self::inspect): the provider reads a lock's record.
+    pub fn with_inspect(mut self, v: bool) -> Self {
+        self.inspect = v;
+        self
+    }
+
+    /// Sets [`list`](Self::list): the provider lists records under a prefix, page by page.
+    pub fn with_list(mut self, v: bool) -> Self {
+        self.list = v;
+        self
+    }
+
+    /// Sets [`force_release`](Self::force_release): the provider releases a seen acquisition
+    /// for an operator.
+    pub fn with_force_release(mut self, v: bool) -> Self {
+        self.force_release = v;
+        self
+    }
+
     /// Sets [`inspect`](Self::inspect), [`list`](Self::list) and
-    /// [`force_release`](Self::force_release).
+    /// [`force_release`](Self::force_release) at once, in that order. The named setters
+    /// ([`with_inspect`](Self::with_inspect), [`with_list`](Self::with_list),
+    /// [`with_force_release`](Self::with_force_release)) say which is which.
     pub fn with_inspection(mut self, inspect: bool, list: bool, force_release: bool) -> Self {
         self.inspect = inspect;
         self.list = list;

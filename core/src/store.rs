@@ -882,7 +882,7 @@ impl<S: LeaseStore> LockProvider for StoreProvider<S> {
         let name = config.name();
         inner.check_name(name)?;
         let owner = inner.settings.new_owner();
-        let acquisition = Acquisition::begin(config).with_clock_step(inner.capabilities.clock_step);
+        let acquisition = Acquisition::begin_declared(config, &inner.capabilities);
         let req = inner.request(Operation::TryLock, config, &owner);
         let granted = inner.call(Operation::TryLock, name, inner.store.acquire(&req)).await?;
         let Some(Granted { held, token }) = granted else {

@@ -39,7 +39,7 @@ impl LeaseStore for Silent {
     type Held = ();
 
     fn capabilities(&self, _: &Settings) -> Capabilities {
-        Capabilities::new().with_inspection(true, true, true)
+        Capabilities::new().with_inspect(true).with_list(true).with_force_release(true)
     }
 
     async fn acquire(&self, _: &Request<'_>) -> Result<Option<Granted<()>>> {

@@ -650,7 +650,7 @@ impl LockProvider for EtcdLockProvider {
         check_lock_name(BACKEND, config.name(), Some(MAX_NAME_LEN), false)?;
         let key = self.key(config.name());
         let ttl = ttl_secs(config.lock_at_most_for());
-        let acquisition = Acquisition::begin(config);
+        let acquisition = Acquisition::begin_declared(config, &self.capabilities());
         let acquired = Operation::TryLock
             .run(BACKEND, config.name(), self.inner.timeout, self.acquire(&key, ttl))
             .await?;
@@ -685,7 +685,9 @@ impl LockProvider for EtcdLockProvider {
             .with_granularity(Duration::from_secs(1))
             .with_max_name_len(Some(MAX_NAME_LEN))
             .with_check(true)
-            .with_inspection(true, true, true)
+            .with_inspect(true)
+            .with_list(true)
+            .with_force_release(true)
     }
 
     fn backend_name(&self) -> &'static str {

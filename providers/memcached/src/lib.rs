@@ -444,7 +444,9 @@ impl LeaseStore for MemcachedStore {
             .with_check(true)
             // memcached cannot enumerate its keys (no SCAN; `lru_crawler metadump` walks the
             // whole cache and is not a paged listing), so no `list`.
-            .with_inspection(true, false, true)
+            .with_inspect(true)
+            .with_list(false)
+            .with_force_release(true)
     }
 
     fn enforces_deadline(&self) -> bool {

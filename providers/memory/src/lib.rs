@@ -235,7 +235,9 @@ impl LeaseStore for MemoryStore {
             // Records keep the clock's full precision: nothing is truncated.
             .with_clock_step(Duration::ZERO)
             .with_max_name_len(self.max_name_len)
-            .with_inspection(true, true, true)
+            .with_inspect(true)
+            .with_list(true)
+            .with_force_release(true)
     }
 
     async fn acquire(&self, req: &Request<'_>) -> Result<Option<Granted<()>>> {

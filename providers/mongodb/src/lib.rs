@@ -922,7 +922,9 @@ impl LeaseStore for MongoStore {
             .with_granularity(Duration::from_millis(1))
             .with_max_name_len(Some(MAX_NAME_LEN))
             .with_check(true)
-            .with_inspection(true, true, true)
+            .with_inspect(true)
+            .with_list(true)
+            .with_force_release(true)
     }
 
     /// Three commands on documents no lock can be (`_id` in `[]`), writing nothing: a `find`,

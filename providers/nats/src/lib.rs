@@ -928,7 +928,7 @@ impl Inner {
         check_lock_name(BACKEND, config.name(), Some(MAX_NAME_LEN), false)?;
         let subject = self.subject(config.name());
         let at_most = config.lock_at_most_for();
-        let acquisition = Acquisition::begin(config);
+        let acquisition = Acquisition::begin(config); // the default clock step, as declared
         let at_us = self.now_us();
         let won = run(Operation::TryLock, config.name(), self.settings.timeout(), async {
             // Once per provider: the bucket exists and is fit for locks (one request, on the
@@ -1111,7 +1111,9 @@ impl LockProvider for NatsLockProvider {
             })
             .with_max_name_len(Some(MAX_NAME_LEN))
             .with_check(true)
-            .with_inspection(true, true, true)
+            .with_inspect(true)
+            .with_list(true)
+            .with_force_release(true)
     }
 
     fn backend_name(&self) -> &'static str {

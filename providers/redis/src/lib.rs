@@ -834,7 +834,9 @@ impl<C: RedisConnection> LeaseStore for RedisStore<C> {
             .with_granularity(Duration::from_millis(1))
             .with_max_name_len(Some(MAX_NAME_LEN))
             .with_check(true)
-            .with_inspection(true, true, true)
+            .with_inspect(true)
+            .with_list(true)
+            .with_force_release(true)
     }
 
     /// Loads the three scripts (so a server that refuses scripts fails here), then runs the

@@ -846,7 +846,9 @@ impl LeaseStore for S3Store {
             .with_granularity(Duration::from_millis(1))
             .with_max_name_len(Some(MAX_NAME_LEN))
             .with_check(true)
-            .with_inspection(true, true, true)
+            .with_inspect(true)
+            .with_list(true)
+            .with_force_release(true)
     }
 
     /// Proves what locking needs, writing nothing; otherwise [`Error::Setup`] says what to

@@ -403,7 +403,9 @@ impl<D: Dialect> LeaseStore for SqlStore<D> {
             .with_clock_step(D::CLOCK_STEP)
             .with_max_name_len(Some(self.max_name_len))
             .with_check(true)
-            .with_inspection(true, true, true)
+            .with_inspect(true)
+            .with_list(true)
+            .with_force_release(true)
     }
 
     fn rejects_nul(&self) -> bool {

@@ -1096,7 +1096,7 @@ impl Inner {
         check_lock_name(BACKEND, config.name(), Some(MAX_NAME_LEN), false)?;
         let paths = self.paths(config.name());
         let data = encode(config.lock_at_most_for(), &self.locked_by);
-        let acquisition = Acquisition::begin(config);
+        let acquisition = Acquisition::begin(config); // the default clock step, as declared
         let span = Operation::TryLock.span(BACKEND, config.name());
         let won = with_timeout("try_lock", self.timeout, self.acquire(&paths, &data))
             .instrument(span)
@@ -1381,7 +1381,9 @@ impl LockProvider for ZooKeeperLockProvider {
             .with_granularity(Duration::from_millis(1))
             .with_max_name_len(Some(MAX_NAME_LEN))
             .with_check(true)
-            .with_inspection(true, true, true)
+            .with_inspect(true)
+            .with_list(true)
+            .with_force_release(true)
     }
 
     fn backend_name(&self) -> &'static str {
