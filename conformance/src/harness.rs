@@ -515,6 +515,52 @@ mod tests {
     use super::*;
     use crate::{outcome::Expectation, test_support::MemoryFactory};
 
+    /// What `cargo test --test conformance` prints for a provider that passes everything: one
+    /// test per check of the catalogue (libtest pads the names to the longest), then `figures`.
+    fn sample_output() -> String {
+        let names: Vec<String> = checks::catalogue()
+            .iter()
+            .map(checks::Check::test_name)
+            .chain(["figures".to_owned()])
+            .collect();
+        let width = names.iter().map(String::len).max().unwrap_or(0);
+        let mut out = format!("$ cargo test --test conformance\n\nrunning {} tests\n", names.len());
+        for n in &names {
+            out.push_str(&format!("test {n:<width$} ... ok\n"));
+        }
+        out.push_str(&format!(
+            "\ntest result: ok. {} passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; \
+             finished in …\n",
+            names.len()
+        ));
+        out
+    }
+
+    /// The kit README's sample output is generated from the catalogue: this test fails when it
+    /// is not, and `SHEDLOCK_BLESS=1` writes it.
+    #[test]
+    fn the_readmes_sample_output_is_generated_from_the_catalogue() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+        let readme = std::fs::read_to_string(&path).unwrap();
+        let (begin, end) =
+            ("<!-- sample-output: generated -->\n```text\n", "```\n<!-- /sample-output -->");
+        let start = readme.find(begin).expect("the README's sample-output markers") + begin.len();
+        let stop = start + readme[start..].find(end).expect("the sample output's end marker");
+        let want = sample_output();
+        if readme[start..stop] == want {
+            return;
+        }
+        if std::env::var_os("SHEDLOCK_BLESS").is_some() {
+            let updated = format!("{}{want}{}", &readme[..start], &readme[stop..]);
+            std::fs::write(&path, updated).unwrap();
+            return;
+        }
+        panic!(
+            "the README's sample output is not the catalogue's: run SHEDLOCK_BLESS=1 cargo test \
+             -p shedlock-conformance --lib the_readmes_sample_output"
+        );
+    }
+
     /// Runs the harness on the checks whose test name is exactly `test`. libtest's own output
     /// (with its "FAILED" lines for the cases meant to fail) goes to a temp file, not among
     /// this test run's lines.

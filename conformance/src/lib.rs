@@ -102,10 +102,11 @@
 //! | C24 | backend unreachable or stalled: typed errors in bounded time (`check` too, where declared), no false "held", recovery | backend address (+ `check`) |
 //! | C25 | backend restart: recovery without a process restart; fencing tokens keep increasing | restart hook |
 //! | C26 | futures dropped mid-flight at random await points never leave a name locked past at-most | — |
-//! | C27 | hostile names, max length (+1 is `InvalidName`, never truncation) | — |
+//! | C27 | hostile names, name identity (normalisation, case, 32-bit hashes), injective keys (`tools::names::escape_merges`), max length (+1 is `InvalidName`, never truncation) | — |
 //! | C28 | real clock skew between node processes (libfaketime): server time intact, client-time bound measured | node environment, libfaketime |
-//! | C30 | inspection: a held lock inspected as held with its fencing token, by the provider's clock (an instance an hour ahead still sees it held on server time); released as free; `list` returns a prefix's records once each, page by page, `%` and `_` plain; reading changes nothing | capabilities `inspect` (and `list`) |
-//! | C31 | force release: frees exactly the acquisition seen (the holder's extend is `LockLost`, its unlock changes nothing); a release of an acquisition that ended never touches the lock taken again | capabilities `inspect`, `force_release` |
+//! | C29 | paused holder: a node process frozen (SIGSTOP) past its lease finds it ended before any further write; its late writes are refused by token where fencing is declared | node environment, Unix |
+//! | C30 | inspection: a held lock inspected as held with its fencing token, by the provider's clock (an instance an hour ahead still sees it held on server time); released as free; `list` returns a prefix's records once each, page by page, `%` and `_` plain; reading changes nothing: over a whole lease, repeated `inspect` and `list` show the same `locked_by`, `locked_at`, `lock_until`, token and acquisition, the lock frees when its lease ends, and a read of a name never locked leaves no record | capabilities `inspect` (and `list`) |
+//! | C31 | force release: frees exactly the acquisition seen (the holder's extend is `LockLost`, its unlock changes nothing); a release of an acquisition that ended never touches the lock taken again; with `fencing`, every token after the release is above every token handed out for the name before, and a resource fenced by them refuses the released holder's late write | capabilities `inspect`, `force_release` |
 //!
 //! Each check is a public async function in [`checks`] (e.g.
 //! [`checks::c05_expires_after_at_most`]), so a provider's own tests can run single checks
@@ -128,7 +129,8 @@
 //! ```json
 //! {"provider": "memory",
 //!  "capabilities": {"extend": true, "fencing": true, "server_time": true, "owner_checked": true,
-//!                   "granularity_ms": 1, "max_name_len": null},
+//!                   "granularity_ms": 1, "max_name_len": null, "check": false,
+//!                   "clock_step_us": 0, "inspect": true, "list": true, "force_release": true},
 //!  "results": [{"id": "C01", "name": "lock_is_held", "outcome": "pass", "detail": "...", "duration_ms": 0,
 //!               "expected": null, "as_expected": true},
 //!              {"id": "C24", "name": "backend_unreachable", "outcome": "not_applicable", "detail": "...",

@@ -22,6 +22,16 @@ struct JsonCaps {
     /// Added later (`LockProvider::check` asks the backend): absent in older reports.
     #[serde(default)]
     check: bool,
+    /// Added later (the declared `Capabilities::clock_step`, µs): absent in older reports.
+    #[serde(default)]
+    clock_step_us: Option<u64>,
+    /// Added later (inspection, C30 and C31): absent in older reports.
+    #[serde(default)]
+    inspect: bool,
+    #[serde(default)]
+    list: bool,
+    #[serde(default)]
+    force_release: bool,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -103,6 +113,10 @@ impl Report {
                 granularity_ms: ms(c.granularity),
                 max_name_len: c.max_name_len,
                 check: c.check,
+                clock_step_us: Some(u64::try_from(c.clock_step.as_micros()).unwrap_or(u64::MAX)),
+                inspect: c.inspect,
+                list: c.list,
+                force_release: c.force_release,
             },
             results: self
                 .results
@@ -164,6 +178,10 @@ impl Report {
             c.max_name_len.map_or_else(|| "unlimited".to_owned(), |n| format!("{n} bytes"))
         ));
         s.push_str(&format!("| check | {} |\n", yn(c.check)));
+        s.push_str(&format!("| clock_step | {} µs |\n", c.clock_step.as_micros()));
+        s.push_str(&format!("| inspect | {} |\n", yn(c.inspect)));
+        s.push_str(&format!("| list | {} |\n", yn(c.list)));
+        s.push_str(&format!("| force_release | {} |\n", yn(c.force_release)));
         s.push_str(&format!("\n## Results\n\n{}\n\n", self.summary()));
         s.push_str("| id | check | outcome | detail | ms |\n|---|---|---|---|---|\n");
         for r in &self.results {
@@ -230,7 +248,8 @@ impl Report {
         let c = &self.capabilities;
         let mut s = format!(
             "conformance report for {}: extend={} fencing={} server_time={} owner_checked={} \
-             granularity={} ms max_name_len={} check={}\n",
+             granularity={} ms max_name_len={} check={} clock_step={} µs inspect={} list={} \
+             force_release={}\n",
             self.provider,
             c.extend,
             c.fencing,
@@ -238,7 +257,11 @@ impl Report {
             c.owner_checked,
             ms(c.granularity),
             c.max_name_len.map_or_else(|| "unlimited".to_owned(), |n| format!("{n} bytes")),
-            c.check
+            c.check,
+            c.clock_step.as_micros(),
+            c.inspect,
+            c.list,
+            c.force_release
         );
         for r in &self.results {
             s.push_str(&format!(
@@ -424,9 +447,13 @@ mod tests {
             keys(&v["capabilities"]),
             [
                 "check",
+                "clock_step_us",
                 "extend",
                 "fencing",
+                "force_release",
                 "granularity_ms",
+                "inspect",
+                "list",
                 "max_name_len",
                 "owner_checked",
                 "server_time"

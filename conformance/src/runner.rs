@@ -31,10 +31,16 @@ impl Suite {
             return soak::soak_check(self, check, total).await;
         }
         let started = Instant::now();
+        let _ = self.take_disagreement();
         let verdict = CatchPanic(Box::pin((check.run)(self))).await;
         let verdict = match verdict {
             Ok(v) => v,
             Err(msg) => Verdict::fail(format!("the check panicked: {msg}")),
+        };
+        // An instance disagreed with what the provider declares: the check fails saying so.
+        let verdict = match self.take_disagreement() {
+            Some(what) if verdict.outcome != crate::Outcome::Fail => Verdict::fail(what),
+            _ => verdict,
         };
         CheckResult {
             id: check.id,

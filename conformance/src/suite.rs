@@ -73,6 +73,9 @@ pub struct Suite {
     overlaps: AtomicU64,
     /// Soak: the fault proxy new instances connect through (C16 under faults).
     soak_proxy: Mutex<Option<std::net::SocketAddr>>,
+    /// What the instances did against the provider's declarations (see
+    /// [`Declared`](crate::tools::declared::Declared)).
+    disagreement: Arc<crate::tools::declared::Disagreement>,
 }
 
 impl std::fmt::Debug for Suite {
@@ -118,6 +121,7 @@ impl Suite {
             checked: AtomicU64::new(0),
             overlaps: AtomicU64::new(0),
             soak_proxy: Mutex::new(None),
+            disagreement: Arc::default(),
         })
     }
 
@@ -175,7 +179,7 @@ impl Suite {
 
     /// Builds one instance with the system clock and the real address.
     pub async fn instance(&self) -> Result<Arc<dyn LockProvider>, BoxError> {
-        self.factory.create(InstanceOptions::new(0)).await
+        self.instance_with(InstanceOptions::new(0)).await
     }
 
     /// Builds one instance with `options`.
@@ -183,7 +187,21 @@ impl Suite {
         &self,
         options: InstanceOptions,
     ) -> Result<Arc<dyn LockProvider>, BoxError> {
-        self.factory.create(options).await
+        Ok(self.declared(self.factory.create(options).await?))
+    }
+
+    /// `instance` held to its declarations (see [`Declared`](crate::tools::declared::Declared)).
+    fn declared(&self, instance: Arc<dyn LockProvider>) -> Arc<dyn LockProvider> {
+        crate::tools::declared::Declared::wrap(
+            instance,
+            self.caps.clock_step,
+            self.disagreement.clone(),
+        )
+    }
+
+    /// The first disagreement with the provider's declarations since the last call.
+    pub(crate) fn take_disagreement(&self) -> Option<String> {
+        self.disagreement.take()
     }
 
     /// Builds `n` independent instances (in a soak run, through the fault proxy while one is
@@ -196,7 +214,7 @@ impl Suite {
             if let Some(a) = proxy {
                 o = o.with_address(a);
             }
-            v.push(self.factory.create(o).await?);
+            v.push(self.instance_with(o).await?);
         }
         Ok(v)
     }

@@ -11,7 +11,9 @@ use crate::{
     },
 };
 
-/// C09: extend keeps the lock past the original `lock_at_most_for`; multiple extends chain.
+/// C09: extend keeps the lock past the original `lock_at_most_for`; multiple extends chain. An
+/// extend to a shorter `lock_at_most_for` ends the lock sooner: no later than the shorter lease
+/// counted from the extend (within the slack and the declared clock step), and not before it.
 pub async fn c09_extend_keeps_lock(suite: &Suite) -> Verdict {
     finish(c09(suite).await)
 }
@@ -37,12 +39,49 @@ async fn c09(suite: &Suite) -> R {
         poll_acquire(suite, &p[1], &cfg, f0, l, deadline, "after the second extend").await?;
     drop(lock);
     unlock(suite, l2).await?;
+    let shorter = shorter(suite, &p).await?;
     Ok(format!(
-        "lock_at_most_for {} ms, extended at +{} and +{} ms: held past +{} ms, freed at +{} ms",
+        "lock_at_most_for {} ms, extended at +{} and +{} ms: held past +{} ms, freed at +{} ms; \
+         {shorter}",
         ms(l),
         at(a0, e0),
         at(a0, f0),
         ms(l),
+        at(a0, got)
+    ))
+}
+
+/// An extend to a shorter `lock_at_most_for` ends the lock sooner: taken for four times the
+/// short lease, then extended to the short lease, the lock is free for another instance when
+/// the short lease from the extend has passed (within the usual slack and the declared clock
+/// step), long before the first lease would have ended, and not before.
+async fn shorter(suite: &Suite, p: &[std::sync::Arc<dyn shedlock::LockProvider>]) -> R {
+    let t = suite.timing();
+    let (short, long) = (t.at_most, t.at_most * 4);
+    let cfg = suite.config(&suite.lock_name("c09-shorter"), long, Duration::ZERO)?;
+    let (lock, a0, _) = timed_try_lock(suite, &p[0], &cfg).await?;
+    let Some(mut lock) = lock else {
+        return Err(Verdict::fail("try_lock found a fresh name held"));
+    };
+    let (e0, e1) = extend(suite, &mut lock, short, Duration::ZERO).await?;
+    let deadline = short + e1.duration_since(e0) + t.slack + suite.capabilities().clock_step;
+    let (next, got) = poll_acquire(
+        suite,
+        &p[1],
+        &cfg,
+        e0,
+        short,
+        deadline,
+        "after an extend to a shorter lock_at_most_for",
+    )
+    .await?;
+    drop(lock);
+    unlock(suite, next).await?;
+    Ok(format!(
+        "taken for {} ms and extended at +{} ms to {} ms: freed at +{} ms",
+        ms(long),
+        at(a0, e0),
+        ms(short),
         at(a0, got)
     ))
 }

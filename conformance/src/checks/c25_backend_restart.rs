@@ -119,22 +119,32 @@ impl Witness {
                 // A server that stopped has closed it; one that never stopped keeps it open (it
                 // may send a greeting first).
                 let mut buf = [0u8; 1024];
+                let mut received = 0usize;
                 let closed = tokio::time::timeout(CLOSE_WAIT, async {
                     loop {
                         match conn.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(_) => {}
+                            Ok(0) => return "closed",
+                            Err(_) => return "reset",
+                            Ok(n) => received += n,
                         }
                     }
                 })
                 .await;
-                ensure!(
-                    closed.is_ok(),
-                    "the restart hook returned, but a connection the kit opened to the backend \
-                     before it was still open {} ms later: the hook did not restart the backend",
-                    ms(CLOSE_WAIT)
-                );
-                Ok("a connection opened before it was closed by it".to_owned())
+                match closed {
+                    Ok(how) => Ok(format!(
+                        "a connection opened before it was {how} by it (no identity given)"
+                    )),
+                    Err(_) => bail!(
+                        "the restart hook returned, but a connection the kit opened to the \
+                         backend before it was still open {} ms later ({received} bytes received \
+                         meanwhile, neither closed nor reset): either the hook did not restart \
+                         the backend, or the restart left old connections half-open, as a \
+                         crashed host does; this witness cannot tell them apart. Implement \
+                         RestartHook::identity (a server run id, start time or pids) so the kit \
+                         sees a new server generation",
+                        ms(CLOSE_WAIT)
+                    ),
+                }
             }
             Witness::Identity(before) => {
                 let after = bounded(suite, "RestartHook::identity", hook.identity())
@@ -144,9 +154,15 @@ impl Witness {
                     Some(after) if after != before => {
                         Ok(format!("the backend's identity changed: {before} → {after}"))
                     }
-                    _ => bail!(
+                    Some(_) => bail!(
                         "the restart hook returned, but RestartHook::identity still says \
-                         {before:?}: the hook did not restart the backend"
+                         {before:?}: no new server generation, so the hook did not restart the \
+                         backend"
+                    ),
+                    None => bail!(
+                        "RestartHook::identity said {before:?} before the restart and nothing \
+                         after it: the kit cannot tell whether a new server generation started \
+                         (the identity must be given both times)"
                     ),
                 }
             }

@@ -11,7 +11,7 @@ use crate::{
     suite::Suite,
     tools::{
         calls::{R, bounded, finish, instances, must_not_lock, unlock},
-        names::{EQUIVALENT_SPELLINGS, Hash32, colliding_pair},
+        names::{EQUIVALENT_SPELLINGS, Hash32, colliding_pair, escape_merges},
     },
 };
 
@@ -19,6 +19,11 @@ use crate::{
 /// newlines, NUL; the longest name the backend allows (accepted) and one past it (a typed
 /// [`Error::InvalidName`], never truncation into a collision). Every accepted name must lock
 /// independently of every other.
+///
+/// Keys are injective: for each pair of [`escape_merges`](crate::tools::names::escape_merges)
+/// (`a/b` and `a%2Fb`, `a%2Fb` and `a%2fb`, a marker doubled and not, hex against raw, names a
+/// delimiter joins, upper and lower case, a trailing marker; for every common escape marker),
+/// both names are held at once, and a release of one leaves the other held.
 ///
 /// Name identity, byte for byte: names that are one text under Unicode normalisation (NFC/NFD,
 /// compatibility characters) or case folding, and pairs with equal 32-bit hashes under CRC-32,
@@ -91,6 +96,7 @@ async fn c27(suite: &Suite) -> R {
         unlock(suite, l).await?;
     }
     let identity = identity(suite, &p, &base).await?;
+    let escapes = escapes(suite, &p, &base).await?;
     // Length limits.
     let max_detail = match suite.capabilities().max_name_len {
         Some(max) => {
@@ -173,7 +179,8 @@ async fn c27(suite: &Suite) -> R {
         format!("; rejected with InvalidName: {rejected:?}")
     };
     Ok(format!(
-        "{accepted} of {} hostile names locked independently; {identity}; {max_detail}{rej}",
+        "{accepted} of {} hostile names locked independently; {identity}; {escapes}; \
+         {max_detail}{rej}",
         names.len()
     ))
 }
@@ -221,9 +228,32 @@ async fn apart(
             bail!("{what}: {b:?} gave an untyped error {e} (expected success or InvalidName)")
         }
     };
+    // A release of one leaves the other held.
     unlock(suite, la).await?;
+    let cfg = suite.config(b, LONG, Duration::ZERO)?;
+    must_not_lock(suite, &p[0], &cfg, &format!("{what}: {b:?} after {a:?} was released")).await?;
     unlock(suite, lb).await?;
     Ok(Apart::Held)
+}
+
+/// The pairs of [`escape_merges`]: each two locks, and a release of one never frees the other.
+async fn escapes(suite: &Suite, p: &[std::sync::Arc<dyn LockProvider>], base: &str) -> R {
+    let pairs = escape_merges();
+    let (mut kept, mut refused) = (0, 0);
+    for (i, (why, a, b)) in pairs.iter().enumerate() {
+        let (a, b) = (format!("{base}-e{i}-{a}"), format!("{base}-e{i}-{b}"));
+        match apart(suite, p, &a, &b, why).await? {
+            Apart::Held => kept += 1,
+            Apart::Rejected(_) => refused += 1,
+        }
+    }
+    let refused =
+        if refused == 0 { String::new() } else { format!(" ({refused} refused with InvalidName)") };
+    Ok(format!(
+        "{kept} of {} pairs that a non-injective escaping merges kept apart, a release of one \
+         leaving the other held{refused}",
+        pairs.len()
+    ))
 }
 
 /// `try_lock` of `name` (a long lease), bounded; the provider's answer as it is.

@@ -5,6 +5,7 @@
 #[macro_use]
 pub(crate) mod calls;
 pub mod clocks;
+pub(crate) mod declared;
 pub mod fenced;
 pub mod history;
 pub mod model;

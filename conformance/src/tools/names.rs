@@ -110,6 +110,60 @@ pub const EQUIVALENT_SPELLINGS: &[(&str, &str, &str)] = &[
     ("case folding: dotless ı vs i", "\u{131}", "i"),
 ];
 
+/// The escape markers of common key schemes: percent-encoding (`%`), hex after `_`, `=`
+/// (quoted-printable), `~`, `\\`, `-`, `.`, `+`, `!`, `$`, `:`, `@`. [`escape_merges`] builds
+/// its pairs for each, so a provider's own marker is among them.
+pub const ESCAPE_MARKERS: &[char] = &['%', '_', '=', '~', '\\', '-', '.', '+', '!', '$', ':', '@'];
+
+/// Pairs of distinct names that an escaping scheme which is not injective merges into one key,
+/// as `(why, a, b)`. C27 locks each pair at once on two instances and releases one while the
+/// other is held: both must stay two locks. A key scheme must survive all of them:
+///
+/// - for each marker `m` of [`ESCAPE_MARKERS`]:
+///   - `/` escaped as `m2F`, against that text written raw: `a/b` and `am2Fb`;
+///   - hex digits in upper and lower case: `am2Fb` and `am2fb`;
+///   - the marker doubled and not: `amb` and `ammb`;
+///   - a character's hex against the character: `x` and `m78`;
+///   - the escaped marker against the marker: `am` and `am25` (`m` as `%` hex);
+///   - a trailing marker: `am` and `a`;
+/// - hex without a marker against the raw text: `x` and `78`;
+/// - characters a scheme replaces by one delimiter: `a/b`, `a:b`, `a b`, `a.b`, `a-b` against
+///   `a_b`, and `a/b` against `a-b`, `a.b` and `a:b`;
+/// - a name against its delimiter-joined halves: `ab` and `a/b`, `a_b` and `a__b`;
+/// - upper and lower case: `Lock` and `lock`.
+pub fn escape_merges() -> Vec<(String, String, String)> {
+    let mut pairs = Vec::new();
+    for &m in ESCAPE_MARKERS {
+        let mut add = |why: &str, a: String, b: String| {
+            pairs.push((format!("marker {m:?}: {why}"), a, b));
+        };
+        add("'/' escaped, against the escape written raw", "a/b".into(), format!("a{m}2Fb"));
+        add("hex digits in upper and lower case", format!("a{m}2Fb"), format!("a{m}2fb"));
+        add("the marker doubled and not", format!("a{m}b"), format!("a{m}{m}b"));
+        add("a character's hex against the character", "x".into(), format!("{m}78"));
+        add("the marker's own escape against the marker", format!("a{m}"), format!("a{m}25"));
+        add("a trailing marker", format!("a{m}"), "a".into());
+    }
+    let plain: &[(&str, &str, &str)] = &[
+        ("hex without a marker against the raw text", "x", "78"),
+        ("'/' and '_' replaced by one delimiter", "a/b", "a_b"),
+        ("':' and '_' replaced by one delimiter", "a:b", "a_b"),
+        ("' ' and '_' replaced by one delimiter", "a b", "a_b"),
+        ("'.' and '_' replaced by one delimiter", "a.b", "a_b"),
+        ("'-' and '_' replaced by one delimiter", "a-b", "a_b"),
+        ("'/' and '-' replaced by one delimiter", "a/b", "a-b"),
+        ("'/' and '.' replaced by one delimiter", "a/b", "a.b"),
+        ("'/' and ':' replaced by one delimiter", "a/b", "a:b"),
+        ("a name against its delimiter-joined halves", "ab", "a/b"),
+        ("a delimiter doubled and not", "a_b", "a__b"),
+        ("upper and lower case", "Lock", "lock"),
+    ];
+    for (why, a, b) in plain {
+        pairs.push(((*why).to_owned(), (*a).to_owned(), (*b).to_owned()));
+    }
+    pairs
+}
+
 /// CRC-32 (IEEE, reflected, polynomial 0xEDB88320), bitwise.
 fn crc32(data: &[u8]) -> u32 {
     let mut crc = !0u32;
@@ -264,5 +318,19 @@ mod tests {
         for (why, a, b) in EQUIVALENT_SPELLINGS {
             assert_ne!(a, b, "{why}");
         }
+    }
+
+    #[test]
+    fn escape_merges_are_pairs_of_distinct_names_for_every_marker() {
+        let pairs = escape_merges();
+        for (why, a, b) in &pairs {
+            assert_ne!(a, b, "{why}");
+        }
+        for m in ESCAPE_MARKERS {
+            assert!(pairs.iter().any(|(why, ..)| why.starts_with(&format!("marker {m:?}"))));
+        }
+        // Percent-encoding's merges, as a provider that escapes '/' but not '%' makes them.
+        assert!(pairs.iter().any(|(_, a, b)| a == "a/b" && b == "a%2Fb"));
+        assert!(pairs.iter().any(|(_, a, b)| a == "a%2Fb" && b == "a%2fb"));
     }
 }

@@ -80,6 +80,24 @@ enum Bug {
     /// `list` is not declared, yet answers an empty page (which reads as "no locks") instead of
     /// `Error::Unsupported`.
     UndeclaredListAnswersEmpty,
+    /// Keys escape `/` as `%2F` but keep `%` as is: `a/b` and `a%2Fb` are one key.
+    MergingEscape,
+    /// Tokens count per name, and a forced release starts the count over.
+    ForceReleaseResetsTokens,
+    /// `inspect` refreshes the lease it reads (a "touch" on read): a monitoring loop keeps a
+    /// dead holder's lock alive.
+    InspectExtends,
+    /// `extend` keeps the later of the old and the new expiry (`GREATEST(old, new)`): an extend
+    /// to a shorter lease never shortens it.
+    ExtendNeverShortens,
+    /// Records end at `lock_at_most_for` floored to the millisecond, while a 0 clock step is
+    /// declared (and used): a lease outlives its record by up to 1 ms.
+    FlooredExpiry,
+    /// [`Bug::FlooredExpiry`] behind a loopback round trip: each `try_lock` spends 200 µs on its
+    /// way to the backend's clock and 200 µs back (blocking the thread, as a syscall would).
+    FlooredExpiryOverNetwork,
+    /// `Capabilities::clock_step` says 0, but every acquisition uses the default 1 ms step.
+    StepDisagrees,
 }
 
 #[derive(Debug, Clone)]
@@ -96,6 +114,8 @@ struct Backend {
     next: AtomicU64,
     /// Restarts so far: the backend's identity for C25.
     restarts: AtomicU64,
+    /// [`Bug::ForceReleaseResetsTokens`]: the token count per key.
+    per_key: Mutex<HashMap<String, u64>>,
 }
 
 #[derive(Clone)]
@@ -114,6 +134,7 @@ fn key(bug: Bug, name: &str) -> String {
         Bug::TruncatesNames => name.chars().take(24).collect(),
         Bug::NormalisesNames => name.nfkc().collect(),
         Bug::HashedNames(hash) => format!("{:08x}", hash.of(name)),
+        Bug::MergingEscape => name.replace('/', "%2F"),
         Bug::CharsNotBytes => {
             let mut cut = CHAR_LIMIT.min(name.len());
             while !name.is_char_boundary(cut) {
@@ -128,7 +149,10 @@ fn key(bug: Bug, name: &str) -> String {
 #[async_trait]
 impl LockProvider for Broken {
     async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
-        let acquisition = Acquisition::begin(config);
+        let acquisition = match self.bug {
+            Bug::StepDisagrees => Acquisition::begin(config),
+            _ => Acquisition::begin_declared(config, &self.capabilities()),
+        };
         if self.bug == Bug::CharsNotBytes && config.name().chars().count() > CHAR_LIMIT {
             return Err(Error::InvalidName {
                 backend: "broken",
@@ -137,17 +161,29 @@ impl LockProvider for Broken {
             });
         }
         let k = key(self.bug, config.name());
+        let transit = self.bug == Bug::FlooredExpiryOverNetwork;
+        if transit {
+            std::thread::sleep(Duration::from_micros(200));
+        }
         let now = SystemTime::now();
-        let until = if self.bug == Bug::NeverExpires {
-            now + Duration::from_secs(86_400)
-        } else {
-            now + config.lock_at_most_for()
+        let until = match self.bug {
+            Bug::NeverExpires => now + Duration::from_secs(86_400),
+            Bug::FlooredExpiry | Bug::FlooredExpiryOverNetwork => {
+                floor_ms(now + config.lock_at_most_for())
+            }
+            _ => now + config.lock_at_most_for(),
         };
         let owner = self.backend.next.fetch_add(1, Ordering::SeqCst) + 1;
         let free = |recs: &HashMap<String, Rec>| recs.get(&k).is_none_or(|r| r.until <= now);
         let token_after = |recs: &HashMap<String, Rec>| match self.bug {
             Bug::TokenNotMonotonic => 1_000_000 - owner,
             Bug::TokenInRecord => recs.get(&k).map_or(0, |r| r.token) + 1,
+            Bug::ForceReleaseResetsTokens => {
+                let mut per_key = self.backend.per_key.lock().unwrap();
+                let n = per_key.entry(k.clone()).or_insert(0);
+                *n += 1;
+                *n
+            }
             Bug::TokenFromClientClock => {
                 let since = self.clock.now().duration_since(SystemTime::UNIX_EPOCH);
                 since.map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
@@ -175,6 +211,9 @@ impl LockProvider for Broken {
             };
             recs.insert(k.clone(), Rec { until, locked_at, owner, token });
         }
+        if transit {
+            std::thread::sleep(Duration::from_micros(200));
+        }
         acquisition.grant(Handle { p: self.clone(), key: k, owner, token }).await.map(Some)
     }
 
@@ -185,12 +224,27 @@ impl LockProvider for Broken {
             .with_owner_checked(true)
             .with_server_time(true)
             .with_granularity(Duration::from_millis(1))
+            .with_clock_step(match self.bug {
+                Bug::FlooredExpiry | Bug::FlooredExpiryOverNetwork | Bug::StepDisagrees => {
+                    Duration::ZERO
+                }
+                _ => shedlock::DEFAULT_CLOCK_STEP,
+            })
             .with_max_name_len((self.bug == Bug::CharsNotBytes).then_some(CHAR_LIMIT))
-            .with_inspection(true, self.bug != Bug::UndeclaredListAnswersEmpty, true)
+            .with_inspect(true)
+            .with_list(self.bug != Bug::UndeclaredListAnswersEmpty)
+            .with_force_release(true)
     }
 
     async fn inspect(&self, name: &str) -> Result<Option<LockInfo>> {
-        let recs = self.backend.recs.lock().unwrap();
+        let mut recs = self.backend.recs.lock().unwrap();
+        if self.bug == Bug::InspectExtends
+            && let Some(r) = recs.get_mut(&key(self.bug, name))
+            && r.until > SystemTime::now()
+            && let Ok(lease) = r.until.duration_since(r.locked_at)
+        {
+            r.until = SystemTime::now() + lease;
+        }
         Ok(recs.get(&key(self.bug, name)).map(|r| self.info(name, r)))
     }
 
@@ -223,6 +277,9 @@ impl LockProvider for Broken {
             return Ok(ForceRelease::Changed(Some(now)));
         }
         recs.remove(&k);
+        if self.bug == Bug::ForceReleaseResetsTokens {
+            self.backend.per_key.lock().unwrap().remove(&k);
+        }
         Ok(ForceRelease::Released(now))
     }
 }
@@ -239,6 +296,12 @@ impl Broken {
             .with_lock_until(r.until)
             .with_fencing_token(Some(r.token))
     }
+}
+
+/// `t` floored to the millisecond since the epoch, as a `TIMESTAMP(3)` column stores it.
+fn floor_ms(t: SystemTime) -> SystemTime {
+    let since = t.duration_since(SystemTime::UNIX_EPOCH).unwrap();
+    SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(since.as_millis()).unwrap())
 }
 
 /// Whether `name` starts with `pattern` read as a `LIKE` pattern.
@@ -286,7 +349,9 @@ impl LockHandle for Handle {
                 if (r.owner == self.owner || self.p.bug == Bug::ExtendWithoutOwnerCheck)
                     && (r.until > now || self.p.bug == Bug::ExpiredExtendable) =>
             {
-                r.until = now + config.lock_at_most_for();
+                let until = now + config.lock_at_most_for();
+                r.until =
+                    if self.p.bug == Bug::ExtendNeverShortens { r.until.max(until) } else { until };
                 if self.p.bug != Bug::AtLeastFromAcquisition {
                     r.locked_at = now;
                 }
@@ -398,6 +463,45 @@ async fn rejected_saying(bug: Bug, id: &str, says: &str) {
         "{bug:?} rejected by {id} without saying {says:?}: {}",
         v.detail
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_escape_that_keeps_its_marker_raw_fails_c27() {
+    rejected_saying(Bug::MergingEscape, "C27", "made two names one lock").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_release_that_resets_the_token_sequence_fails_c31() {
+    rejected_saying(Bug::ForceReleaseResetsTokens, "C31", "must not reset the fencing sequence")
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inspect_that_refreshes_the_lease_fails_c30() {
+    rejected_saying(Bug::InspectExtends, "C30", "inspect changed the record it read").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extend_that_never_shortens_fails_c09() {
+    rejected_saying(Bug::ExtendNeverShortens, "C09", "extend to a shorter lock_at_most_for").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expiry_floored_to_the_millisecond_with_no_clock_step_fails_c05() {
+    rejected_saying(Bug::FlooredExpiry, "C05", "before the holder's Lock::valid_until").await;
+}
+
+/// Over a round trip, one lease end catches a record up to 1 ms early only when the early part
+/// is longer than the round trip; C05's further lease ends, at spread offsets, catch it anyway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expiry_floored_to_the_millisecond_behind_a_round_trip_fails_c05() {
+    rejected_saying(Bug::FlooredExpiryOverNetwork, "C05", "before the holder's Lock::valid_until")
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_step_other_than_the_declared_one_fails_the_first_check_that_locks() {
+    rejected_saying(Bug::StepDisagrees, "C01", "Capabilities::clock_step").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
