@@ -28,6 +28,8 @@
 //!   `conformance/reports/faults/` and regenerates the README provider table.
 //! * `mutants [memory|toy] [--shard K/N]` — cargo-mutants on the reference provider or the
 //!   third-party example, with the conformance suite as the test (on request, not in CI).
+//! * `durations` — writes the test binaries' run times measured by the last `cargo xtask test`
+//!   to the committed table `xtask/durations.json` (the order a fresh clone starts them in).
 //! * `msrv` — every crate meant for crates.io builds (`cargo check --lib`) with the toolchain of
 //!   its declared `rust-version` (installed with rustup when missing).
 //! * `package [--no-verify]` — `cargo package` over every crate whose `publish` is not false
@@ -78,6 +80,7 @@ const USAGE: &str = "usage: cargo xtask <command>
   mutants [memory|toy] [--shard K/N]   cargo-mutants on a provider, judged by the conformance suite
                                        (how strong the kit is; on request, not in CI)
   package [--no-verify]                cargo package (and build) every crate meant for crates.io, with manifest checks
+  durations                            commit the last test run's binary times to xtask/durations.json
   msrv                                 every crate meant for crates.io builds with its declared rust-version
 backends: postgres mariadb(mysql) sqlite redis valkey memcached nats mongodb dynamodb s3 etcd etcd-cluster zookeeper zookeeper-ensemble";
 
@@ -122,6 +125,7 @@ fn main() -> ExitCode {
         "mutants" => mutants::run(rest),
         "package" => package::run(rest),
         "msrv" => msrv::run(rest),
+        "durations" => runner::record_durations(),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
             Ok(0)

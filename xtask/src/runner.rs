@@ -44,24 +44,54 @@ pub struct TestBinary {
     pub target: String,
     /// The executable.
     pub executable: PathBuf,
+    /// One suite of a conformance binary of several (see [`by_suite`]): the harness arguments
+    /// that select it. `None`: the whole binary.
+    pub suite: Option<SuiteSelection>,
 }
 
-impl TestBinary {
-    /// `shedlock-postgres/test/conformance`: unique in the workspace, and the key of its
-    /// remembered duration.
-    pub fn id(&self) -> String {
-        format!("{}/{}/{}", self.package, self.kind, self.target)
+/// The arguments that select one suite of a conformance binary: its name as a filter
+/// (`memcached::`), and a `--skip` for every other suite whose tests the filter would also match
+/// (`redis-valkey::` contains `valkey::`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SuiteSelection {
+    /// The suite's name.
+    pub name: String,
+    /// The other suites' `<name>::` prefixes that contain this one's.
+    pub skip: Vec<String>,
+}
+
+impl SuiteSelection {
+    /// The harness arguments.
+    fn args(&self) -> Vec<String> {
+        let mut args = vec![format!("{}::", self.name)];
+        for s in &self.skip {
+            args.extend(["--skip".to_owned(), s.clone()]);
+        }
+        args
     }
 }
 
-/// How many test binaries run at once: `SHEDLOCK_TEST_JOBS`, else 2 (this project's tests wait
-/// far more than they compute; 1 runs them one after another, as `cargo test` does).
+impl TestBinary {
+    /// `shedlock-postgres/test/conformance` (and `::postgres-secure` for one suite of it):
+    /// unique in the workspace, and the key of its remembered duration.
+    pub fn id(&self) -> String {
+        let id = format!("{}/{}/{}", self.package, self.kind, self.target);
+        match &self.suite {
+            Some(s) => format!("{id}::{}", s.name),
+            None => id,
+        }
+    }
+}
+
+/// How many timing suites run at once: `SHEDLOCK_TEST_JOBS`, else 3 (they wait on leases far
+/// more than they compute; 1 runs them one after another, as `cargo test` does). The other
+/// binaries run at most two at a time.
 pub fn jobs() -> usize {
     std::env::var("SHEDLOCK_TEST_JOBS")
         .ok()
         .and_then(|v| v.trim().parse::<usize>().ok())
         .filter(|n| *n > 0)
-        .unwrap_or(2)
+        .unwrap_or(3)
 }
 
 /// Whether `cargo test` runs the artifact of a `compiler-artifact` message: every executable
@@ -105,6 +135,7 @@ pub fn binaries_from_messages(stdout: &str) -> Vec<TestBinary> {
             kind,
             target: s("/target/name"),
             executable: PathBuf::from(s("/executable")),
+            suite: None,
         });
     }
     out
@@ -155,18 +186,124 @@ fn durations_file() -> PathBuf {
     target_dir().join("xtask-test").join("durations.json")
 }
 
-/// The remembered run times, in seconds, by [`TestBinary::id`].
-pub fn remembered() -> BTreeMap<String, f64> {
-    fs::read_to_string(durations_file())
+/// The committed duration table: what a full `cargo xtask test` on the project's 2-core
+/// machine measured, so that a fresh clone starts the longest binaries first too. Refreshed by
+/// `cargo xtask durations` after a full run.
+pub fn committed_file() -> PathBuf {
+    crate::util::root().join("xtask").join("durations.json")
+}
+
+fn read_times(path: &Path) -> BTreeMap<String, f64> {
+    fs::read_to_string(path)
         .ok()
         .and_then(|t| serde_json::from_str::<BTreeMap<String, f64>>(&t).ok())
         .unwrap_or_default()
 }
 
-/// Whether `bin` is a provider's conformance harness (`tests/conformance*.rs`, no libtest
-/// harness): a suite of timing checks that mostly waits on its backend.
+/// The run times, in seconds, by [`TestBinary::id`]: the committed table, overridden by what
+/// this checkout's earlier runs measured (`<target>/xtask-test/durations.json`).
+pub fn remembered() -> BTreeMap<String, f64> {
+    let mut times = read_times(&committed_file());
+    times.extend(read_times(&durations_file()));
+    times
+}
+
+/// `cargo xtask durations`: writes this checkout's measured times (of binaries that still
+/// exist in the committed table or were measured here) to the committed table, rounded to the
+/// second.
+pub fn record_durations() -> Result<u8, String> {
+    let measured = read_times(&durations_file());
+    if measured.is_empty() {
+        return Err(format!(
+            "no measured times in {}: run `cargo xtask test` first",
+            durations_file().display()
+        ));
+    }
+    let mut table = read_times(&committed_file());
+    for (id, secs) in measured {
+        table.insert(id, secs.round());
+    }
+    let text = serde_json::to_string_pretty(&table).map_err(|e| e.to_string())?;
+    fs::write(committed_file(), text + "\n")
+        .map_err(|e| format!("writing {}: {e}", committed_file().display()))?;
+    eprintln!("xtask: {} times written to {}", table.len(), committed_file().display());
+    Ok(0)
+}
+
+/// The suites of a conformance binary (`<suite>::<check>: test` lines of `--list`), in order.
+fn suites_listed(listing: &str) -> Vec<String> {
+    let mut suites: Vec<String> = Vec::new();
+    for line in listing.lines() {
+        if let Some((suite, _)) = line.strip_suffix(": test").and_then(|t| t.split_once("::"))
+            && !suites.iter().any(|s| s == suite)
+        {
+            suites.push(suite.to_owned());
+        }
+    }
+    suites
+}
+
+/// One [`TestBinary`] per suite of `bin`, when its listing names two or more; else `bin`.
+fn split_by_suite(bin: TestBinary, listing: &str) -> Vec<TestBinary> {
+    let suites = suites_listed(listing);
+    if suites.len() < 2 {
+        return vec![bin];
+    }
+    suites
+        .iter()
+        .map(|name| {
+            let prefix = format!("{name}::");
+            let skip = suites
+                .iter()
+                .filter(|o| *o != name)
+                .map(|o| format!("{o}::"))
+                .filter(|o| o.contains(&prefix))
+                .collect();
+            TestBinary { suite: Some(SuiteSelection { name: name.clone(), skip }), ..bin.clone() }
+        })
+        .collect()
+}
+
+/// The binaries to run, with every provider conformance binary of several suites run as one
+/// job per suite: its suites then run beside each other (each sets up only its own), and the
+/// longest binary (memcached: two suites of 1 s granularity) no longer sets the run's length.
+/// A binary whose listing fails is run whole.
+pub fn by_suite(bins: Vec<TestBinary>) -> Vec<TestBinary> {
+    let mut out = Vec::new();
+    for bin in bins {
+        if !(is_suite(&bin) && bin.package != "shedlock-conformance") {
+            out.push(bin);
+            continue;
+        }
+        let listing = Command::new(&bin.executable)
+            .arg("--list")
+            .current_dir(&bin.manifest_dir)
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output();
+        match listing {
+            Ok(o) if o.status.success() => {
+                out.extend(split_by_suite(bin, &String::from_utf8_lossy(&o.stdout)));
+            }
+            _ => out.push(bin),
+        }
+    }
+    out
+}
+
+/// The kit's own timing suites: the whole catalogue against the memory provider and the toy
+/// TCP server, and C28/C29 across node processes. They wait on leases as the providers' suites
+/// do, and must not share the machine with the CPU-heavy self-tests either.
+const KIT_TIMING_SUITES: &[&str] = &["memory", "toy", "process_skew"];
+
+/// Whether `bin` is a suite of timing checks that mostly waits: a provider's conformance
+/// harness (`tests/conformance*.rs`, no libtest harness), or one of the kit's
+/// [`KIT_TIMING_SUITES`].
 fn is_suite(bin: &TestBinary) -> bool {
-    bin.kind == "test" && bin.target.starts_with("conformance")
+    bin.kind == "test"
+        && (bin.target.starts_with("conformance")
+            || (bin.package == "shedlock-conformance"
+                && KIT_TIMING_SUITES.contains(&bin.target.as_str())))
 }
 
 /// The order to start `bins` in, as two phases: first the providers' conformance suites, which
@@ -271,6 +408,9 @@ fn run_one(bin: TestBinary, args: &[String], env: &[(String, String)], logs: &Pa
         }
         Ok((out, err)) => {
             let mut cmd = Command::new(&bin.executable);
+            if let Some(suite) = &bin.suite {
+                cmd.args(suite.args());
+            }
             cmd.args(args)
                 .current_dir(&bin.manifest_dir)
                 .stdin(Stdio::null())
@@ -362,6 +502,7 @@ mod tests {
             kind: kind.into(),
             target: target.into(),
             executable: PathBuf::new(),
+            suite: None,
         };
         let bins = vec![
             bin("a", "lib", "a"),
@@ -383,6 +524,62 @@ mod tests {
             ["e/test/conformance", "c/test/conformance", "d/test/conformance"]
         );
         assert_eq!(ids(&rest), ["b/test/it", "a/lib/a"]);
+    }
+
+    #[test]
+    fn the_kits_timing_suites_run_in_the_first_phase() {
+        let bin = |target: &str| TestBinary {
+            package: "shedlock-conformance".into(),
+            version: "0.1.0".into(),
+            manifest_dir: PathBuf::new(),
+            kind: "test".into(),
+            target: target.into(),
+            executable: PathBuf::new(),
+            suite: None,
+        };
+        let (suites, rest) = schedule(
+            ["memory", "toy", "process_skew", "it"].into_iter().map(bin).collect(),
+            &BTreeMap::new(),
+        );
+        let targets = |v: &[TestBinary]| v.iter().map(|b| b.target.clone()).collect::<Vec<_>>();
+        assert_eq!(targets(&suites), ["memory", "process_skew", "toy"]);
+        assert_eq!(targets(&rest), ["it"]);
+    }
+
+    #[test]
+    fn a_binary_of_several_suites_runs_as_one_job_per_suite_each_selecting_only_its_own() {
+        let bin = TestBinary {
+            package: "shedlock-redis".into(),
+            version: "0.1.0".into(),
+            manifest_dir: PathBuf::new(),
+            kind: "test".into(),
+            target: "conformance".into(),
+            executable: PathBuf::new(),
+            suite: None,
+        };
+        let listing = "redis::C01_lock_is_held: test\nredis::figures: test\n\
+                       valkey::C01_lock_is_held: test\nredis-valkey::C01_lock_is_held: test\n\
+                       redis-valkey::faults::partition: test\n\n5 tests, 0 benchmarks\n";
+        let jobs = split_by_suite(bin.clone(), listing);
+        let ids: Vec<String> = jobs.iter().map(TestBinary::id).collect();
+        assert_eq!(
+            ids,
+            [
+                "shedlock-redis/test/conformance::redis",
+                "shedlock-redis/test/conformance::valkey",
+                "shedlock-redis/test/conformance::redis-valkey"
+            ]
+        );
+        // `valkey::` would also select redis-valkey's tests: skipped.
+        assert_eq!(
+            jobs[1].suite.as_ref().unwrap().args(),
+            ["valkey::", "--skip", "redis-valkey::"]
+        );
+        assert_eq!(jobs[0].suite.as_ref().unwrap().args(), ["redis::"]);
+        // One suite: the binary as it is.
+        let one = split_by_suite(bin, "sqlite::C01_lock_is_held: test\n");
+        assert_eq!(one.len(), 1);
+        assert!(one[0].suite.is_none());
     }
 
     #[test]
