@@ -13,9 +13,10 @@ use super::{
     net::{self, Net},
     plan::{AT_MOST, FAULT_FOR, FaultKind, FaultPlan, HEAL_FOR, HOLD_MAX},
     report::{FaultReport, faults_report_dir},
-    signal::{Nodes, signal_pid},
+    signal::Nodes,
 };
 use crate::node::{FaultLog, NODE_ENV, NodeSpec, RUN_ID_ENV, monotonic_ns, run_id, tail};
+use crate::tools::signal::signal_pid;
 
 /// Runs `plan` with the node processes of test binary `exe` built by suite `suite`, for
 /// `secs` seconds of workload; writes the report to [`faults_report_dir`] and returns it.
