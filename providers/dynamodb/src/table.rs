@@ -10,7 +10,7 @@ use aws_sdk_dynamodb::{
         TableStatus,
     },
 };
-use shedlock::{Error, LockProvider, Result, support::with_timeout};
+use shedlock::{Error, LockProvider, Result, store::Operation, support::with_timeout};
 
 use crate::{
     ATTR_ID, BACKEND, DynamoDbLockProvider, error::setup, refusal::Call, store::DynamoStore,
@@ -27,7 +27,7 @@ impl DynamoDbLockProvider {
     /// [`check_table`]: Self::check_table
     pub async fn create_table(&self) -> Result<()> {
         let i = self.inner.store();
-        with_timeout("create_table", Some(CREATE_TABLE_TIMEOUT), async {
+        with_timeout(Operation::CreateTable, Some(CREATE_TABLE_TIMEOUT), async {
             let build = |e: aws_sdk_dynamodb::error::BuildError| Error::backend(BACKEND, e);
             let r = i
                 .client

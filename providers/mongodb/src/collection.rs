@@ -1,6 +1,6 @@
 //! The collection: its name (checked by the builder) and `create_collection`.
 
-use shedlock::{Result, support::with_timeout};
+use shedlock::{Result, store::Operation, support::with_timeout};
 
 use crate::{
     MongoLockProvider,
@@ -47,7 +47,7 @@ impl MongoLockProvider {
     /// (`db.createCollection("shedLock")` in mongosh).
     pub async fn create_collection(&self) -> Result<()> {
         let i = self.inner.store();
-        with_timeout("create_collection", self.inner.settings().timeout(), async {
+        with_timeout(Operation::CreateTable, self.inner.settings().timeout(), async {
             match i
                 .database
                 .create_collection(i.collection.name())

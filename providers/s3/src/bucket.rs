@@ -4,7 +4,7 @@ use aws_sdk_s3::{
     error::ProvideErrorMetadata,
     types::{BucketLocationConstraint, CreateBucketConfiguration},
 };
-use shedlock::{Error, LockProvider, Result, support::with_timeout};
+use shedlock::{Error, LockProvider, Result, store::Operation, support::with_timeout};
 
 use crate::{S3LockProvider, error::setup, refusal::Call, store::S3Store};
 
@@ -13,7 +13,7 @@ impl S3LockProvider {
     /// it. Idempotent.
     pub async fn create_bucket(&self) -> Result<()> {
         let i = self.inner.store();
-        with_timeout("create_bucket", self.inner.settings().timeout(), async {
+        with_timeout(Operation::CreateTable, self.inner.settings().timeout(), async {
             let mut req = i.client.create_bucket().bucket(&i.bucket);
             if let Some(region) =
                 i.client.config().region().map(|r| r.as_ref()).filter(|r| *r != "us-east-1")
