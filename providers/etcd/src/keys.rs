@@ -14,6 +14,10 @@ use crate::error::setup;
 /// The longest key prefix accepted, in bytes (before the `/` that may be added).
 pub const MAX_PREFIX_LEN: usize = 1024;
 
+/// The longest lock name accepted, in bytes (names are keys; etcd allows far more, but a name
+/// this long is a bug, not a job).
+pub const MAX_NAME_LEN: usize = 4096;
+
 /// The prefix as keys use it: checked, and ending with `/`.
 pub(crate) fn normalize_prefix(prefix: &str) -> Result<String> {
     check_prefix(prefix)?;
