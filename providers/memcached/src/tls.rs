@@ -5,7 +5,7 @@
 use std::fmt;
 
 #[cfg(not(feature = "tls"))]
-use {crate::setup, shedlock::Result};
+use {crate::error::setup, shedlock::Result};
 
 /// The TLS settings of a builder, as given. `Debug` shows whether each is set, never the key.
 #[derive(Clone, Default)]
@@ -70,7 +70,7 @@ mod enabled {
     use tokio_rustls::{TlsConnector, client::TlsStream};
 
     use super::TlsSettings;
-    use crate::setup;
+    use crate::error::setup;
 
     /// A checked TLS client configuration and the name to verify the server's certificate
     /// against.

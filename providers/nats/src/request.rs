@@ -11,8 +11,9 @@ use shedlock::{Error, Result, store::Operation, support::with_timeout};
 use tokio::time::Instant;
 
 use crate::{
-    BACKEND, Inner,
+    BACKEND,
     error::{NoAnswer, NoResponders, permission_denied},
+    inner::Inner,
     permissions::{Refused, Violation},
 };
 

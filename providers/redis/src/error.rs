@@ -13,7 +13,7 @@ use std::fmt;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 use shedlock::Error;
 
-use crate::{BACKEND, glob_escape};
+use crate::{BACKEND, keys::glob_escape};
 
 /// Where the README says what to grant.
 const SEE: &str = "see \"Permissions\" in the shedlock-redis README";
