@@ -9,6 +9,7 @@ use std::{
 
 use shedlock::{
     Error, Result,
+    store::Operation,
     support::{duration_secs_ceil, with_timeout},
 };
 use tokio::time::Instant;
@@ -97,7 +98,7 @@ pub(crate) fn revoke_in_background(inner: &Arc<Inner>, id: i64) {
                 Err(f) => Err(f.into_error()),
             }
         };
-        if let Err(error) = with_timeout("etcd revoke", inner.timeout, revoke).await {
+        if let Err(error) = with_timeout(Operation::RevokeLease, inner.timeout, revoke).await {
             tracing::debug!(lease = id, %error, "etcd: revoking an unused lease failed; it expires by itself");
         }
     });

@@ -2,7 +2,7 @@
 //! can hold locks.
 
 use serde_json::{Value, json};
-use shedlock::{Error, LockProvider, Result};
+use shedlock::{Error, LockProvider, Result, store::Operation};
 
 use crate::{
     BACKEND, NatsLockProvider,
@@ -137,7 +137,7 @@ impl NatsLockProvider {
     /// ([`check_bucket`](Self::check_bucket)). Idempotent.
     pub async fn create_bucket(&self) -> Result<()> {
         let i = &self.inner;
-        request::run_labelled("create_bucket", i.settings.timeout(), async {
+        request::run_labelled(Operation::CreateTable, i.settings.timeout(), async {
             let m = i
                 .request("create_bucket", i.create.clone(), None, self.bucket_config().into_bytes())
                 .await?;

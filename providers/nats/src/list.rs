@@ -6,7 +6,7 @@ use std::{collections::BTreeMap, pin::Pin, sync::Arc};
 use async_nats::connection::State as ConnState;
 use futures_core::Stream as _;
 use serde_json::{Value, json};
-use shedlock::{Error, LockInfo, LockPage, Result};
+use shedlock::{Error, LockInfo, LockPage, Result, store::Operation};
 
 use crate::{
     BACKEND, PermissionWatch,
@@ -37,7 +37,7 @@ impl Drop for DeleteConsumer {
         rt.spawn(async move {
             let delete = inner.request("list", subject, None, Vec::new());
             let timeout = inner.settings.timeout();
-            if let Err(error) = request::run_labelled("list", timeout, delete).await {
+            if let Err(error) = request::run_labelled(Operation::List, timeout, delete).await {
                 tracing::debug!(%error, "nats: deleting the list consumer failed; it expires by itself");
             }
         });

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use shedlock::store::LeaseStore;
 use shedlock::{
     Error, LockProvider, Result,
-    store::{DelegatingProvider, ProviderSettings, StoreProvider},
+    store::{DelegatingProvider, Operation, ProviderSettings, StoreProvider},
     support::{check_lock_name, unix_micros, with_timeout},
 };
 
@@ -94,7 +94,7 @@ impl<D: Dialect> SqlLockProvider<D> {
     /// ([`Dialect::is_ddl_race`]); it then runs the DDL again, which finds the table.
     pub async fn create_table(&self) -> Result<()> {
         let store = self.store();
-        with_timeout("create_table", self.inner.settings().timeout(), async {
+        with_timeout(Operation::CreateTable, self.inner.settings().timeout(), async {
             let mut attempt = 1;
             let result = loop {
                 match store.dialect.run_ddl(&store.ddl).await {
@@ -131,7 +131,7 @@ impl<D: Dialect> SqlLockProvider<D> {
     pub async fn record(&self, name: &str) -> Result<Option<LockRecord>> {
         let store = self.store();
         let values = store.values(self.inner.settings(), name);
-        with_timeout("record", self.inner.settings().timeout(), async {
+        with_timeout(Operation::ReadRecord, self.inner.settings().timeout(), async {
             store.dialect.record(&values).await.map_err(|e| store.err(Call::Record, Some(name), e))
         })
         .await
@@ -143,7 +143,7 @@ impl<D: Dialect> SqlLockProvider<D> {
     pub async fn delete_record(&self, name: &str) -> Result<bool> {
         let store = self.store();
         let values = store.values(self.inner.settings(), name);
-        with_timeout("delete_record", self.inner.settings().timeout(), async {
+        with_timeout(Operation::DeleteRecord, self.inner.settings().timeout(), async {
             store.execute(Op::Delete, &values).await.map(|n| n > 0)
         })
         .await
@@ -162,7 +162,7 @@ impl<D: Dialect> SqlLockProvider<D> {
             acquisition_id: self.inner.settings().new_owner().id_i64(),
             ..store.values(self.inner.settings(), name)
         };
-        with_timeout("write_record", self.inner.settings().timeout(), async {
+        with_timeout(Operation::WriteRecord, self.inner.settings().timeout(), async {
             store.execute(Op::Write, &values).await.map(|_| ())
         })
         .await

@@ -7,12 +7,9 @@ use std::{
 };
 
 use shedlock::{
-    Acquisition, Error, Lock, LockConfig, Result,
-    store::Operation,
-    support::{check_lock_name, with_timeout},
+    Acquisition, Error, Lock, LockConfig, Result, store::Operation, support::check_lock_name,
 };
 use tokio::{sync::oneshot, time::Instant};
-use tracing::Instrument;
 use zookeeper_client::{Client, MultiWriteError};
 
 use crate::{
@@ -215,9 +212,8 @@ impl Inner {
         let paths = self.paths(config.name());
         let data = encode(config.lock_at_most_for(), &self.locked_by);
         let acquisition = Acquisition::begin(config); // the default clock step, as declared
-        let span = Operation::TryLock.span(BACKEND, config.name());
-        let won = with_timeout("try_lock", self.timeout, self.acquire(&paths, &data))
-            .instrument(span)
+        let won = Operation::TryLock
+            .run(BACKEND, config.name(), self.timeout, self.acquire(&paths, &data))
             .await?;
         // The handle keeps the session it acquired with: after that session expired (its
         // ephemeral node is gone) every owner-checked call on it fails.

@@ -7,7 +7,6 @@ use std::sync::{
 
 use shedlock::{Error, LockConfig, LockHandle, Result, store::Operation, support::with_timeout};
 use tokio::{sync::oneshot, time::Instant};
-use tracing::Instrument;
 use zookeeper_client::{Client, MultiWriteError, SessionState, Stat};
 
 use crate::{
@@ -109,7 +108,7 @@ impl LockHandle for ZkHandle {
             return Ok(());
         }
         let timeout = self.inner.timeout;
-        with_timeout("unlock", timeout, async {
+        let unlock = async {
             let rest = config
                 .lock_at_least_for()
                 .checked_sub(self.since.elapsed())
@@ -119,9 +118,8 @@ impl LockHandle for ZkHandle {
             // leader's now); after it: the node goes. A stale holder's transaction fails the
             // name node's version check and changes nothing.
             self.checked(data.as_deref()).await.map(|_| ())
-        })
-        .instrument(Operation::Unlock.span(BACKEND, config.name()))
-        .await
+        };
+        Operation::Unlock.run(BACKEND, config.name(), timeout, unlock).await
     }
 
     async fn extend(&mut self, config: &LockConfig) -> Result<()> {
@@ -131,8 +129,8 @@ impl LockHandle for ZkHandle {
         }
         let timeout = self.inner.timeout;
         let data = encode(config.lock_at_most_for(), &self.inner.locked_by);
-        let done = with_timeout("extend", timeout, self.checked(Some(&data)))
-            .instrument(Operation::Extend.span(BACKEND, config.name()))
+        let done = Operation::Extend
+            .run(BACKEND, config.name(), timeout, self.checked(Some(&data)))
             .await?;
         let Some(Some(stat)) = done else { return Err(lost()) };
         if stat.mtime >= self.mtime.saturating_add(self.hold_ms) {
@@ -140,7 +138,7 @@ impl LockHandle for ZkHandle {
             // had taken it yet): it must not revive the lock. Release it again (owner-checked)
             // and report the loss.
             tracing::debug!(lock = %self.paths.lock, "an extension arrived after expiry; releasing");
-            if let Err(error) = with_timeout("extend", timeout, self.checked(None)).await {
+            if let Err(error) = with_timeout(Operation::Extend, timeout, self.checked(None)).await {
                 tracing::warn!(%error, "releasing a lock revived by a late extension failed; it expires after lock_at_most_for");
             }
             return Err(lost());

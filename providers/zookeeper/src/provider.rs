@@ -144,7 +144,7 @@ impl ZooKeeperLockProvider {
     /// clock node if missing. Bounded by the operation timeout.
     pub async fn connect(&self) -> Result<()> {
         let inner = &self.inner;
-        with_timeout("connect", inner.timeout, async {
+        with_timeout(Operation::Connect, inner.timeout, async {
             let client = inner.client().await?;
             inner.ensure_node(&client, &inner.clock_path).await
         })
