@@ -9,9 +9,8 @@ use shedlock::{
     store::{ProviderSettings, StoreProvider},
 };
 
-use crate::{
-    BACKEND, ClockBuilder, DynamoDbLockProvider, ProviderBuilder, error::setup, store::DynamoStore,
-};
+use crate::{BACKEND, ClockBuilder, DynamoDbLockProvider, ProviderBuilder, store::DynamoStore};
+use shedlock::Error;
 
 /// The default table name.
 pub const DEFAULT_TABLE: &str = "shedlock";
@@ -80,10 +79,13 @@ impl DynamoDbLockProviderBuilder {
         let valid = (3..=255).contains(&t.len())
             && t.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
         if !valid {
-            return Err(setup(format!(
-                "table name {t:?} is invalid: DynamoDB table names are 3 to 255 ASCII letters, \
+            return Err(Error::setup(
+                BACKEND,
+                format!(
+                    "table name {t:?} is invalid: DynamoDB table names are 3 to 255 ASCII letters, \
                  digits, '_', '-' or '.'"
-            )));
+                ),
+            ));
         }
         // DynamoDB conditions cannot read a server clock: lockUntil is always client time.
         let mut settings = self.settings;

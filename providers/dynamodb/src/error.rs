@@ -57,10 +57,6 @@ pub enum DynamoDbError {
     },
 }
 
-pub(crate) fn setup(message: impl Into<String>) -> Error {
-    Error::Setup { backend: BACKEND, message: message.into() }
-}
-
 /// The HTTP status of a raw response (a trait so that the classification is testable without
 /// one).
 pub(crate) trait HasStatus {
@@ -122,11 +118,14 @@ impl DynamoStore {
                         Error::unavailable(BACKEND, service(code, message))
                     }
                     "ValidationException" if message.contains("key element does not match") => {
-                        setup(format!(
-                            "the table {:?} does not have the string partition key {ATTR_ID:?} \
+                        Error::setup(
+                            BACKEND,
+                            format!(
+                                "the table {:?} does not have the string partition key {ATTR_ID:?} \
                              (and no sort key) that the provider needs ({message})",
-                            self.table
-                        ))
+                                self.table
+                            ),
+                        )
                     }
                     "AccessDeniedException"
                     | "AccessDenied"
@@ -142,11 +141,14 @@ impl DynamoStore {
                     _ => Error::backend(BACKEND, service(code, message)),
                 }
             }
-            SdkError::ConstructionFailure(_) => setup(format!(
-                "the request could not be built ({}): check the client's region, endpoint and \
+            SdkError::ConstructionFailure(_) => Error::setup(
+                BACKEND,
+                format!(
+                    "the request could not be built ({}): check the client's region, endpoint and \
                  credentials provider",
-                DisplayErrorContext(&e)
-            )),
+                    DisplayErrorContext(&e)
+                ),
+            ),
             _ => Error::unavailable(
                 BACKEND,
                 DynamoDbError::Transport {

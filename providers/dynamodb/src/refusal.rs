@@ -3,7 +3,8 @@
 
 use shedlock::Error;
 
-use crate::{error::setup, store::DynamoStore};
+use crate::BACKEND;
+use crate::store::DynamoStore;
 
 /// A DynamoDB request the provider sends: what a refusal of it names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,11 +116,14 @@ impl DynamoStore {
                 format!("{whose} need {need} (see \"Permissions\" in the shedlock-dynamodb README)")
             }
         };
-        setup(format!(
-            "DynamoDB refused {} on table {:?} in {operation} ({server}): {why}",
-            call.name(),
-            self.table
-        ))
+        Error::setup(
+            BACKEND,
+            format!(
+                "DynamoDB refused {} on table {:?} in {operation} ({server}): {why}",
+                call.name(),
+                self.table
+            ),
+        )
     }
 }
 

@@ -20,7 +20,7 @@ use crate::{
     ATTR_FENCING_TOKEN, ATTR_ID, BACKEND, CHECK_NAME, MAX_NAME_LEN,
     compat::{ACQUIRE_COMPAT, EXTEND_COMPAT, KEEP_COMPAT, RELEASE_COMPAT},
     conditions::{ACQUIRE, EXTEND, Expr, KEEP, PROBE, RELEASE},
-    error::{condition_failed, setup},
+    error::condition_failed,
     item::num,
     refusal::Call,
 };
@@ -158,22 +158,25 @@ impl LeaseStore for DynamoStore {
         match self.describe("check").await? {
             Some(TableStatus::Active) | Some(TableStatus::Updating) => {}
             Some(status) => {
-                return Err(setup(format!(
-                    "the table {:?} is {status:?}, not active yet",
-                    self.table
-                )));
+                return Err(Error::setup(
+                    BACKEND,
+                    format!("the table {:?} is {status:?}, not active yet", self.table),
+                ));
             }
             None => return Err(self.missing_table()),
         }
         let values = HashMap::from([(":acq".to_owned(), AttributeValue::S(CHECK_NAME.to_owned()))]);
         match self.update("check", CHECK_NAME, &PROBE, values, ReturnValue::None).await? {
             None => Ok(()),
-            Some(_) => Err(setup(format!(
-                "the server applied an UpdateItem to the item {CHECK_NAME:?} of table {:?} whose \
+            Some(_) => Err(Error::setup(
+                BACKEND,
+                format!(
+                    "the server applied an UpdateItem to the item {CHECK_NAME:?} of table {:?} whose \
                  condition can never hold: it does not honour condition expressions, which the \
                  provider needs",
-                self.table
-            ))),
+                    self.table
+                ),
+            )),
         }
     }
 

@@ -12,9 +12,7 @@ use aws_sdk_dynamodb::{
 };
 use shedlock::{Error, LockProvider, Result, store::Operation, support::with_timeout};
 
-use crate::{
-    ATTR_ID, BACKEND, DynamoDbLockProvider, error::setup, refusal::Call, store::DynamoStore,
-};
+use crate::{ATTR_ID, BACKEND, DynamoDbLockProvider, refusal::Call, store::DynamoStore};
 
 /// How long [`DynamoDbLockProvider::create_table`] waits for a new table to become active.
 pub const CREATE_TABLE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -100,14 +98,17 @@ impl DynamoStore {
             && keys[0].key_type() == &KeyType::Hash
             && attr_type == Some(ScalarAttributeType::S);
         if !key_ok {
-            return Err(setup(format!(
-                "the table {:?} cannot hold locks: its key must be the string partition key \
+            return Err(Error::setup(
+                BACKEND,
+                format!(
+                    "the table {:?} cannot hold locks: its key must be the string partition key \
                  {ATTR_ID:?} alone, but it is {:?}",
-                i.table,
-                keys.iter()
-                    .map(|k| format!("{} {:?}", k.attribute_name(), k.key_type()))
-                    .collect::<Vec<_>>()
-            )));
+                    i.table,
+                    keys.iter()
+                        .map(|k| format!("{} {:?}", k.attribute_name(), k.key_type()))
+                        .collect::<Vec<_>>()
+                ),
+            ));
         }
         Ok(match t.table_status {
             Some(TableStatus::Creating) | None => None,
@@ -116,12 +117,15 @@ impl DynamoStore {
     }
 
     pub(crate) fn missing_table(&self) -> Error {
-        setup(format!(
-            "the table {t:?} does not exist (or is not active yet): call create_table(), or create \
+        Error::setup(
+            BACKEND,
+            format!(
+                "the table {t:?} does not exist (or is not active yet): call create_table(), or create \
              it with the string partition key {ATTR_ID:?}: `aws dynamodb create-table --table-name \
              {t} --attribute-definitions AttributeName={ATTR_ID},AttributeType=S --key-schema \
              AttributeName={ATTR_ID},KeyType=HASH --billing-mode PAY_PER_REQUEST`",
-            t = self.table
-        ))
+                t = self.table
+            ),
+        )
     }
 }

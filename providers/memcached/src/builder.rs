@@ -8,11 +8,12 @@ use shedlock::{
 
 use crate::{
     BACKEND, DEFAULT_KEY_PREFIX, DEFAULT_MAX_CONNECTIONS, KEY_DELIMITER, MAX_KEY_LEN,
-    MemcachedLockProvider, conn::Pool, error::setup, store::MemcachedStore, tls::TlsSettings,
+    MemcachedLockProvider, conn::Pool, store::MemcachedStore, tls::TlsSettings,
 };
 
 // Named only in doc links.
 #[cfg(doc)]
+use shedlock::Error;
 use shedlock::Error;
 
 /// Builds a [`MemcachedLockProvider`].
@@ -93,15 +94,18 @@ impl MemcachedLockProviderBuilder {
         let tls = self.tls.connector(host_of(&address))?;
         let prefix = delimited(self.prefix);
         if prefix.len() >= MAX_KEY_LEN {
-            return Err(setup(format!(
-                "the key prefix is {} bytes long (its final ':' included); prefix and lock name \
+            return Err(Error::setup(
+                BACKEND,
+                format!(
+                    "the key prefix is {} bytes long (its final ':' included); prefix and lock name \
                  together hold at most {MAX_KEY_LEN} bytes",
-                prefix.len()
-            )));
+                    prefix.len()
+                ),
+            ));
         }
         let settings = self.settings.validate(BACKEND)?;
         if self.max_connections == 0 {
-            return Err(setup("max_connections must be at least 1".into()));
+            return Err(Error::setup(BACKEND, "max_connections must be at least 1"));
         }
         let store = MemcachedStore {
             pool: Pool::new(address, tls, self.max_connections),
@@ -146,9 +150,12 @@ pub(crate) fn parse_address(address: &str) -> Result<String> {
     if valid {
         Ok(a.to_owned())
     } else {
-        Err(setup(format!(
-            "address {address:?} is not host:port (e.g. 127.0.0.1:11211 or memcache://host:11211)"
-        )))
+        Err(Error::setup(
+            BACKEND,
+            format!(
+                "address {address:?} is not host:port (e.g. 127.0.0.1:11211 or memcache://host:11211)"
+            ),
+        ))
     }
 }
 impl MemcachedLockProvider {

@@ -8,16 +8,12 @@ use shedlock::{
 
 use crate::{BACKEND, MAX_LOCK_DURATION, conn::ConnError, proto::Reply};
 
-pub(crate) fn setup(message: String) -> Error {
-    Error::Setup { backend: BACKEND, message }
-}
-
 pub(crate) fn map_err(e: ConnError) -> Error {
     match e {
         ConnError::Io(e) => Error::unavailable(BACKEND, e),
         // A certificate not accepted, a server that does not speak TLS: the settings (or the
         // server's) must change; a retry would fail the same way.
-        ConnError::Tls(what) => setup(what),
+        ConnError::Tls(what) => Error::setup(BACKEND, what),
         e @ (ConnError::Server(_)
         | ConnError::Protocol(_)
         | ConnError::Oversized(_)

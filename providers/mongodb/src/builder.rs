@@ -15,8 +15,9 @@ use shedlock::{
 
 use crate::{
     BACKEND, ClockBuilder, MongoLockProvider, ProviderBuilder, TimeSource,
-    collection::check_collection_name, error::setup, store::MongoStore,
+    collection::check_collection_name, store::MongoStore,
 };
+use shedlock::Error;
 
 /// Builds a [`MongoLockProvider`].
 ///
@@ -101,11 +102,13 @@ impl MongoLockProviderBuilder {
     ///
     /// [`Error::Setup`]: shedlock::Error::Setup
     pub fn build(self) -> Result<MongoLockProvider> {
-        check_collection_name(self.database.name(), &self.collection).map_err(setup)?;
+        check_collection_name(self.database.name(), &self.collection)
+            .map_err(|m| Error::setup(BACKEND, m))?;
         if self.write_concern.w == Some(Acknowledgment::Nodes(0))
             && self.write_concern.journal != Some(true)
         {
-            return Err(setup(
+            return Err(Error::setup(
+                BACKEND,
                 "write concern w: 0 is unacknowledged: a lock needs the server's answer (use \
                  majority, the default, or w: 1)",
             ));

@@ -36,10 +36,6 @@ pub(crate) const TRANSIENT: &[i32] = &[
     13436, // NotPrimaryOrSecondary
 ];
 
-pub(crate) fn setup(message: impl Into<String>) -> Error {
-    Error::Setup { backend: BACKEND, message: message.into() }
-}
-
 /// The server error code of a driver error, if it is a command or write error.
 pub(crate) fn server_code(e: &mongodb::error::Error) -> Option<i32> {
     match e.kind.as_ref() {
@@ -89,12 +85,15 @@ pub(crate) fn map_err(
         Some(UNAUTHORIZED)
             if server_message(&e).is_some_and(|m| m.contains("requires authentication")) =>
         {
-            setup(format!(
-                "MongoDB refused {} in {operation}: the connection is not authenticated and the \
+            Error::setup(
+                BACKEND,
+                format!(
+                    "MongoDB refused {} in {operation}: the connection is not authenticated and the \
                  server requires it: give the connection string a user and password (see \
                  \"Authentication\" in the shedlock-mongodb README)",
-                cmd.name()
-            ))
+                    cmd.name()
+                ),
+            )
         }
         Some(UNAUTHORIZED) => {
             let message = server_message(&e).unwrap_or("");
@@ -102,24 +101,32 @@ pub(crate) fn map_err(
                 Some(a) => format!("; the server names the action {a}"),
                 None => String::new(),
             };
-            setup(format!(
-                "MongoDB refused {} on {} in {operation} (Unauthorized: {message}): the user needs \
+            Error::setup(
+                BACKEND,
+                format!(
+                    "MongoDB refused {} on {} in {operation} (Unauthorized: {message}): the user needs \
                  the privilege actions {} on the collection{named} (the built-in role readWrite \
                  on database {:?} has them; see \"Permissions\" in the shedlock-mongodb README)",
-                cmd.name(),
-                ns(),
-                cmd.actions(),
-                inner.database.name(),
-            ))
+                    cmd.name(),
+                    ns(),
+                    cmd.actions(),
+                    inner.database.name(),
+                ),
+            )
         }
         Some(AUTHENTICATION_FAILED) => refused_login(operation, &e),
-        Some(UNSATISFIABLE_WRITE_CONCERN) => setup(format!(
-            "{operation}: the write concern {:?} cannot be satisfied by this deployment \
+        Some(UNSATISFIABLE_WRITE_CONCERN) => Error::setup(
+            BACKEND,
+            format!(
+                "{operation}: the write concern {:?} cannot be satisfied by this deployment \
              (majority needs a replica set or a standalone server; give the provider a \
              write_concern the deployment can meet): {e}",
-            inner.write_concern
-        )),
-        Some(INVALID_NAMESPACE) => setup(format!("{operation}: invalid namespace {}: {e}", ns())),
+                inner.write_concern
+            ),
+        ),
+        Some(INVALID_NAMESPACE) => {
+            Error::setup(BACKEND, format!("{operation}: invalid namespace {}: {e}", ns()))
+        }
         Some(code) if TRANSIENT.contains(&code) => Error::unavailable(BACKEND, e),
         _ if e.contains_label("RetryableWriteError") => Error::unavailable(BACKEND, e),
         _ => Error::backend(BACKEND, e),

@@ -3,7 +3,7 @@
 
 use shedlock::Error;
 
-use crate::error::setup;
+use crate::BACKEND;
 
 /// A command the provider sends: what a refusal of it names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,11 +67,14 @@ pub(crate) fn login_refused(message: &str) -> bool {
 ///
 /// [`ErrorKind::Authentication`]: mongodb::error::ErrorKind::Authentication
 pub(crate) fn refused_login(operation: &'static str, e: &mongodb::error::Error) -> Error {
-    setup(format!(
-        "MongoDB refused the client's credentials in {operation} ({e}): check the user name, \
+    Error::setup(
+        BACKEND,
+        format!(
+            "MongoDB refused the client's credentials in {operation} ({e}): check the user name, \
          password, authSource and mechanism of the connection string (see \"Authentication\" in \
          the shedlock-mongodb README)"
-    ))
+        ),
+    )
 }
 
 #[cfg(test)]

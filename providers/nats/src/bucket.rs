@@ -6,7 +6,7 @@ use shedlock::{Error, LockProvider, Result, store::Operation};
 
 use crate::{
     BACKEND, NatsLockProvider,
-    error::{api_error, json_err, setup},
+    error::{api_error, json_err},
     inner::Inner,
     jetstream::{ERR_STREAM_NAME_IN_USE, ERR_STREAM_NOT_FOUND},
     request,
@@ -14,20 +14,26 @@ use crate::{
 
 impl Inner {
     pub(crate) fn missing_bucket(&self) -> Error {
-        setup(format!(
-            "the key-value bucket {:?} (stream {}) does not exist: call create_bucket(), or create \
+        Error::setup(
+            BACKEND,
+            format!(
+                "the key-value bucket {:?} (stream {}) does not exist: call create_bucket(), or create \
              it from bucket_config() (per-message TTL needs nats-server 2.11 or newer)",
-            self.bucket, self.stream
-        ))
+                self.bucket, self.stream
+            ),
+        )
     }
 
     pub(crate) fn no_ttl(&self) -> Error {
-        setup(format!(
-            "the stream {} does not allow per-message TTL (allow_msg_ttl): enable it on the \
+        Error::setup(
+            BACKEND,
+            format!(
+                "the stream {} does not allow per-message TTL (allow_msg_ttl): enable it on the \
              stream (nats-server 2.11 or newer), recreate the bucket with create_bucket() (after \
              deleting it), or use TimeSource::Client",
-            self.stream
-        ))
+                self.stream
+            ),
+        )
     }
 
     /// The stream's info, or `None` when it does not exist.
@@ -90,12 +96,15 @@ impl Inner {
         if wrong.is_empty() {
             return Ok(());
         }
-        Err(setup(format!(
-            "the stream {} cannot hold locks: {}; recreate it with create_bucket() or from \
+        Err(Error::setup(
+            BACKEND,
+            format!(
+                "the stream {} cannot hold locks: {}; recreate it with create_bucket() or from \
              bucket_config()",
-            i.stream,
-            wrong.join(", ")
-        )))
+                i.stream,
+                wrong.join(", ")
+            ),
+        ))
     }
 }
 
@@ -146,10 +155,10 @@ impl NatsLockProvider {
             match api_error(&v) {
                 None => i.validate(&v),
                 Some((ERR_STREAM_NAME_IN_USE, _)) => i.check_bucket("create_bucket").await,
-                Some((code, desc)) => Err(setup(format!(
-                    "creating the stream {} failed: {desc} (err_code {code})",
-                    i.stream
-                ))),
+                Some((code, desc)) => Err(Error::setup(
+                    BACKEND,
+                    format!("creating the stream {} failed: {desc} (err_code {code})", i.stream),
+                )),
             }
         })
         .await

@@ -88,20 +88,23 @@ impl NatsLockProviderBuilder {
     /// is reported by the first lock call (or checked up front with
     /// [`NatsLockProvider::check_bucket`]).
     pub fn build(self) -> Result<NatsLockProvider> {
-        let setup = |message: String| Error::Setup { backend: BACKEND, message };
         let token_ok = |s: &str| {
             !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         };
         if !token_ok(&self.bucket) || self.bucket.len() > MAX_BUCKET_LEN {
-            return Err(setup(format!(
-                "bucket name {:?} is invalid: use 1 to {MAX_BUCKET_LEN} ASCII letters, digits, '-' or '_'",
-                self.bucket
-            )));
+            return Err(Error::setup(
+                BACKEND,
+                format!(
+                    "bucket name {:?} is invalid: use 1 to {MAX_BUCKET_LEN} ASCII letters, digits, '-' or '_'",
+                    self.bucket
+                ),
+            ));
         }
         if let Some(d) = self.domain.as_deref().filter(|d| !token_ok(d)) {
-            return Err(setup(format!(
-                "JetStream domain {d:?} is invalid: use ASCII letters, digits, '-' or '_'"
-            )));
+            return Err(Error::setup(
+                BACKEND,
+                format!("JetStream domain {d:?} is invalid: use ASCII letters, digits, '-' or '_'"),
+            ));
         }
         let settings = self.settings.validate(BACKEND)?;
         let api = match &self.domain {

@@ -3,13 +3,13 @@
 use std::{fmt, time::Duration};
 
 use shedlock::{
-    LockProvider, ProviderBuilder, Result,
+    Error, LockProvider, ProviderBuilder, Result,
     store::{ProviderSettings, StoreProvider},
 };
 
 use crate::{
     BACKEND, DEFAULT_PREFIX, RedisConnection, RedisLockProvider, SHEDLOCK_ENVIRONMENT,
-    SHEDLOCK_PREFIX, error::setup, scripts::Scripts, store::RedisStore,
+    SHEDLOCK_PREFIX, scripts::Scripts, store::RedisStore,
 };
 
 // Named only in doc links.
@@ -46,10 +46,13 @@ impl<C> fmt::Debug for RedisLockProviderBuilder<C> {
 /// A key segment (prefix or environment) must keep the name's braces the key's hash tag.
 fn check_segment(what: &str, s: &str) -> Result<()> {
     if let Some(c) = s.chars().find(|c| matches!(c, '{' | '}') || c.is_control()) {
-        return Err(setup(format!(
-            "the {what} {s:?} contains {c:?}: braces and control characters are not allowed \
+        return Err(Error::setup(
+            BACKEND,
+            format!(
+                "the {what} {s:?} contains {c:?}: braces and control characters are not allowed \
              (the braces around the lock name are its Redis Cluster hash tag)"
-        )));
+            ),
+        ));
     }
     Ok(())
 }
@@ -133,7 +136,7 @@ impl<C: RedisConnection> RedisLockProviderBuilder<C> {
             check_segment("key prefix", &prefix)?;
             if let Some(env) = self.environment {
                 if env.is_empty() {
-                    return Err(setup("the environment is empty"));
+                    return Err(Error::setup(BACKEND, "the environment is empty"));
                 }
                 check_segment("environment", &env)?;
                 prefix.push_str(&env);

@@ -9,7 +9,7 @@ use shedlock::{Error, Result, TimeSource, inspect::LockInfo, support::from_unix_
 use crate::{
     BACKEND, RedisConnection,
     compat::compat_locked_by,
-    error::{bad_reply, setup},
+    error::bad_reply,
     store::{RedisStore, parse_u64},
 };
 
@@ -166,7 +166,10 @@ impl ListCursor {
 
     pub(crate) fn parse(cursor: &str, masters: &[(u16, u16)]) -> Result<Self> {
         let bad = |why: &str| {
-            setup(format!("the list cursor {cursor:?} is not one this provider gave: {why}"))
+            Error::setup(
+                BACKEND,
+                format!("the list cursor {cursor:?} is not one this provider gave: {why}"),
+            )
         };
         let mut parts = cursor.splitn(3, ':');
         let (Some(slot), Some(scan), Some(after)) = (parts.next(), parts.next(), parts.next())

@@ -6,7 +6,8 @@ use aws_sdk_s3::{
 };
 use shedlock::{Error, LockProvider, Result, store::Operation, support::with_timeout};
 
-use crate::{S3LockProvider, error::setup, refusal::Call, store::S3Store};
+use crate::BACKEND;
+use crate::{S3LockProvider, refusal::Call, store::S3Store};
 
 impl S3LockProvider {
     /// Creates the bucket (in the client's region), or accepts it if this account already owns
@@ -50,11 +51,14 @@ impl S3LockProvider {
 
 impl S3Store {
     pub(crate) fn missing_bucket(&self) -> Error {
-        setup(format!(
-            "the bucket {b:?} does not exist: call create_bucket(), or create it with `aws s3api \
+        Error::setup(
+            BACKEND,
+            format!(
+                "the bucket {b:?} does not exist: call create_bucket(), or create it with `aws s3api \
              create-bucket --bucket {b}` (conditional writes need S3 or a server that supports \
              If-None-Match and If-Match on PutObject)",
-            b = self.bucket
-        ))
+                b = self.bucket
+            ),
+        )
     }
 }

@@ -10,9 +10,10 @@ use shedlock::{
 };
 
 use crate::{
-    BACKEND, ClockBuilder, MAX_PREFIX_LEN, ProviderBuilder, S3LockProvider, error::setup,
-    keys::delimited, store::S3Store,
+    BACKEND, ClockBuilder, MAX_PREFIX_LEN, ProviderBuilder, S3LockProvider, keys::delimited,
+    store::S3Store,
 };
+use shedlock::Error;
 
 /// Builds an [`S3LockProvider`].
 ///
@@ -81,10 +82,13 @@ impl S3LockProviderBuilder {
             && b.ends_with(|c: char| c.is_ascii_alphanumeric())
             && !b.contains("..");
         if !bucket_ok {
-            return Err(setup(format!(
-                "bucket name {b:?} is invalid: S3 bucket names are 3 to 63 lower-case letters, \
+            return Err(Error::setup(
+                BACKEND,
+                format!(
+                    "bucket name {b:?} is invalid: S3 bucket names are 3 to 63 lower-case letters, \
                  digits, '-' or '.', starting and ending with a letter or digit"
-            )));
+                ),
+            ));
         }
         let prefix = delimited(self.prefix);
         let p = &prefix;
@@ -95,11 +99,14 @@ impl S3LockProviderBuilder {
             && !p.contains("..")
             && !p.contains("//");
         if !prefix_ok {
-            return Err(setup(format!(
-                "key prefix {p:?} is invalid: use at most {MAX_PREFIX_LEN} ASCII letters, digits, \
+            return Err(Error::setup(
+                BACKEND,
+                format!(
+                    "key prefix {p:?} is invalid: use at most {MAX_PREFIX_LEN} ASCII letters, digits, \
                  '-', '_', '.' or '/' (a final '/' included), without '..' or '//', not starting \
                  with '/'"
-            )));
+                ),
+            ));
         }
         // S3 conditions cannot read a server clock: the lease is always client time.
         let mut settings = self.settings;

@@ -51,10 +51,6 @@ pub enum S3Error {
     },
 }
 
-pub(crate) fn setup(message: impl Into<String>) -> Error {
-    Error::Setup { backend: BACKEND, message: message.into() }
-}
-
 /// The HTTP status of a failed request's response, if there was one.
 pub(crate) fn status<E, R: HasStatus>(e: &SdkError<E, R>) -> Option<u16> {
     e.raw_response().map(HasStatus::status)
@@ -95,11 +91,14 @@ impl S3Store {
                     BACKEND,
                     S3Error::Throttled { operation, code, status: http, message },
                 ),
-                ("NotImplemented", _) | (_, 501) => setup(format!(
-                    "the server does not support a request the provider needs ({operation}: \
+                ("NotImplemented", _) | (_, 501) => Error::setup(
+                    BACKEND,
+                    format!(
+                        "the server does not support a request the provider needs ({operation}: \
                      {code}: {message}); the provider needs conditional writes (If-None-Match \
                      and If-Match on PutObject)"
-                )),
+                    ),
+                ),
                 ("InternalError" | "ServiceUnavailable", _) | (_, 500..=599) => Error::unavailable(
                     BACKEND,
                     S3Error::Service { operation, code, status: http, message },
@@ -122,11 +121,14 @@ impl S3Store {
             };
         }
         if let SdkError::ConstructionFailure(_) = &e {
-            return setup(format!(
-                "the request could not be built ({}): check the client's region, endpoint and \
+            return Error::setup(
+                BACKEND,
+                format!(
+                    "the request could not be built ({}): check the client's region, endpoint and \
                  credentials provider",
-                DisplayErrorContext(&e)
-            ));
+                    DisplayErrorContext(&e)
+                ),
+            );
         }
         Error::unavailable(
             BACKEND,

@@ -3,7 +3,8 @@
 
 use shedlock::Error;
 
-use crate::{error::setup, store::S3Store};
+use crate::BACKEND;
+use crate::store::S3Store;
 
 /// An S3 request the provider sends: what a refusal of it names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,11 +96,14 @@ impl S3Store {
                 )
             }
         };
-        setup(format!(
-            "S3 refused {} on bucket {:?} in {operation} ({server}): {why}",
-            call.name(),
-            self.bucket
-        ))
+        Error::setup(
+            BACKEND,
+            format!(
+                "S3 refused {} on bucket {:?} in {operation} ({server}): {why}",
+                call.name(),
+                self.bucket
+            ),
+        )
     }
 
     /// The permission `call` needs, on its resource.

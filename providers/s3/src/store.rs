@@ -14,13 +14,15 @@ use shedlock::{
     support::{duration_millis_ceil, unix_micros, unix_millis},
 };
 
+use crate::BACKEND;
 use crate::{
     MAX_NAME_LEN,
-    error::{setup, status},
+    error::status,
     object::{Put, State},
     refusal::Call,
     seen::ForgetOnDrop,
 };
+use shedlock::Error;
 
 /// The lock objects in one bucket: the [`LeaseStore`] of [`S3LockProvider`].
 ///
@@ -187,12 +189,15 @@ impl LeaseStore for S3Store {
             }
             Err(e) if matches!(status(&e), Some(404 | 412)) => Ok(()),
             Err(e) => Err(self.map_err("check", Call::PutObject, e)),
-            Ok(_) => Err(setup(format!(
-                "the server stored the object {key:?} in bucket {:?} although its If-Match \
+            Ok(_) => Err(Error::setup(
+                BACKEND,
+                format!(
+                    "the server stored the object {key:?} in bucket {:?} although its If-Match \
                  matched no object: it ignores conditional writes, which the provider needs \
                  (If-None-Match and If-Match on PutObject); delete that object",
-                self.bucket
-            ))),
+                    self.bucket
+                ),
+            )),
         }
     }
 

@@ -8,13 +8,13 @@ use tokio::sync::Mutex;
 use crate::{
     BACKEND, NodeAcl, ProviderBuilder, ZooKeeperLockProvider,
     auth::{self, Credential},
-    error::setup,
     keys::CLOCK_CHILD,
     session::Inner,
     tls,
 };
 
 #[cfg(doc)]
+use shedlock::Error;
 use shedlock::Error;
 
 /// The default session timeout asked of the server (the server clamps it to between 2 and 20
@@ -200,30 +200,34 @@ impl ZooKeeperLockProviderBuilder {
     /// setting (TLS without the `tls` feature, a CA or client certificate that does not parse)
     /// gives [`Error::Setup`].
     pub fn build(self) -> Result<ZooKeeperLockProvider> {
-        check_root(&self.root)
-            .map_err(|why| setup(format!("root path {:?} is invalid: {why}", self.root)))?;
+        check_root(&self.root).map_err(|why| {
+            Error::setup(BACKEND, format!("root path {:?} is invalid: {why}", self.root))
+        })?;
         let hosts = self.connect_string.split('/').next().unwrap_or("");
         if hosts.split(',').any(|h| h.trim().is_empty()) {
-            return Err(setup(
+            return Err(Error::setup(
+                BACKEND,
                 "the connect string must list host:port pairs separated by ',' (e.g. \
                  127.0.0.1:2181,127.0.0.1:2182)",
             ));
         }
         if self.connect_string.contains("://") {
-            return Err(setup(
+            return Err(Error::setup(
+                BACKEND,
                 "the connect string must list host:port pairs, without a scheme: for TLS, give \
                  the servers' TLS port and tls_ca_pem (feature `tls`)",
             ));
         }
         if self.connect_string.contains('/') {
-            return Err(setup(
+            return Err(Error::setup(
+                BACKEND,
                 "the connect string must not carry a chroot suffix: give the path with root() \
                  instead",
             ));
         }
         let settings = self.settings.validate(BACKEND)?;
         for c in &self.credentials {
-            c.validate().map_err(setup)?;
+            c.validate().map_err(|m| Error::setup(BACKEND, m))?;
         }
         let authenticated = !self.credentials.is_empty();
         let node_acl = self.node_acl.unwrap_or(if authenticated {
@@ -231,10 +235,13 @@ impl ZooKeeperLockProviderBuilder {
         } else {
             NodeAcl::Open
         });
-        let acls = node_acl.resolve(authenticated).map_err(setup)?;
+        let acls = node_acl.resolve(authenticated).map_err(|m| Error::setup(BACKEND, m))?;
         // The forwarder's connect and handshake are bounded as the client bounds a connection.
         let tls_timeout = self.connection_timeout.unwrap_or(self.session_timeout * 2 / 5);
-        let tls = self.tls.resolve(&self.connect_string, tls_timeout).map_err(setup)?;
+        let tls = self
+            .tls
+            .resolve(&self.connect_string, tls_timeout)
+            .map_err(|m| Error::setup(BACKEND, m))?;
         Ok(ZooKeeperLockProvider {
             inner: Arc::new(Inner {
                 clock_path: format!("{}/{CLOCK_CHILD}", self.root),

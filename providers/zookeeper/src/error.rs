@@ -12,10 +12,6 @@ use crate::{
     session::Inner,
 };
 
-pub(crate) fn setup(message: impl Into<String>) -> Error {
-    Error::Setup { backend: BACKEND, message: message.into() }
-}
-
 /// The client found no host to connect to ("no available hosts", its only words for it), and
 /// what a plain TCP connect to each host of the connect string says (refused, not resolved):
 /// the cause the client does not keep.
@@ -97,7 +93,7 @@ fn map_err(root: &str, e: zookeeper_client::Error) -> Error {
         // The client's own connection failures: I/O errors and "no response from connection"
         // (a silent server past the connection timeout).
         | Z::Custom(_) => Error::unavailable(BACKEND, e),
-        Z::NoAuth | Z::AuthFailed | Z::InvalidAcl => setup(format!(
+        Z::NoAuth | Z::AuthFailed | Z::InvalidAcl => Error::setup(BACKEND, format!(
             "no permission on {root} ({e}): the session needs create, write, read and delete \
              rights on the root and its children (see the README's \"Permissions\" section)"
         )),
@@ -110,7 +106,7 @@ impl Inner {
     /// valid ACL is [`Error::Setup`] naming what is missing; the rest as [`Inner::map`].
     pub(crate) fn refused(&self, op: Op<'_>, e: zookeeper_client::Error) -> Error {
         match auth::refusal(op, &e, &self.identity, &self.node_acl) {
-            Some(message) => setup(message),
+            Some(message) => Error::setup(BACKEND, message),
             None => self.map(e),
         }
     }
