@@ -17,9 +17,9 @@ use shedlock::BoxError;
 use crate::{
     checks,
     factory::ProviderFactory,
+    location::report_dir,
     options::Options,
     outcome::{CheckResult, Outcome, Report},
-    report::report_dir,
     runner::setup_failed_report,
     soak::SOAK_CHECKS,
     suite::Suite,

@@ -161,7 +161,7 @@
 //! The kit is built in layers; a module imports only from layers below it, never from one that
 //! imports it back (and no module imports this root's re-exports):
 //!
-//! 1. `outcome`: [`Outcome`], [`Verdict`], [`Expectation`], [`CheckResult`], [`Figures`] and
+//! 1. `location` ([`report_dir`]: where the kit writes) and `outcome`: [`Outcome`], [`Verdict`], [`Expectation`], [`CheckResult`], [`Figures`] and
 //!    [`Report`] as data, with the verdict logic ([`CheckResult::as_expected`]). Imports nothing
 //!    from the crate.
 //! 2. `options` ([`Options`]) and `factory` ([`ProviderFactory`], [`Hooks`], ...); the
@@ -171,8 +171,9 @@
 //! 4. What works on a suite or a factory: the [`tools`] that call a provider on a suite
 //!    (bounded calls and polling, the history workload, the model-based test), `node` (the node
 //!    protocol of C28, C29 and the fault scenarios, re-exported in [`checks`]), `check` (the
-//!    [`checks::Check`] type), `soak`, and [`faults`] (the namespace network, the nemesis and
-//!    the judge of the fault scenarios, over `node`).
+//!    [`checks::Check`] type), `soak`, and [`faults`] (the fault scenarios, over `node`: `net`
+//!    the namespace network, `plan` the scenario, `nemesis` the run, `judge` the history,
+//!    `report` the findings, `signal` the process signals).
 //! 5. [`checks`]: one file per check, `checks/c05_expires_after_at_most.rs` for
 //!    [`checks::c05_expires_after_at_most`], helpers shared by several checks in
 //!    `checks/common.rs` (which imports no check file; no check file imports another), and the
@@ -180,7 +181,7 @@
 //! 6. `figures` (the measurements) and `runner` ([`Suite::run_check`], [`Suite::run_all`],
 //!    [`Suite::report`], [`run`], [`Options::validate_expectations`]).
 //! 7. `report`: rendering only ([`Report::to_json`], [`Report::to_markdown`],
-//!    [`Report::to_text`], the files of [`report_dir`]).
+//!    [`Report::to_text`], the report files).
 //! 8. `harness`: [`harness()`], the libtest front end.
 #![forbid(unsafe_code)]
 
@@ -192,6 +193,7 @@ mod factory;
 pub mod faults;
 mod figures;
 mod harness;
+mod location;
 mod node;
 mod options;
 mod outcome;
@@ -205,13 +207,13 @@ mod test_support;
 
 pub use factory::{Hooks, InstanceOptions, ProviderFactory, RecordHooks, RestartHook};
 pub use harness::{SuiteSpec, harness, harness_suites};
+pub use location::report_dir;
 pub use node::{
     LIBFAKETIME_ENV, LIBFAKETIME_INSTALL_HINT, libfaketime, node_main_if_requested, node_provider,
     run_id, skewed_process,
 };
 pub use options::Options;
 pub use outcome::{CheckResult, Expectation, Figures, Outcome, Report, Verdict};
-pub use report::report_dir;
 pub use runner::run;
 pub use security::Security;
 pub use suite::{Suite, Timing};

@@ -252,6 +252,11 @@ impl Error {
     pub fn backend(backend: &'static str, source: impl Into<BoxError>) -> Self {
         Error::Backend { backend, source: source.into() }
     }
+
+    /// [`Error::Setup`] of `backend`: what is missing or wrong, and how to fix it.
+    pub fn setup(backend: &'static str, message: impl Into<String>) -> Self {
+        Error::Setup { backend, message: message.into() }
+    }
 }
 
 /// An error and its causes (`source()` chain) on one line, `: `-separated; a cause whose text

@@ -113,6 +113,16 @@ impl LockPage {
     pub fn new(records: Vec<LockInfo>, next: Option<String>) -> Self {
         Self { records, next }
     }
+
+    /// A page from records fetched one past `limit` (in name order): at most `limit` of them,
+    /// and, when there were more, the cursor of the next page (the last name kept). How a
+    /// provider pages: ask the backend for `limit + 1` records after the cursor.
+    pub fn from_overfetch(mut records: Vec<LockInfo>, limit: usize) -> Self {
+        let more = records.len() > limit;
+        records.truncate(limit);
+        let next = if more { records.last().map(|r| r.name.clone()) } else { None };
+        Self { records, next }
+    }
 }
 
 /// What [`LockProvider::force_release`](crate::LockProvider::force_release) did.

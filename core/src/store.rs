@@ -117,16 +117,18 @@ use crate::{
 /// The default time limit of each provider operation, connecting included: 10 s.
 pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The three lock operations. Their [`label`](Operation::label)s are the `operation` of
-/// [`Error::Timeout`] and the suffix of the span names, the same for every provider.
+/// What a provider does, by name: the lock operations of the [`LockProvider`] and
+/// [`Lock`](crate::Lock) API, and the administrative ones a provider makes besides them. Their
+/// [`label`](Operation::label)s are the one vocabulary of [`Error::Timeout`]'s `operation` and
+/// of the span names (`shedlock.<label>`), the same for every provider.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Operation {
     /// [`LockProvider::try_lock`].
     TryLock,
-    /// [`Lock::unlock`].
+    /// [`Lock::unlock`](crate::Lock::unlock).
     Unlock,
-    /// [`Lock::extend`].
+    /// [`Lock::extend`](crate::Lock::extend).
     Extend,
     /// [`LockProvider::check`].
     Check,
@@ -136,10 +138,40 @@ pub enum Operation {
     List,
     /// [`LockProvider::force_release`].
     ForceRelease,
+    /// Opening a connection or session to the backend.
+    Connect,
+    /// Creating what the provider stores locks in (a table, a collection, a bucket).
+    CreateTable,
+    /// Giving back a backend lease (etcd's `LeaseRevoke`) once no lock needs it.
+    RevokeLease,
+    /// Reading one record as the backend holds it, for the test hooks and tools.
+    ReadRecord,
+    /// Writing one record as is, for the test hooks and tools.
+    WriteRecord,
+    /// Deleting one record whatever it holds, for the test hooks and tools.
+    DeleteRecord,
 }
 
 impl Operation {
-    /// `try_lock`, `unlock`, `extend`, `check`, `inspect`, `list` or `force_release`.
+    /// Every operation, in the order of the enum.
+    pub const ALL: [Operation; 13] = [
+        Operation::TryLock,
+        Operation::Unlock,
+        Operation::Extend,
+        Operation::Check,
+        Operation::Inspect,
+        Operation::List,
+        Operation::ForceRelease,
+        Operation::Connect,
+        Operation::CreateTable,
+        Operation::RevokeLease,
+        Operation::ReadRecord,
+        Operation::WriteRecord,
+        Operation::DeleteRecord,
+    ];
+
+    /// `try_lock`, `unlock`, `extend`, `check`, `inspect`, `list`, `force_release`, `connect`,
+    /// `create_table`, `revoke_lease`, `read_record`, `write_record` or `delete_record`.
     pub const fn label(self) -> &'static str {
         match self {
             Operation::TryLock => "try_lock",
@@ -149,6 +181,12 @@ impl Operation {
             Operation::Inspect => "inspect",
             Operation::List => "list",
             Operation::ForceRelease => "force_release",
+            Operation::Connect => "connect",
+            Operation::CreateTable => "create_table",
+            Operation::RevokeLease => "revoke_lease",
+            Operation::ReadRecord => "read_record",
+            Operation::WriteRecord => "write_record",
+            Operation::DeleteRecord => "delete_record",
         }
     }
 
@@ -165,6 +203,16 @@ impl Operation {
             Operation::List => tracing::debug_span!("shedlock.list", provider, lock),
             Operation::ForceRelease => {
                 tracing::debug_span!("shedlock.force_release", provider, lock)
+            }
+            Operation::Connect => tracing::debug_span!("shedlock.connect", provider, lock),
+            Operation::CreateTable => tracing::debug_span!("shedlock.create_table", provider, lock),
+            Operation::RevokeLease => tracing::debug_span!("shedlock.revoke_lease", provider, lock),
+            Operation::ReadRecord => tracing::debug_span!("shedlock.read_record", provider, lock),
+            Operation::WriteRecord => {
+                tracing::debug_span!("shedlock.write_record", provider, lock)
+            }
+            Operation::DeleteRecord => {
+                tracing::debug_span!("shedlock.delete_record", provider, lock)
             }
         }
     }
@@ -186,9 +234,7 @@ impl Operation {
         timeout: Option<Duration>,
         fut: impl Future<Output = Result<T>>,
     ) -> Result<T> {
-        crate::support::with_timeout(self.label(), timeout, fut)
-            .instrument(self.span(provider, lock))
-            .await
+        crate::support::with_timeout(self, timeout, fut).instrument(self.span(provider, lock)).await
     }
 }
 
@@ -805,16 +851,9 @@ impl<S: LeaseStore> Inner<S> {
         name: &str,
         fut: impl Future<Output = Result<T>>,
     ) -> Result<T> {
-        let span = operation.span(self.settings.backend, name);
-        match self.settings.timeout {
-            Some(after) if !self.store.enforces_deadline() => {
-                match tokio::time::timeout(after, fut).instrument(span).await {
-                    Ok(r) => r,
-                    Err(_) => Err(operation.timed_out(after)),
-                }
-            }
-            _ => fut.instrument(span).await,
-        }
+        // A store that enforces the deadline itself (on the server) is not also cut short here.
+        let timeout = self.settings.timeout.filter(|_| !self.store.enforces_deadline());
+        operation.run(self.settings.backend, name, timeout, fut).await
     }
 
     fn request<'a>(
@@ -904,14 +943,8 @@ impl<S: LeaseStore> LockProvider for StoreProvider<S> {
 
     async fn check(&self) -> Result<()> {
         let inner = &self.inner;
-        let span = Operation::Check.span(inner.settings.backend, "");
-        let fut = inner.store.check(&inner.settings).instrument(span);
-        match inner.settings.timeout {
-            Some(after) => tokio::time::timeout(after, fut)
-                .await
-                .unwrap_or_else(|_| Err(Operation::Check.timed_out(after))),
-            None => fut.await,
-        }
+        let check = inner.store.check(&inner.settings);
+        Operation::Check.run(inner.settings.backend, "", inner.settings.timeout, check).await
     }
 
     async fn inspect(&self, name: &str) -> Result<Option<LockInfo>> {
@@ -1039,6 +1072,43 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
+
+    /// The one vocabulary of timeouts and spans, pinned: a new operation is added here on
+    /// purpose, and every span is `shedlock.<label>`.
+    #[test]
+    fn operation_labels_are_one_pinned_vocabulary_and_name_the_spans() {
+        let labels: Vec<&str> = Operation::ALL.iter().map(|o| o.label()).collect();
+        assert_eq!(
+            labels,
+            [
+                "try_lock",
+                "unlock",
+                "extend",
+                "check",
+                "inspect",
+                "list",
+                "force_release",
+                "connect",
+                "create_table",
+                "revoke_lease",
+                "read_record",
+                "write_record",
+                "delete_record"
+            ]
+        );
+        let dispatch = tracing::Dispatch::new(tracing_subscriber::registry());
+        tracing::dispatcher::with_default(&dispatch, || {
+            for op in Operation::ALL {
+                let span = op.span("test", "n");
+                let name = span.metadata().map(|m| m.name());
+                assert_eq!(name, Some(format!("shedlock.{}", op.label()).as_str()), "{op:?}");
+                match op.timed_out(Duration::from_secs(1)) {
+                    Error::Timeout { operation, .. } => assert_eq!(operation, op.label()),
+                    other => panic!("{other:?}"),
+                }
+            }
+        });
+    }
 
     /// What the driver sent on one call: operation, owner id, locked_by, client clock.
     type Seen = (Operation, u64, String, Option<SystemTime>);

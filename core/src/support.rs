@@ -144,8 +144,10 @@ pub fn check_lock_name(
 
 /// Runs `fut` under an optional time limit, mapping expiry to [`Error::Timeout`]. The inner future
 /// is dropped on expiry, so it must be cancel safe (see ARCHITECTURE.md, "Cancellation").
+/// The error names the [`Operation`](crate::store::Operation): its label is the one vocabulary
+/// of timeouts and spans.
 pub async fn with_timeout<T>(
-    operation: &'static str,
+    operation: crate::store::Operation,
     limit: Option<Duration>,
     fut: impl Future<Output = Result<T, Error>>,
 ) -> Result<T, Error> {
@@ -153,7 +155,7 @@ pub async fn with_timeout<T>(
         None => fut.await,
         Some(after) => match tokio::time::timeout(after, fut).await {
             Ok(r) => r,
-            Err(_) => Err(Error::Timeout { operation, after }),
+            Err(_) => Err(operation.timed_out(after)),
         },
     }
 }
@@ -356,12 +358,17 @@ mod tests {
             tokio::time::sleep(Duration::from_secs(5)).await;
             Ok(1)
         };
-        match with_timeout("try_lock", Some(Duration::from_secs(1)), slow).await {
+        match with_timeout(crate::store::Operation::TryLock, Some(Duration::from_secs(1)), slow)
+            .await
+        {
             Err(Error::Timeout { operation, after }) => {
                 assert_eq!((operation, after), ("try_lock", Duration::from_secs(1)));
             }
             other => panic!("{other:?}"),
         }
-        assert_eq!(with_timeout("x", None, async { Ok(2) }).await.unwrap(), 2);
+        assert_eq!(
+            with_timeout(crate::store::Operation::Check, None, async { Ok(2) }).await.unwrap(),
+            2
+        );
     }
 }

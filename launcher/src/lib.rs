@@ -38,6 +38,7 @@ mod options;
 mod ports;
 mod probe;
 mod process;
+mod roles;
 mod secure;
 mod service;
 

@@ -704,6 +704,14 @@ impl Service {
         self.addrs.iter().copied().take(self.backend.node_count().max(1)).collect()
     }
 
+    /// The nodes that lead right now, by index into [`addrs`](Self::addrs): the Redis
+    /// Cluster's masters, the etcd cluster's leader, the ZooKeeper ensemble's leader. Each node
+    /// is asked with a 300 ms limit, so one that is paused or cut off is left out. Empty for
+    /// other backends.
+    pub fn primaries(&self) -> Vec<usize> {
+        crate::roles::primaries(self.backend, &self.addrs())
+    }
+
     /// How it is provided.
     pub fn mode(&self) -> Mode {
         self.mode

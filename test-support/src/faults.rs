@@ -2,11 +2,6 @@
 //! launcher runs: each server of the backend started natively in the namespace the scenario
 //! gives it ([`LaunchOptions::placement`]).
 
-use std::{
-    net::{SocketAddr, TcpStream},
-    time::{Duration, Instant},
-};
-
 use shedlock::BoxError;
 use shedlock_conformance::faults::{FaultCluster, FaultPlan, Member, RunningCluster};
 use shedlock_launcher::{Backend, LaunchOptions, Placement, Service, Via};
@@ -80,70 +75,11 @@ impl RunningCluster for Running {
         Ok(self.service.start_node(i)?)
     }
 
-    /// The Redis Cluster's masters (`ROLE`), the etcd leader (`/v3/maintenance/status`), the
-    /// ZooKeeper leader (`srvr`), asked of each node with a short time limit.
+    /// The leader or masters right now, as the launcher finds them
+    /// ([`Service::primaries`]).
     fn primaries(&self) -> Vec<usize> {
-        let addrs = self.service.addrs();
-        let ask: fn(SocketAddr) -> Option<bool> = match self.service.backend() {
-            Backend::RedisCluster => |a| {
-                let r = exchange(a, b"*1\r\n$4\r\nROLE\r\n", Some(b"\r\n"))?;
-                Some(r.contains("master"))
-            },
-            Backend::EtcdCluster => |a| {
-                let req = format!(
-                    "POST /v3/maintenance/status HTTP/1.0\r\nHost: {a}\r\nContent-Type: \
-                     application/json\r\nContent-Length: 2\r\n\r\n{{}}"
-                );
-                let r = exchange(a, req.as_bytes(), None)?;
-                let field = |k: &str| {
-                    let at = r.find(&format!("\"{k}\":\""))? + k.len() + 4;
-                    r[at..].split('"').next().map(str::to_owned)
-                };
-                Some(field("member_id")? == field("leader")?)
-            },
-            Backend::ZooKeeperEnsemble => |a| {
-                let r = exchange(a, b"srvr", None)?;
-                Some(r.contains("Mode: leader"))
-            },
-            _ => return Vec::new(),
-        };
-        addrs
-            .iter()
-            .take(self.service.backend().node_count())
-            .enumerate()
-            .filter(|(_, a)| ask(**a) == Some(true))
-            .map(|(i, _)| i)
-            .collect()
+        self.service.primaries()
     }
-}
-
-/// Sends `request` to `addr` and reads the answer (until the peer closes, or until `enough`
-/// has been seen after the first bytes), within 300 ms in all; `None` if it did not answer.
-fn exchange(addr: SocketAddr, request: &[u8], enough: Option<&[u8]>) -> Option<String> {
-    use std::io::{Read, Write};
-    let limit = Duration::from_millis(300);
-    let deadline = Instant::now() + limit;
-    let mut s = TcpStream::connect_timeout(&addr, limit).ok()?;
-    s.set_write_timeout(Some(limit)).ok()?;
-    s.write_all(request).ok()?;
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        let left = deadline.checked_duration_since(Instant::now())?;
-        s.set_read_timeout(Some(left.max(Duration::from_millis(1)))).ok()?;
-        match s.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => out.extend_from_slice(&buf[..n]),
-            Err(_) => return None,
-        }
-        if enough.is_some_and(|e| out.windows(e.len()).any(|w| w == e)) && out.len() > 16 {
-            break;
-        }
-        if out.len() > 64 * 1024 {
-            break;
-        }
-    }
-    Some(String::from_utf8_lossy(&out).into_owned())
 }
 
 /// The scenario `name` on `backend`, found by the nodes through `env_backend`'s variable.

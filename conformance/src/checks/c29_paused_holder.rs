@@ -44,21 +44,8 @@ struct Node {
 
 impl Node {
     fn signal(&self, stop: bool) -> std::io::Result<()> {
-        #[cfg(unix)]
-        {
-            let pid = i32::try_from(self.child.id())
-                .ok()
-                .and_then(rustix::process::Pid::from_raw)
-                .ok_or_else(|| std::io::Error::other("no pid"))?;
-            let sig =
-                if stop { rustix::process::Signal::STOP } else { rustix::process::Signal::CONT };
-            rustix::process::kill_process(pid, sig).map_err(std::io::Error::from)
-        }
-        #[cfg(not(unix))]
-        {
-            let _ = stop;
-            Err(std::io::Error::other("signals need Unix"))
-        }
+        crate::tools::signal::signal_pid(self.child.id(), stop, false)
+            .map_err(std::io::Error::other)
     }
 
     /// Waits up to `limit` for the process to exit: its status, or `None` (then killed).

@@ -273,6 +273,18 @@ pub(crate) async fn expect_held_until(
     }
 }
 
+/// A `lock_at_most_for` long enough never to expire during a check.
+pub(crate) const LONG: Duration = Duration::from_secs(120);
+
+/// Aborts a spawned task when dropped.
+pub(crate) struct AbortOnDrop(pub(crate) tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

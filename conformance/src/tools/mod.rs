@@ -11,6 +11,8 @@ pub mod history;
 pub mod model;
 pub mod names;
 pub mod proxy;
+pub(crate) mod signal;
+pub(crate) mod stale;
 pub(crate) mod stalling;
 pub(crate) mod stats;
 pub(crate) mod workload;

@@ -11,10 +11,7 @@ use std::{
 use etcd_client::{Client, ConnectOptions};
 use shedlock::{Error, Result};
 
-use crate::{
-    BACKEND,
-    error::{classify, setup},
-};
+use crate::{BACKEND, error::classify};
 
 /// Builds an etcd-client [`Client`] for [`EtcdLockProvider::builder`](crate::EtcdLockProvider::builder):
 /// endpoints, a user, TLS, timeouts.
@@ -161,12 +158,13 @@ impl EtcdClientBuilder {
     /// I/O.
     fn prepare(&self) -> Result<(Vec<String>, ConnectOptions)> {
         if self.endpoints.is_empty() {
-            return Err(setup("no etcd endpoint given"));
+            return Err(Error::setup(BACKEND, "no etcd endpoint given"));
         }
         let schemes: Vec<Scheme> = self.endpoints.iter().map(|e| scheme(e)).collect();
         let any = |s: Scheme| schemes.contains(&s);
         if any(Scheme::Https) && (any(Scheme::Http) || any(Scheme::None)) {
-            return Err(setup(
+            return Err(Error::setup(
+                BACKEND,
                 "the endpoints mix https:// with http:// or no scheme: give them all as https://",
             ));
         }
@@ -176,14 +174,16 @@ impl EtcdClientBuilder {
         #[cfg(not(feature = "tls"))]
         let tls = false;
         if any(Scheme::Https) && !tls {
-            return Err(setup(
+            return Err(Error::setup(
+                BACKEND,
                 "https:// endpoints need TLS, which this build leaves out: enable the `tls` \
                  feature of shedlock-etcd (rustls on ring)",
             ));
         }
         #[cfg(feature = "tls")]
         if self.tls.is_set() && any(Scheme::Http) {
-            return Err(setup(
+            return Err(Error::setup(
+                BACKEND,
                 "TLS settings were given, but the endpoints are http:// (plaintext): give them as \
                  https://",
             ));
@@ -205,12 +205,15 @@ impl EtcdClientBuilder {
         if let Some((name, password)) = &self.user {
             if !tls {
                 if !self.allow_plaintext_password {
-                    return Err(setup(format!(
-                        "the password of etcd user {name:?} would cross the network in clear \
+                    return Err(Error::setup(
+                        BACKEND,
+                        format!(
+                            "the password of etcd user {name:?} would cross the network in clear \
                          (the endpoints are http://): use https:// endpoints (feature `tls`, \
                          tls_ca_pem), or, on a link you trust, \
                          allow_password_over_plaintext(true)"
-                    )));
+                        ),
+                    ));
                 }
                 if !PLAINTEXT_WARNED.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
@@ -256,8 +259,10 @@ impl EtcdClientBuilder {
 fn connect_error(e: etcd_client::Error) -> Error {
     use etcd_client::Error as E;
     match e {
-        E::InvalidArgs(msg) => setup(format!("etcd-client refused the settings: {msg}")),
-        E::InvalidUri(u) => setup(format!("an endpoint is not a URL: {u}")),
+        E::InvalidArgs(msg) => {
+            Error::setup(BACKEND, format!("etcd-client refused the settings: {msg}"))
+        }
+        E::InvalidUri(u) => Error::setup(BACKEND, format!("an endpoint is not a URL: {u}")),
         // A refused login, a certificate not accepted: `Error::Setup`; no endpoint reached:
         // `Error::Unavailable`.
         other => classify(other).into_error(),
@@ -272,7 +277,7 @@ fn hide(e: Error, secret: &str) -> Error {
     }
     let text = e.to_string().replace(secret, "***");
     match e {
-        Error::Setup { .. } => setup(text),
+        Error::Setup { .. } => Error::setup(BACKEND, text),
         Error::Unavailable { .. } => Error::unavailable(BACKEND, text),
         _ => Error::backend(BACKEND, text),
     }
@@ -321,7 +326,7 @@ mod tests {
 
     #[test]
     fn a_secret_is_hidden_from_any_error() {
-        let e = hide(setup("login as app with pw hunter22 failed"), "hunter22");
+        let e = hide(Error::setup(BACKEND, "login as app with pw hunter22 failed"), "hunter22");
         assert!(!e.to_string().contains("hunter22"), "{e}");
         let e = hide(Error::unavailable(BACKEND, "hunter22"), "hunter22");
         assert!(matches!(e, Error::Unavailable { .. }) && !e.to_string().contains("hunter22"));

@@ -11,10 +11,6 @@ use crate::BACKEND;
 /// Where the README says what a role needs.
 const SEE_PERMISSIONS: &str = "see \"Permissions\" in the shedlock-etcd README";
 
-pub(crate) fn setup(message: impl Into<String>) -> Error {
-    Error::Setup { backend: BACKEND, message: message.into() }
-}
-
 /// What an etcd error means here.
 #[derive(Debug)]
 pub(crate) enum Failure {
@@ -36,10 +32,13 @@ impl Failure {
     pub(crate) fn into_error(self) -> Error {
         match self {
             Failure::LeaseGone => Error::backend(BACKEND, "etcdserver: requested lease not found"),
-            Failure::Denied(msg) => setup(format!(
-                "etcd refused a request ({msg}): the client's etcd user needs read and write \
+            Failure::Denied(msg) => Error::setup(
+                BACKEND,
+                format!(
+                    "etcd refused a request ({msg}): the client's etcd user needs read and write \
                  permission on the provider's key prefix ({SEE_PERMISSIONS})"
-            )),
+                ),
+            ),
             Failure::NotSent(e) | Failure::Other(e) => e,
         }
     }
@@ -91,19 +90,25 @@ impl Access<'_> {
             Permission::Read => ("read permission (read or readwrite)", "read"),
             Permission::ReadWrite => ("read and write permission (readwrite)", "readwrite"),
             Permission::Lease => {
-                return setup(format!(
-                    "etcd refused {} ({server}): etcd 3.4 asks no permission for leases; a proxy \
+                return Error::setup(
+                    BACKEND,
+                    format!(
+                        "etcd refused {} ({server}): etcd 3.4 asks no permission for leases; a proxy \
                      or server in front of etcd may ({SEE_PERMISSIONS})",
-                    self.what
-                ));
+                        self.what
+                    ),
+                );
             }
         };
-        setup(format!(
-            "etcd refused {} on {keys} ({server}): the client's etcd user needs {need} on it; \
+        Error::setup(
+            BACKEND,
+            format!(
+                "etcd refused {} on {keys} ({server}): the client's etcd user needs {need} on it; \
              grant its role the provider's whole key prefix: `etcdctl role grant-permission \
              <role> --prefix=true {grant} {prefix}` (locking needs readwrite; {SEE_PERMISSIONS})",
-            self.what,
-        ))
+                self.what,
+            ),
+        )
     }
 }
 
@@ -147,7 +152,7 @@ fn tls_failure(text: &str, shown: &str) -> Option<Error> {
     } else {
         return None;
     };
-    Some(setup(format!("TLS: {what} ({shown})")))
+    Some(Error::setup(BACKEND, format!("TLS: {what} ({shown})")))
 }
 
 pub(crate) fn classify(e: etcd_client::Error) -> Failure {
@@ -239,7 +244,7 @@ pub(crate) fn login_failure(s: &tonic::Status) -> Option<Error> {
         }
         _ => return None,
     };
-    Some(setup(format!("{what} ({})", status_text(s))))
+    Some(Error::setup(BACKEND, format!("{what} ({})", status_text(s))))
 }
 
 /// How often a request that had no effect (its endpoint refused the connection, or etcd refused

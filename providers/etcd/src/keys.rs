@@ -7,12 +7,15 @@
 //! with name `bx` and prefix `ab` with name `x` were the same key, and so were prefix `a/` with
 //! name `b/x` and prefix `a/b/` with name `x`.
 
+use crate::BACKEND;
 use shedlock::{Error, Result};
-
-use crate::error::setup;
 
 /// The longest key prefix accepted, in bytes (before the `/` that may be added).
 pub const MAX_PREFIX_LEN: usize = 1024;
+
+/// The longest lock name accepted, in bytes (names are keys; etcd allows far more, but a name
+/// this long is a bug, not a job).
+pub const MAX_NAME_LEN: usize = 4096;
 
 /// The prefix as keys use it: checked, and ending with `/`.
 pub(crate) fn normalize_prefix(prefix: &str) -> Result<String> {
@@ -26,21 +29,26 @@ pub(crate) fn normalize_prefix(prefix: &str) -> Result<String> {
 
 fn check_prefix(prefix: &str) -> Result<()> {
     if prefix.is_empty() {
-        return Err(setup(
+        return Err(Error::setup(
+            BACKEND,
             "the key prefix is empty: locks would live among the cluster's other keys; use e.g. \
              \"shedlock/\"",
         ));
     }
     if prefix.len() > MAX_PREFIX_LEN {
-        return Err(setup(format!(
-            "the key prefix is {} bytes long; at most {MAX_PREFIX_LEN} are allowed",
-            prefix.len()
-        )));
+        return Err(Error::setup(
+            BACKEND,
+            format!(
+                "the key prefix is {} bytes long; at most {MAX_PREFIX_LEN} are allowed",
+                prefix.len()
+            ),
+        ));
     }
     if let Some(c) = prefix.chars().find(|c| c.is_control()) {
-        return Err(setup(format!(
-            "the key prefix {prefix:?} contains the control character {c:?}"
-        )));
+        return Err(Error::setup(
+            BACKEND,
+            format!("the key prefix {prefix:?} contains the control character {c:?}"),
+        ));
     }
     Ok(())
 }

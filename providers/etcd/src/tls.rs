@@ -6,7 +6,9 @@ use std::{fmt, time::Duration};
 use etcd_client::{Certificate, Identity, TlsOptions};
 use shedlock::Result;
 
-use crate::{EtcdClientBuilder, error::setup};
+use crate::BACKEND;
+use crate::EtcdClientBuilder;
+use shedlock::Error;
 
 /// The TLS settings of an [`EtcdClientBuilder`]. `Debug` shows whether each is set, never the
 /// client key.
@@ -39,13 +41,15 @@ impl TlsSettings {
     /// would stall every request waiting for the connection). No I/O.
     pub(crate) fn options(&self, handshake: Duration) -> Result<TlsOptions> {
         let Some(ca) = &self.ca_pem else {
-            return Err(setup(
+            return Err(Error::setup(
+                BACKEND,
                 "an https:// endpoint needs the CA that signed etcd's certificate: \
                  EtcdClientBuilder::tls_ca_pem(<its PEM>) (the client trusts that CA and no other)",
             ));
         };
         if !ca.contains("-----BEGIN CERTIFICATE-----") {
-            return Err(setup(
+            return Err(Error::setup(
+                BACKEND,
                 "tls_ca_pem: no PEM certificate (-----BEGIN CERTIFICATE-----) in the text given",
             ));
         }
@@ -56,13 +60,15 @@ impl TlsSettings {
             .timeout(handshake);
         if let Some((cert, key)) = &self.identity {
             if !cert.contains("-----BEGIN CERTIFICATE-----") {
-                return Err(setup(
+                return Err(Error::setup(
+                    BACKEND,
                     "tls_identity: no PEM certificate (-----BEGIN CERTIFICATE-----) in the \
                      certificate given",
                 ));
             }
             if !key.contains("PRIVATE KEY-----") {
-                return Err(setup(
+                return Err(Error::setup(
+                    BACKEND,
                     "tls_identity: no PEM private key (-----BEGIN PRIVATE KEY-----, or RSA / EC) \
                      in the key given",
                 ));
@@ -83,7 +89,7 @@ impl TlsSettings {
                 cause = c.source();
             }
             // The text names what failed to parse, never the key's bytes.
-            return Err(setup(format!("the TLS settings are not usable: {text}")));
+            return Err(Error::setup(BACKEND, format!("the TLS settings are not usable: {text}")));
         }
         Ok(tls)
     }

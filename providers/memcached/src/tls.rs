@@ -5,7 +5,10 @@
 use std::fmt;
 
 #[cfg(not(feature = "tls"))]
-use {crate::setup, shedlock::Result};
+use {
+    crate::BACKEND,
+    shedlock::{Error, Result},
+};
 
 /// The TLS settings of a builder, as given. `Debug` shows whether each is set, never the key.
 #[derive(Clone, Default)]
@@ -43,11 +46,11 @@ impl TlsSettings {
     /// cannot speak TLS.
     pub(crate) fn connector(&self, _host: &str) -> Result<Option<Tls>> {
         if self.is_set() {
-            return Err(setup(
+            return Err(Error::setup(
+                BACKEND,
                 "TLS was asked for (tls_ca_pem, tls_server_name or tls_identity), but \
                  shedlock-memcached was built without its `tls` feature: enable it \
-                 (shedlock-memcached = { features = [\"tls\"] })"
-                    .into(),
+                 (shedlock-memcached = { features = [\"tls\"] })",
             ));
         }
         Ok(None)
@@ -69,8 +72,10 @@ mod enabled {
     use tokio::net::TcpStream;
     use tokio_rustls::{TlsConnector, client::TlsStream};
 
+    use shedlock::Error;
+
     use super::TlsSettings;
-    use crate::setup;
+    use crate::BACKEND;
 
     /// A checked TLS client configuration and the name to verify the server's certificate
     /// against.
@@ -94,13 +99,17 @@ mod enabled {
     }
 
     fn certificates(pem: &str, what: &str) -> Result<Vec<CertificateDer<'static>>> {
-        let certs = CertificateDer::pem_slice_iter(pem.as_bytes())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| setup(format!("{what}: the PEM text could not be read: {e}")))?;
+        let certs =
+            CertificateDer::pem_slice_iter(pem.as_bytes()).collect::<Result<Vec<_>, _>>().map_err(
+                |e| Error::setup(BACKEND, format!("{what}: the PEM text could not be read: {e}")),
+            )?;
         if certs.is_empty() {
-            return Err(setup(format!(
-                "{what}: no PEM certificate (-----BEGIN CERTIFICATE-----) in the text given"
-            )));
+            return Err(Error::setup(
+                BACKEND,
+                format!(
+                    "{what}: no PEM certificate (-----BEGIN CERTIFICATE-----) in the text given"
+                ),
+            ));
         }
         Ok(certs)
     }
@@ -115,24 +124,24 @@ mod enabled {
                 return Ok(None);
             }
             let Some(ca) = &self.ca_pem else {
-                return Err(setup(
+                return Err(Error::setup(
+                    BACKEND,
                     "TLS needs the CA that signed memcached's certificate: \
-                     builder.tls_ca_pem(<its PEM>) (the client trusts that CA and no other)"
-                        .into(),
+                     builder.tls_ca_pem(<its PEM>) (the client trusts that CA and no other)",
                 ));
             };
             let mut roots = RootCertStore::empty();
             for cert in certificates(ca, "tls_ca_pem")? {
-                roots
-                    .add(cert)
-                    .map_err(|e| setup(format!("tls_ca_pem: a certificate is not usable: {e}")))?;
+                roots.add(cert).map_err(|e| {
+                    Error::setup(BACKEND, format!("tls_ca_pem: a certificate is not usable: {e}"))
+                })?;
             }
             // Explicitly ring: rustls picks no provider by itself when several are compiled in.
             let builder = ClientConfig::builder_with_provider(Arc::new(
                 rustls::crypto::ring::default_provider(),
             ))
             .with_safe_default_protocol_versions()
-            .map_err(|e| setup(format!("TLS: {e}")))?
+            .map_err(|e| Error::setup(BACKEND, format!("TLS: {e}")))?
             .with_root_certificates(roots);
             let config = match &self.identity {
                 None => builder.with_no_client_auth(),
@@ -140,13 +149,16 @@ mod enabled {
                     let chain = certificates(cert, "tls_identity (certificate)")?;
                     // The error names what failed to parse, never the key's bytes.
                     let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(|e| {
-                        setup(format!(
+                        Error::setup(BACKEND, format!(
                             "tls_identity: no usable PEM private key (-----BEGIN PRIVATE KEY-----, \
                              RSA or EC) in the key given: {e}"
                         ))
                     })?;
                     builder.with_client_auth_cert(chain, key).map_err(|e| {
-                        setup(format!("tls_identity: the certificate and key are not usable: {e}"))
+                        Error::setup(
+                            BACKEND,
+                            format!("tls_identity: the certificate and key are not usable: {e}"),
+                        )
                     })?
                 }
             };
@@ -154,7 +166,7 @@ mod enabled {
             // `[::1]` from an address: the name is the address without its brackets.
             let bare = name.strip_prefix('[').and_then(|n| n.strip_suffix(']')).unwrap_or(name);
             let server_name = ServerName::try_from(bare.to_owned()).map_err(|e| {
-                setup(format!(
+                Error::setup(BACKEND, format!(
                     "TLS server name {name:?} is neither a DNS name nor an IP address ({e}): set \
                      tls_server_name to a name memcached's certificate holds"
                 ))
@@ -209,8 +221,9 @@ pub(crate) fn failure(_: &std::io::Error) -> Option<String> {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use super::*;
     use shedlock::Error;
+
+    use super::*;
 
     fn settings(ca: Option<&str>) -> TlsSettings {
         TlsSettings { ca_pem: ca.map(str::to_owned), ..TlsSettings::default() }

@@ -12,10 +12,6 @@ use crate::{
     permissions::{Refused, Violation},
 };
 
-pub(crate) fn setup(message: impl Into<String>) -> Error {
-    Error::Setup { backend: BACKEND, message: message.into() }
-}
-
 pub(crate) fn json_err(context: &str, body: &[u8]) -> Error {
     Error::backend(
         BACKEND,
@@ -95,22 +91,25 @@ impl std::error::Error for NoAnswer {}
 /// "Permissions").
 pub(crate) fn permission_denied(operation: &str, v: &Violation, pattern: &str) -> Error {
     let subject = &v.subject;
-    setup(match v.refused {
-        Refused::Publish => format!(
-            "the NATS server refused this user permission to publish to {subject:?} \
+    Error::setup(
+        BACKEND,
+        match v.refused {
+            Refused::Publish => format!(
+                "the NATS server refused this user permission to publish to {subject:?} \
              ({operation}): allow publish on {pattern:?} (see the README's Permissions section)"
-        ),
-        Refused::Subscribe => format!(
-            "the NATS server refused this user permission to subscribe to {subject:?}, where the \
+            ),
+            Refused::Subscribe => format!(
+                "the NATS server refused this user permission to subscribe to {subject:?}, where the \
              replies of {operation} come back: allow subscribe on {pattern:?} (see the README's \
              Permissions section), then reconnect (a refused subscription is not retried)"
-        ),
-        Refused::Reply => format!(
-            "the NATS server refused this user's request with the reply subject {subject:?} \
+            ),
+            Refused::Reply => format!(
+                "the NATS server refused this user's request with the reply subject {subject:?} \
              ({operation}): allow subscribe on {pattern:?}, and do not deny publishing with \
              replies (see the README's Permissions section)"
-        ),
-    })
+            ),
+        },
+    )
 }
 
 /// The user, password or token in `url`s (a comma-separated list of `scheme://user:pw@host`),
@@ -160,25 +159,33 @@ pub(crate) fn connect_error(e: &ConnectError, urls: &str) -> Error {
     // error around rustls's.
     let tls = e.kind() == ConnectErrorKind::Tls || is_tls(e);
     match e.kind() {
-        _ if tls => setup(format!(
-            "the TLS connection to the NATS server failed ({}): trust the CA that signed the \
+        _ if tls => Error::setup(
+            BACKEND,
+            format!(
+                "the TLS connection to the NATS server failed ({}): trust the CA that signed the \
              server's certificate (ConnectOptions::add_root_certificates, or tls_client_config \
              with shedlock_nats::tls::client_config), and connect to a host name or address the \
              certificate names",
-            cause()
-        )),
-        ConnectErrorKind::AuthorizationViolation => setup(
+                cause()
+            ),
+        ),
+        ConnectErrorKind::AuthorizationViolation => Error::setup(
+            BACKEND,
             "the NATS server refused the credentials (authorization violation): check the user \
              and password, or the token, the connection gives",
         ),
-        ConnectErrorKind::Authentication => setup(format!(
-            "authenticating to the NATS server failed ({}): check the nkey or credentials file",
-            cause()
-        )),
+        ConnectErrorKind::Authentication => Error::setup(
+            BACKEND,
+            format!(
+                "authenticating to the NATS server failed ({}): check the nkey or credentials file",
+                cause()
+            ),
+        ),
         // The parser's message may quote the URL, credentials included.
-        ConnectErrorKind::ServerParse => {
-            setup("the NATS server URL is not valid (expected nats:// or tls:// URLs)")
-        }
+        ConnectErrorKind::ServerParse => Error::setup(
+            BACKEND,
+            "the NATS server URL is not valid (expected nats:// or tls:// URLs)",
+        ),
         _ => Error::unavailable(BACKEND, format!("cannot connect to NATS: {}", cause())),
     }
 }

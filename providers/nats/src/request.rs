@@ -11,8 +11,9 @@ use shedlock::{Error, Result, store::Operation, support::with_timeout};
 use tokio::time::Instant;
 
 use crate::{
-    BACKEND, Inner,
+    BACKEND,
     error::{NoAnswer, NoResponders, permission_denied},
+    inner::Inner,
     permissions::{Refused, Violation},
 };
 
@@ -49,13 +50,14 @@ pub(crate) async fn run<T>(
     operation.run(BACKEND, name, timeout, scoped(timeout, fut)).await
 }
 
-/// [`with_timeout`] for a call that is no [`Operation`] (`create_bucket`).
+/// [`with_timeout`] for an administrative call (`create_bucket` is [`Operation::CreateTable`]),
+/// without a span of its own.
 pub(crate) async fn run_labelled<T>(
-    label: &'static str,
+    operation: Operation,
     timeout: Option<Duration>,
     fut: impl Future<Output = Result<T>>,
 ) -> Result<T> {
-    with_timeout(label, timeout, scoped(timeout, fut)).await
+    with_timeout(operation, timeout, scoped(timeout, fut)).await
 }
 
 fn deadline() -> Option<Instant> {

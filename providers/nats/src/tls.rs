@@ -24,9 +24,9 @@ use async_nats::rustls::{
     self, ClientConfig, RootCertStore,
     pki_types::{CertificateDer, pem::PemObject},
 };
-use shedlock::Result;
+use shedlock::{Error, Result};
 
-use crate::error::setup;
+use crate::BACKEND;
 
 /// A TLS client configuration that trusts only the certificates of `ca_pem` (one or more PEM
 /// `CERTIFICATE` blocks; the system's roots are not added), on rustls with the *ring* crypto
@@ -40,18 +40,20 @@ use crate::error::setup;
 pub fn client_config(ca_pem: &str) -> Result<ClientConfig> {
     let mut roots = RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        let cert = cert.map_err(|e| setup(format!("the CA certificate PEM is not valid: {e}")))?;
-        roots
-            .add(cert)
-            .map_err(|e| setup(format!("the CA certificate cannot be a root of trust: {e}")))?;
+        let cert = cert.map_err(|e| {
+            Error::setup(BACKEND, format!("the CA certificate PEM is not valid: {e}"))
+        })?;
+        roots.add(cert).map_err(|e| {
+            Error::setup(BACKEND, format!("the CA certificate cannot be a root of trust: {e}"))
+        })?;
     }
     if roots.is_empty() {
-        return Err(setup("the CA certificate PEM holds no CERTIFICATE block"));
+        return Err(Error::setup(BACKEND, "the CA certificate PEM holds no CERTIFICATE block"));
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| setup(format!("TLS configuration: {e}")))?
+        .map_err(|e| Error::setup(BACKEND, format!("TLS configuration: {e}")))?
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(config)

@@ -13,15 +13,10 @@ use std::fmt;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 use shedlock::Error;
 
-use crate::{BACKEND, glob_escape};
+use crate::{BACKEND, keys::glob_escape};
 
 /// Where the README says what to grant.
 const SEE: &str = "see \"Permissions\" in the shedlock-redis README";
-
-/// An [`Error::Setup`] of this backend.
-pub(crate) fn setup(message: impl Into<String>) -> Error {
-    Error::Setup { backend: BACKEND, message: message.into() }
-}
 
 /// A reply this provider cannot have caused: [`Error::Backend`].
 pub(crate) fn bad_reply(what: &str, detail: impl fmt::Debug) -> Error {
@@ -85,41 +80,53 @@ pub(crate) fn map_err(e: RedisError, sent: &Sent<'_>) -> Error {
         // Checked before `unavailable`: a reconnecting client reports a refused login on the
         // call that needed the connection. The server's text is left out: it is the server's
         // fixed wording at best, and the connection's credentials must never reach a message.
-        return setup(format!(
-            "the server refused the connection's login ({why}): the user does not exist, is \
+        return Error::setup(
+            BACKEND,
+            format!(
+                "the server refused the connection's login ({why}): the user does not exist, is \
              disabled, or the password is wrong; check the user and password the connection was \
              opened with ({SEE})"
-        ));
+            ),
+        );
     }
     if unavailable {
         return Error::Unavailable { backend: BACKEND, source: Box::new(e) };
     }
     if let Some(denied) = denied(&e, &text, sent.source) {
         let what = sent.what;
-        return setup(match denied {
-            Denied::Command(Some(cmd)) => format!(
-                "the connection's Redis user may not run the `{cmd}` command, which {what} \
+        return Error::setup(
+            BACKEND,
+            match denied {
+                Denied::Command(Some(cmd)) => format!(
+                    "the connection's Redis user may not run the `{cmd}` command, which {what} \
                  needs: add `+{cmd}` to its ACL rules ({SEE}; server: {text})"
-            ),
-            Denied::Command(None) => format!(
-                "the connection's Redis user may not run a command {what} needs: grant the \
+                ),
+                Denied::Command(None) => format!(
+                    "the connection's Redis user may not run a command {what} needs: grant the \
                  commands the README lists ({SEE}; server: {text})"
-            ),
-            Denied::Key => {
-                let keys =
-                    if sent.keys.is_empty() { String::new() } else { format!(" {:?}", sent.keys) };
-                format!(
-                    "the connection's Redis user may not access the keys{keys} {what} uses: its \
+                ),
+                Denied::Key => {
+                    let keys = if sent.keys.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" {:?}", sent.keys)
+                    };
+                    format!(
+                        "the connection's Redis user may not access the keys{keys} {what} uses: its \
                      ACL key patterns must cover `~{}*` ({SEE}; server: {text})",
-                    glob_escape(sent.prefix)
-                )
-            }
-        });
+                        glob_escape(sent.prefix)
+                    )
+                }
+            },
+        );
     }
     if text.contains("unknown command") || text.contains("scripting is disabled") {
-        return setup(format!(
-            "this server does not run Lua scripts (EVALSHA), which the provider needs ({text})"
-        ));
+        return Error::setup(
+            BACKEND,
+            format!(
+                "this server does not run Lua scripts (EVALSHA), which the provider needs ({text})"
+            ),
+        );
     }
     Error::Backend { backend: BACKEND, source: Box::new(e) }
 }

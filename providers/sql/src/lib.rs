@@ -24,96 +24,32 @@
 //!   table's rows, run by core's [`shedlock::store::StoreProvider`] (name checks, owner ids,
 //!   timeouts, spans, lease validity).
 
+mod builder;
+mod compat;
 mod conn;
+mod dialect;
 mod error;
+mod exec;
 mod ident;
 mod provider;
+mod record;
 mod stmt;
+mod store;
 
-use std::time::SystemTime;
-
+pub use builder::{DEFAULT_MAX_NAME_LEN, SqlLockProviderBuilder, check_max_name_len};
+pub use compat::OWNER_SUFFIX_LEN;
 pub use conn::LockConn;
-pub use error::{Call, DbErrorKind, ErrorContext, map_sqlx_error};
-pub use ident::{Columns, MAX_IDENT_LEN, QuotedNames, TableName, validate_ident};
-pub use provider::{
-    AsynchronousCommit, DEFAULT_TIMEOUT, DedicatedConnection, Dialect, DialectOption, Inspected,
-    OWNER_SUFFIX_LEN, Op, RecordAdmin, Settings, ShedlockTable, SqlLockProvider,
-    SqlLockProviderBuilder, TRANSIENT_ATTEMPTS, UnloggedTable, bind, inspected_from_row,
-    record_from_row, retry_transient,
+pub use dialect::{
+    AsynchronousCommit, DedicatedConnection, Dialect, DialectOption, Op, Settings, ShedlockTable,
+    UnloggedTable,
 };
+pub use error::{Call, DbErrorKind, ErrorContext, map_sqlx_error};
+pub use exec::{TRANSIENT_ATTEMPTS, bind, retry_transient};
+pub use ident::{Columns, MAX_IDENT_LEN, QuotedNames, TableName, validate_ident};
+pub use provider::{RecordAdmin, SqlLockProvider};
+pub use record::{Inspected, LockRecord, inspected_from_row, record_from_row, token_u64};
+/// The default time limit of each lock operation: 10 s, as for every provider.
+pub use shedlock::store::DEFAULT_OPERATION_TIMEOUT as DEFAULT_TIMEOUT;
 /// The builder setters every provider shares (`operation_timeout`, `locked_by`, `clock`).
 pub use shedlock::{ClockBuilder, ProviderBuilder};
 pub use stmt::{Arg, ArgValues, Placeholder, Stmt, StmtBuilder, Value};
-
-use shedlock::{Error, support::from_unix_micros};
-
-/// The default longest lock name, in bytes (the DDL's name column holds this many characters).
-pub const DEFAULT_MAX_NAME_LEN: usize = 255;
-
-/// Checks a configured maximum name length against the SQL column size limit used in the DDL.
-pub fn check_max_name_len(backend: &'static str, max: usize, limit: usize) -> Result<(), Error> {
-    if max == 0 || max > limit {
-        return Err(Error::Setup {
-            backend,
-            message: format!("max_name_len must be between 1 and {limit} (got {max})"),
-        });
-    }
-    Ok(())
-}
-
-/// One lock row as stored, for inspection by operators and tests.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LockRecord {
-    /// The lock name.
-    pub name: String,
-    /// Until when the lock is held (database time unless the holder used client time).
-    pub lock_until: SystemTime,
-    /// When the current acquisition or extension happened (the base of `lock_at_least_for`).
-    pub locked_at: SystemTime,
-    /// Who holds (or last held) it.
-    pub locked_by: String,
-    /// The owner token of the acquisition that wrote the row.
-    pub acquisition_id: i64,
-    /// The fencing token of that acquisition.
-    pub fencing_token: i64,
-}
-
-impl LockRecord {
-    /// Builds a record from raw column values (times in microseconds since the Unix epoch).
-    pub fn from_raw(
-        name: String,
-        lock_until_micros: i64,
-        locked_at_micros: i64,
-        locked_by: String,
-        acquisition_id: i64,
-        fencing_token: i64,
-    ) -> Self {
-        Self {
-            name,
-            lock_until: from_unix_micros(lock_until_micros),
-            locked_at: from_unix_micros(locked_at_micros),
-            locked_by,
-            acquisition_id,
-            fencing_token,
-        }
-    }
-}
-
-/// A fencing token read from the database as an unsigned value (tokens are positive by
-/// construction; a negative one planted by hand is reported as 0).
-pub fn token_u64(token: i64) -> u64 {
-    u64::try_from(token).unwrap_or(0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn max_name_len_is_checked() {
-        assert!(check_max_name_len("x", 0, 255).is_err());
-        assert!(check_max_name_len("x", 256, 255).is_err());
-        assert!(check_max_name_len("x", 255, 255).is_ok());
-    }
-}
