@@ -145,3 +145,20 @@ pub const MAX_PAGE: usize = 1000;
 pub fn page_limit(limit: usize) -> usize {
     limit.clamp(1, MAX_PAGE)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_from_an_overfetch_keeps_the_limit_and_names_the_next_cursor_only_when_more_came() {
+        let info = |n: &str| LockInfo::new(n, "me", true, crate::TimeSource::Server);
+        let page = LockPage::from_overfetch(vec![info("a"), info("b"), info("c")], 2);
+        assert_eq!(page.records.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(page.next.as_deref(), Some("b"));
+        let last = LockPage::from_overfetch(vec![info("a"), info("b")], 2);
+        assert_eq!(last.records.len(), 2);
+        assert_eq!(last.next, None);
+        assert_eq!(LockPage::from_overfetch(Vec::new(), 5).next, None);
+    }
+}

@@ -191,11 +191,8 @@ impl<D: Dialect> LeaseStore for SqlStore<D> {
             ..self.values(settings, prefix)
         };
         let rows = self.dialect.list(&values).await.map_err(|e| self.err(Call::List, None, e))?;
-        let more = rows.len() > limit;
-        let records: Vec<LockInfo> =
-            rows.into_iter().take(limit).map(|i| self.info(i, settings)).collect();
-        let next = if more { records.last().map(|r| r.name.clone()) } else { None };
-        Ok(LockPage::new(records, next))
+        let records: Vec<LockInfo> = rows.into_iter().map(|i| self.info(i, settings)).collect();
+        Ok(LockPage::from_overfetch(records, limit))
     }
 
     /// Reads the row, and deletes it only if it is still the acquisition seen, in one

@@ -69,10 +69,7 @@ impl Inner {
                 }
             }
         }
-        let more = records.len() > limit;
-        records.truncate(limit);
-        let next = if more { records.last().map(|r| r.name.clone()) } else { None };
-        Ok(LockPage::new(records, next))
+        Ok(LockPage::from_overfetch(records, limit))
     }
 
     /// [`LockProvider::force_release`] after the name check, without the time limit: a read of
