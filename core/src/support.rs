@@ -234,11 +234,103 @@ pub fn duration_secs_ceil(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() != 0)
 }
 
+/// A one-to-one escaping of lock names into keys for backends that allow only some characters in
+/// a key: ASCII letters, digits and the bytes of `keep` stay as they are; every other byte (the
+/// marker itself included, and every byte of a non-ASCII character) becomes the marker and two
+/// upper-case hex digits. Two names never share a key, and a name's prefix escapes to a prefix
+/// of its key. NATS keys use `=` (keeping `-`, `_`, `/`), ZooKeeper node names `%` (keeping `-`,
+/// `_`), S3 object keys `=` (keeping `-`, `_`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HexEscape {
+    marker: u8,
+    keep: &'static [u8],
+}
+
+impl HexEscape {
+    /// The escaping with `marker` (never one of the bytes kept) that keeps ASCII letters, digits
+    /// and `keep`.
+    pub const fn new(marker: u8, keep: &'static [u8]) -> Self {
+        Self { marker, keep }
+    }
+
+    fn kept(&self, b: u8) -> bool {
+        b != self.marker && (b.is_ascii_alphanumeric() || self.keep.contains(&b))
+    }
+
+    /// The key of `name`.
+    pub fn escape(&self, name: &str) -> String {
+        const HEX: &[u8; 16] = b"0123456789ABCDEF";
+        let mut key = String::with_capacity(name.len());
+        for b in name.bytes() {
+            if self.kept(b) {
+                key.push(char::from(b));
+            } else {
+                key.push(char::from(self.marker));
+                key.push(char::from(HEX[usize::from(b >> 4)]));
+                key.push(char::from(HEX[usize::from(b & 0xf)]));
+            }
+        }
+        key
+    }
+
+    /// The name whose key is `key`, the inverse of [`escape`](Self::escape): `None` for a key
+    /// that `escape` makes of no name (another character, an escape of a byte that is kept, a
+    /// lower-case or cut-off escape, or bytes that are not UTF-8).
+    pub fn unescape(&self, key: &str) -> Option<String> {
+        let hex = |c: u8| match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'A'..=b'F' => Some(c - b'A' + 10),
+            _ => None,
+        };
+        let (mut bytes, mut rest) = (Vec::with_capacity(key.len()), key.as_bytes());
+        while let Some((&b, tail)) = rest.split_first() {
+            if b == self.marker {
+                let [hi, lo, tail @ ..] = tail else { return None };
+                let byte = hex(*hi)? << 4 | hex(*lo)?;
+                if self.kept(byte) {
+                    return None;
+                }
+                bytes.push(byte);
+                rest = tail;
+            } else if self.kept(b) {
+                bytes.push(b);
+                rest = tail;
+            } else {
+                return None;
+            }
+        }
+        String::from_utf8(bytes).ok()
+    }
+}
+
 #[cfg(test)]
 mod tests {
+
     #![allow(clippy::unwrap_used, clippy::panic)]
 
     use super::*;
+
+    #[test]
+    fn hex_escape_is_one_to_one_and_refuses_every_key_it_would_not_make() {
+        let e = HexEscape::new(b'=', b"-_/");
+        let names = ["a", "a.b", "a=2Eb", "a b", "ü", "a/b", "=", "%2E", "", "x\0y"];
+        let keys: std::collections::HashSet<String> = names.iter().map(|n| e.escape(n)).collect();
+        assert_eq!(keys.len(), names.len());
+        for n in names {
+            assert_eq!(e.unescape(&e.escape(n)).as_deref(), Some(n), "{n:?}");
+        }
+        assert_eq!(e.escape("a.b c"), "a=2Eb=20c");
+        assert_eq!(e.escape("ü"), "=C3=BC");
+        // Not made by escape: a kept byte escaped, lower-case hex, a cut-off escape, another
+        // character, bytes that are not UTF-8.
+        for key in ["=2D", "=2e", "=", "=4", "a.b", "a b", "=FF"] {
+            assert_eq!(e.unescape(key), None, "{key:?}");
+        }
+        let z = HexEscape::new(b'%', b"-_");
+        assert_eq!(z.escape("a/b.c"), "a%2Fb%2Ec");
+        assert_eq!(z.escape("%"), "%25");
+        assert_eq!(z.unescape("a/b"), None);
+    }
 
     #[test]
     fn iso8601_millis_is_shedlocks_fixed_width_utc_form() {

@@ -12,8 +12,6 @@ use crate::{
 };
 
 // Named only in doc links.
-#[cfg(doc)]
-use shedlock::Error;
 use shedlock::Error;
 
 /// Builds a [`MemcachedLockProvider`].

@@ -1,6 +1,11 @@
 //! Lock names to keys of the bucket and back: an escaping that keeps every name its own key and
 //! every key a valid subject token.
 
+use shedlock::support::HexEscape;
+
+/// The escaping of names into keys ([`HexEscape`]).
+const KEYS: HexEscape = HexEscape::new(b'=', b"-_/");
+
 /// Maps a lock name to its key in the bucket, one-to-one: ASCII letters, digits, `-`, `_` and
 /// `/` stay as they are; every other byte (including `.`, which separates subject tokens, `=`
 /// itself, spaces, `*`, `>` and every byte of a non-ASCII character) becomes `=` followed by
@@ -12,42 +17,13 @@
 /// assert_eq!(shedlock_nats::key_for("=2E"), "=3D2E");
 /// ```
 pub fn key_for(name: &str) -> String {
-    let mut key = String::with_capacity(name.len());
-    for b in name.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'/') {
-            key.push(char::from(b));
-        } else {
-            const HEX: &[u8; 16] = b"0123456789ABCDEF";
-            key.push('=');
-            key.push(char::from(HEX[usize::from(b >> 4)]));
-            key.push(char::from(HEX[usize::from(b & 0xf)]));
-        }
-    }
-    key
+    KEYS.escape(name)
 }
 
 /// The lock name of a key, the inverse of [`key_for`]: `None` for a key that [`key_for`] makes
 /// of no name (a key written by other tools, e.g. with a `.` or a lower-case escape).
 pub(crate) fn name_for(key: &str) -> Option<String> {
-    let hex = |b: u8| match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
-    };
-    let (mut bytes, mut rest) = (Vec::with_capacity(key.len()), key.as_bytes());
-    while let Some((&b, tail)) = rest.split_first() {
-        if b == b'=' {
-            let [hi, lo, tail @ ..] = tail else { return None };
-            bytes.push(hex(*hi)? << 4 | hex(*lo)?);
-            rest = tail;
-        } else {
-            bytes.push(b);
-            rest = tail;
-        }
-    }
-    let name = String::from_utf8(bytes).ok()?;
-    // One key per name: a key with an escape key_for would not write is no lock's.
-    (key_for(&name) == key).then_some(name)
+    KEYS.unescape(key)
 }
 
 #[cfg(test)]

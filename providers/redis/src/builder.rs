@@ -12,10 +12,6 @@ use crate::{
     SHEDLOCK_PREFIX, scripts::Scripts, store::RedisStore,
 };
 
-// Named only in doc links.
-#[cfg(doc)]
-use shedlock::Error;
-
 /// Builds a [`RedisLockProvider`]; see [`RedisLockProvider::builder`].
 ///
 /// The shared setters (`operation_timeout`, `locked_by`) come from [`ProviderBuilder`], in scope

@@ -1,5 +1,7 @@
 //! Object keys: the prefix, and the one-to-one escaping of lock names into key suffixes.
 
+use shedlock::support::HexEscape;
+
 use shedlock::{Error, Result};
 
 use crate::{BACKEND, store::S3Store};
@@ -9,6 +11,9 @@ pub const MAX_PREFIX_LEN: usize = 255;
 
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "shedlock/";
+
+/// The escaping of names into keys ([`HexEscape`]).
+const KEYS: HexEscape = HexEscape::new(b'=', b"-_");
 
 /// Maps a lock name to its object key suffix, one-to-one: ASCII letters, digits, `-` and `_`
 /// stay as they are; every other byte (`/`, `.`, `=`, spaces, control bytes and each byte of a
@@ -20,18 +25,7 @@ pub const DEFAULT_PREFIX: &str = "shedlock/";
 /// assert_eq!(shedlock_s3::key_for("a/../b"), "a=2F=2E=2E=2Fb");
 /// ```
 pub fn key_for(name: &str) -> String {
-    let mut key = String::with_capacity(name.len());
-    for b in name.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_') {
-            key.push(char::from(b));
-        } else {
-            const HEX: &[u8; 16] = b"0123456789ABCDEF";
-            key.push('=');
-            key.push(char::from(HEX[usize::from(b >> 4)]));
-            key.push(char::from(HEX[usize::from(b & 0xf)]));
-        }
-    }
-    key
+    KEYS.escape(name)
 }
 
 /// The lock name an object key suffix stands for: the inverse of [`key_for`]. `None` for a
@@ -43,30 +37,7 @@ pub fn key_for(name: &str) -> String {
 /// assert_eq!(shedlock_s3::name_for("a/b"), None);
 /// ```
 pub fn name_for(key: &str) -> Option<String> {
-    let hex = |c: u8| match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
-    };
-    let (mut bytes, mut rest) = (Vec::with_capacity(key.len()), key.as_bytes());
-    while let Some((&b, tail)) = rest.split_first() {
-        if b == b'=' {
-            let [h, l, tail @ ..] = tail else { return None };
-            let byte = hex(*h)? << 4 | hex(*l)?;
-            // key_for escapes every other byte, and only those.
-            if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_') {
-                return None;
-            }
-            bytes.push(byte);
-            rest = tail;
-        } else if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_') {
-            bytes.push(b);
-            rest = tail;
-        } else {
-            return None;
-        }
-    }
-    String::from_utf8(bytes).ok()
+    KEYS.unescape(key)
 }
 
 /// `prefix`, ending with `/` or `.` (characters [`key_for`] never produces): as it is when it

@@ -13,8 +13,6 @@ use crate::{
     tls,
 };
 
-#[cfg(doc)]
-use shedlock::Error;
 use shedlock::Error;
 
 /// The default session timeout asked of the server (the server clamps it to between 2 and 20

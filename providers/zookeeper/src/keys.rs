@@ -1,5 +1,7 @@
 //! Lock names as znode names (escaped one-to-one, and back), and the paths of a name's nodes.
 
+use shedlock::support::HexEscape;
+
 use crate::session::Inner;
 
 /// The longest lock name, in bytes. An escaped name is at most three times as long (see
@@ -11,6 +13,9 @@ const LOCK_CHILD: &str = "lock";
 
 /// The child of the root whose `mtime` is the leader's now. Escaped names never start with `.`.
 pub(crate) const CLOCK_CHILD: &str = ".clock";
+
+/// The escaping of names into keys ([`HexEscape`]).
+const KEYS: HexEscape = HexEscape::new(b'%', b"-_");
 
 /// Maps a lock name to its znode name under the root, one-to-one: ASCII letters, digits, `-`
 /// and `_` stay as they are; every other byte (`/`, `.`, `%`, spaces, control bytes and each byte
@@ -24,42 +29,13 @@ pub(crate) const CLOCK_CHILD: &str = ".clock";
 /// assert_eq!(shedlock_zookeeper::key_for("%"), "%25");
 /// ```
 pub fn key_for(name: &str) -> String {
-    let mut key = String::with_capacity(name.len());
-    for b in name.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_') {
-            key.push(char::from(b));
-        } else {
-            const HEX: &[u8; 16] = b"0123456789ABCDEF";
-            key.push('%');
-            key.push(char::from(HEX[usize::from(b >> 4)]));
-            key.push(char::from(HEX[usize::from(b & 0xf)]));
-        }
-    }
-    key
+    KEYS.escape(name)
 }
 
 /// The lock name of a znode name under the root, the inverse of [`key_for`]: `None` for a node
 /// that [`key_for`] makes of no name (the clock node, nodes other tools created).
 pub(crate) fn name_for(key: &str) -> Option<String> {
-    let hex = |b: u8| match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
-    };
-    let (mut bytes, mut rest) = (Vec::with_capacity(key.len()), key.as_bytes());
-    while let Some((&b, tail)) = rest.split_first() {
-        if b == b'%' {
-            let [hi, lo, tail @ ..] = tail else { return None };
-            bytes.push(hex(*hi)? << 4 | hex(*lo)?);
-            rest = tail;
-        } else {
-            bytes.push(b);
-            rest = tail;
-        }
-    }
-    let name = String::from_utf8(bytes).ok()?;
-    // One node per name: a node with an escape key_for would not write is no lock's.
-    (key_for(&name) == key).then_some(name)
+    KEYS.unescape(key)
 }
 
 /// The paths of one lock name.
