@@ -118,7 +118,7 @@ use crate::{
 pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What a provider does, by name: the lock operations of the [`LockProvider`] and
-/// [`Lock`](crate::Lock) API, and the administrative ones a provider makes besides them. Their
+/// [`Lock`] API, and the administrative ones a provider makes besides them. Their
 /// [`label`](Operation::label)s are the one vocabulary of [`Error::Timeout`]'s `operation` and
 /// of the span names (`shedlock.<label>`), the same for every provider.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

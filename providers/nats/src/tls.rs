@@ -36,7 +36,7 @@ use crate::BACKEND;
 /// back to plaintext.
 ///
 /// PEM text without a certificate, or a certificate rustls cannot use as a root, is
-/// [`Error::Setup`](shedlock::Error::Setup).
+/// [`Error::Setup`].
 pub fn client_config(ca_pem: &str) -> Result<ClientConfig> {
     let mut roots = RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
