@@ -145,13 +145,22 @@ async fn at_least_is_kept_from_locked_at() {
 async fn lock_until_keeps_milliseconds() {
     let (a, _) = two_nodes().await;
     sql::lock_until_keeps_milliseconds(&a, &*a.records()).await;
-    // Sub-millisecond durations round up, never down.
+    // A sub-millisecond fraction rounds up, never down. (A lease long enough that no round trip
+    // outlives it: a 1.5 ms lease was answered after it ended on a loaded machine, and the core
+    // then released the late grant before the record could be read.)
     let l = a
-        .try_lock(&LockConfig::new("sub", Duration::from_micros(1_500), Duration::ZERO).unwrap())
-        .await;
+        .try_lock(
+            &LockConfig::new("sub", Duration::from_micros(60_000_500), Duration::ZERO).unwrap(),
+        )
+        .await
+        .unwrap()
+        .expect("a fresh name");
     let rec = a.record("sub").await.unwrap().unwrap();
-    assert_eq!(rec.lock_until.duration_since(rec.locked_at).unwrap(), Duration::from_millis(2));
-    drop(l);
+    assert_eq!(
+        rec.lock_until.duration_since(rec.locked_at).unwrap(),
+        Duration::from_millis(60_001)
+    );
+    l.unlock().await.unwrap();
 }
 
 #[tokio::test]
