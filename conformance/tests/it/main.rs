@@ -7,3 +7,4 @@ mod broken;
 mod client_time;
 mod coarse;
 mod late_lease;
+mod model_lag;
