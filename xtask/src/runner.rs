@@ -11,9 +11,14 @@
 //! self-tests beside them slowed a suite's timing enough to fail C19 once), then the rest; in
 //! each phase the slowest start first, by the times remembered in
 //! `target/xtask-test/durations.json`.
+//!
+//! The *coarse* suites (a provider whose recorded report declares a granularity of a second or
+//! more: memcached, NATS, etcd) are nearly half of all test time, yet their margins are whole
+//! seconds, so a busy machine does not disturb them; they run in lanes of their own
+//! ([`coarse_jobs`]) beside both phases instead of taking turns with the others.
 
 use std::{
-    collections::{BTreeMap, VecDeque},
+    collections::{BTreeMap, BTreeSet, VecDeque},
     fs,
     io::Read,
     path::{Path, PathBuf},
@@ -94,6 +99,48 @@ pub fn jobs() -> usize {
         .and_then(|v| v.trim().parse::<usize>().ok())
         .filter(|n| *n > 0)
         .unwrap_or(2)
+}
+
+/// How many coarse suites ([`coarse_suites`]) run at once, beside the others:
+/// `SHEDLOCK_TEST_COARSE_JOBS`, else 2 (their 2 215 s on this machine then end before the
+/// others' ~2 500 s at two at a time; 0 runs them with the other suites instead).
+pub fn coarse_jobs() -> usize {
+    std::env::var("SHEDLOCK_TEST_COARSE_JOBS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(2)
+}
+
+/// The least granularity, in ms, that makes a suite coarse.
+const COARSE_GRANULARITY_MS: u64 = 1000;
+
+/// The suites whose committed report (`conformance/reports/<suite>.json`, written by the kit
+/// from a real run) declares a granularity of [`COARSE_GRANULARITY_MS`] or more: their checks'
+/// margins are scaled from it, so they tolerate a loaded machine far better than the rest.
+pub fn coarse_suites(reports: &Path) -> BTreeSet<String> {
+    let Ok(entries) = fs::read_dir(reports) else { return BTreeSet::new() };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let path = e.path();
+            if path.extension().and_then(|x| x.to_str()) != Some("json") {
+                return None;
+            }
+            let report: Value = serde_json::from_str(&fs::read_to_string(&path).ok()?).ok()?;
+            let g = report.pointer("/capabilities/granularity_ms")?.as_u64()?;
+            let name = report.get("provider")?.as_str()?;
+            (g >= COARSE_GRANULARITY_MS).then(|| name.to_owned())
+        })
+        .collect()
+}
+
+/// Splits the timing suites into the coarse ones (a suite job named in `coarse`) and the rest,
+/// keeping each part's order.
+pub fn split_coarse(
+    suites: Vec<TestBinary>,
+    coarse: &BTreeSet<String>,
+) -> (Vec<TestBinary>, Vec<TestBinary>) {
+    suites.into_iter().partition(|b| b.suite.as_ref().is_some_and(|s| coarse.contains(&s.name)))
 }
 
 /// Whether `cargo test` runs the artifact of a `compiler-artifact` message: every executable
@@ -378,13 +425,11 @@ pub fn run_all(
             });
         }
     });
-    let done = done.into_inner().unwrap_or_else(PoisonError::into_inner);
-    remember(&done);
-    done
+    done.into_inner().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Adds this run's times to the remembered ones.
-fn remember(done: &[Finished]) {
+/// Adds this run's times to the remembered ones (called once, after every lane ended).
+pub fn remember(done: &[Finished]) {
     let mut times = remembered();
     for f in done {
         times.insert(f.bin.id(), f.took.as_secs_f64());
@@ -526,6 +571,58 @@ mod tests {
             ["e/test/conformance", "c/test/conformance", "d/test/conformance"]
         );
         assert_eq!(ids(&rest), ["b/test/it", "a/lib/a"]);
+    }
+
+    #[test]
+    fn coarse_suites_are_read_from_the_reports_granularity_and_split_off_in_order() {
+        let dir = std::env::temp_dir().join(format!("xtask-coarse-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let report = |name: &str, g: u64| {
+            serde_json::json!({"provider": name, "capabilities": {"granularity_ms": g}}).to_string()
+        };
+        fs::write(dir.join("memcached.json"), report("memcached", 2000)).unwrap();
+        fs::write(dir.join("etcd-secure.json"), report("etcd-secure", 1000)).unwrap();
+        fs::write(dir.join("postgres.json"), report("postgres", 1)).unwrap();
+        fs::write(dir.join("memcached.md"), "not json").unwrap();
+        fs::write(dir.join("broken.json"), "{").unwrap();
+        let coarse = coarse_suites(&dir);
+        let _ = fs::remove_dir_all(&dir);
+        assert_eq!(
+            coarse.iter().map(String::as_str).collect::<Vec<_>>(),
+            ["etcd-secure", "memcached"]
+        );
+
+        let job = |suite: Option<&str>| TestBinary {
+            package: "p".into(),
+            version: "0.1.0".into(),
+            manifest_dir: PathBuf::new(),
+            kind: "test".into(),
+            target: "conformance".into(),
+            executable: PathBuf::new(),
+            suite: suite.map(|n| SuiteSelection { name: n.into(), skip: Vec::new() }),
+        };
+        let suites = vec![
+            job(Some("memcached")),
+            job(Some("postgres")),
+            job(None),
+            job(Some("etcd-secure")),
+        ];
+        let (c, f) = split_coarse(suites, &coarse);
+        let ids = |v: &[TestBinary]| v.iter().map(TestBinary::id).collect::<Vec<_>>();
+        assert_eq!(ids(&c), ["p/test/conformance::memcached", "p/test/conformance::etcd-secure"]);
+        assert_eq!(ids(&f), ["p/test/conformance::postgres", "p/test/conformance"]);
+    }
+
+    #[test]
+    fn the_committed_reports_make_memcached_nats_and_etcd_coarse_and_postgres_not() {
+        let coarse = coarse_suites(&crate::util::root().join("conformance").join("reports"));
+        for name in ["memcached", "memcached-secure", "nats", "nats-secure", "etcd", "etcd-secure"]
+        {
+            assert!(coarse.contains(name), "{name} not coarse: {coarse:?}");
+        }
+        for name in ["postgres", "zookeeper", "redis", "sqlite"] {
+            assert!(!coarse.contains(name), "{name} coarse");
+        }
     }
 
     #[test]

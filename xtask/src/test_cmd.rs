@@ -141,15 +141,45 @@ pub fn run(args: &[String]) -> Result<u8, String> {
             let bins = if extra.is_empty() { runner::by_suite(bins) } else { bins };
             let total = bins.len();
             let (suites, rest) = runner::schedule(bins, &runner::remembered());
-            let first = suites.len();
+            let coarse_jobs = runner::coarse_jobs();
+            let (coarse, suites) = if coarse_jobs == 0 {
+                (Vec::new(), suites)
+            } else {
+                let names = runner::coarse_suites(&root().join("conformance").join("reports"));
+                runner::split_coarse(suites, &names)
+            };
+            let (n_coarse, first) = (coarse.len(), suites.len());
             eprintln!(
                 "xtask: first the {first} timing suites ({jobs} at a time), then the other \
-                 binaries"
+                 binaries; beside both, the {n_coarse} coarse suites ({coarse_jobs} at a time)"
             );
-            let mut done = runner::run_all(suites, (0, total), jobs, &extra, &env, &flag);
-            // The rest includes the kit's CPU-heavy self-tests: at most two at a time.
-            let rest_jobs = jobs.min(2);
-            done.extend(runner::run_all(rest, (first, total), rest_jobs, &extra, &env, &flag));
+            let mut done = std::thread::scope(|s| {
+                let coarse = s.spawn(|| {
+                    runner::run_all(coarse, (0, total), coarse_jobs, &extra, &env, &flag)
+                });
+                let mut done =
+                    runner::run_all(suites, (n_coarse, total), jobs, &extra, &env, &flag);
+                // The rest includes the kit's CPU-heavy self-tests: at most two at a time.
+                let rest_jobs = jobs.min(2);
+                done.extend(runner::run_all(
+                    rest,
+                    (n_coarse + first, total),
+                    rest_jobs,
+                    &extra,
+                    &env,
+                    &flag,
+                ));
+                match coarse.join() {
+                    Ok(c) => done.extend(c),
+                    Err(_) => {
+                        loud("THE COARSE SUITES' RUNNER PANICKED: their results are lost");
+                        code = code.max(101);
+                    }
+                }
+                done
+            });
+            runner::remember(&done);
+            done.sort_by_key(|f| f.bin.id());
             let failed: Vec<String> = done
                 .iter()
                 .filter(|f| f.code != 0)
