@@ -26,6 +26,16 @@ pub enum ConfigError {
     /// The lock name is empty.
     #[error("lock name must not be empty")]
     EmptyName,
+    /// A batch ([`LockProvider::try_lock_many`](crate::LockProvider::try_lock_many)) names one
+    /// lock twice: its two entries could not both be answered as a `try_lock` would.
+    #[error(
+        "lock {quoted_name} is named more than once in one batch: each name may appear once",
+        quoted_name = quoted(.name)
+    )]
+    DuplicateInBatch {
+        /// The lock name.
+        name: String,
+    },
     /// `lock_at_most_for` is zero: the lock would expire the moment it is taken.
     #[error(
         "lock_at_most_for of lock {quoted_name} must be greater than zero",
@@ -216,7 +226,66 @@ pub enum Error {
     Draining,
 }
 
+/// A client error shared by the copies of one [`Error`] ([`Error::fan_out`]): its message and
+/// causes are the original's.
+#[derive(Debug, Clone)]
+struct SharedCause(std::sync::Arc<dyn std::error::Error + Send + Sync>);
+
+impl fmt::Display for SharedCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&*self.0, f)
+    }
+}
+
+impl std::error::Error for SharedCause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
 impl Error {
+    /// `n` copies of this error, for the `n` names of a batch request that failed as a whole
+    /// (each name answers what its own `try_lock` would have). A client error is shared by the
+    /// copies, with its message and causes; every other field is copied.
+    pub fn fan_out(self, n: usize) -> Vec<Error> {
+        let copy: Box<dyn Fn() -> Error + Send> = match self {
+            Error::Unavailable { backend, source } => {
+                let cause = SharedCause(std::sync::Arc::from(source));
+                Box::new(move || Error::Unavailable { backend, source: Box::new(cause.clone()) })
+            }
+            Error::Backend { backend, source } => {
+                let cause = SharedCause(std::sync::Arc::from(source));
+                Box::new(move || Error::Backend { backend, source: Box::new(cause.clone()) })
+            }
+            Error::InvalidConfig(c) => Box::new(move || Error::InvalidConfig(c.clone())),
+            Error::InvalidName { backend, name, reason } => Box::new(move || Error::InvalidName {
+                backend,
+                name: name.clone(),
+                reason: reason.clone(),
+            }),
+            Error::Setup { backend, message } => {
+                Box::new(move || Error::Setup { backend, message: message.clone() })
+            }
+            Error::Timeout { operation, after } => {
+                Box::new(move || Error::Timeout { operation, after })
+            }
+            Error::Unsupported { backend, operation } => {
+                Box::new(move || Error::Unsupported { backend, operation })
+            }
+            Error::LockLost { name } => Box::new(move || Error::LockLost { name: name.clone() }),
+            Error::LeaseExpiredInFlight { name, elapsed, lock_at_most_for } => {
+                Box::new(move || Error::LeaseExpiredInFlight {
+                    name: name.clone(),
+                    elapsed,
+                    lock_at_most_for,
+                })
+            }
+            Error::NotLocked => Box::new(|| Error::NotLocked),
+            Error::Draining => Box::new(|| Error::Draining),
+        };
+        (0..n).map(|_| copy()).collect()
+    }
+
     /// Whether trying the same call again later may succeed.
     pub fn is_retryable(&self) -> bool {
         matches!(

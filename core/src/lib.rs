@@ -46,6 +46,7 @@
 //! To run it on a schedule, give the executor to a [`Scheduler`]; with the `macros` feature,
 //! `#[shedlock::lock(...)]` locks an async function in one line.
 
+pub mod batch;
 mod clock;
 mod config;
 mod duration;
@@ -61,6 +62,7 @@ mod scheduler;
 pub mod store;
 pub mod support;
 
+pub use batch::{BatchOptions, BatchOutcome};
 pub use clock::{
     Clock, ManualClock, SharedClock, SkewedClock, SystemClock, TokioClock, system_clock,
 };

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use crate::{
+    batch::{BatchOptions, BatchOutcome},
     config::LockConfig,
     error::{Error, Result},
     inspect::{ForceRelease, LockInfo, LockPage},
@@ -26,6 +27,28 @@ pub trait LockProvider: Send + Sync + 'static {
     /// - `Ok(None)`: the lock is held elsewhere (or, on this instance, by another caller).
     /// - `Err(_)`: the backend could not answer; the lock is not held by this caller.
     async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>>;
+
+    /// Tries to take many locks at once, answering per name, in the order asked, exactly what
+    /// [`try_lock`](Self::try_lock) of that name would (see [`crate::batch`]): names are
+    /// independent (free ones are granted, held ones refused), each name's lease is begun before
+    /// the request that takes it, and fencing tokens are per name.
+    ///
+    /// `Err(_)` for the batch as a whole: it names a lock twice
+    /// ([`ConfigError::DuplicateInBatch`](crate::ConfigError::DuplicateInBatch)), or the backend
+    /// could not answer it; then no lock of it is held by this caller (a grant whose answer was
+    /// lost expires after its `lock_at_most_for`).
+    ///
+    /// The default runs the names' `try_lock`s, at most `options.concurrency` at a time
+    /// ([`try_lock_each`](crate::batch::try_lock_each)). A provider whose backend takes many
+    /// conditional writes in one request overrides it and declares
+    /// [`Capabilities::native_batch`].
+    async fn try_lock_many(
+        &self,
+        configs: &[LockConfig],
+        options: BatchOptions,
+    ) -> Result<BatchOutcome> {
+        crate::batch::try_lock_each(self, configs, options).await
+    }
 
     /// What this provider guarantees. The conformance kit checks exactly these claims.
     fn capabilities(&self) -> Capabilities;
@@ -84,6 +107,14 @@ pub trait LockProvider: Send + Sync + 'static {
 impl<P: LockProvider + ?Sized> LockProvider for Arc<P> {
     async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
         (**self).try_lock(config).await
+    }
+
+    async fn try_lock_many(
+        &self,
+        configs: &[LockConfig],
+        options: BatchOptions,
+    ) -> Result<BatchOutcome> {
+        (**self).try_lock_many(configs, options).await
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -309,11 +340,16 @@ pub struct Capabilities {
     pub list: bool,
     /// [`LockProvider::force_release`] releases a seen acquisition, compare-and-delete.
     pub force_release: bool,
+    /// [`LockProvider::try_lock_many`] sends a batch as one request per
+    /// [`concurrency`](crate::BatchOptions::concurrency) chunk (one SQL statement, one script, a
+    /// bulk write), not one `try_lock` per name.
+    pub native_batch: bool,
 }
 
 impl Capabilities {
     /// Nothing optional supported: no extend, no fencing, client time, not owner-checked,
-    /// 1 ms granularity and clock step, unlimited names, no backend check, no inspection.
+    /// 1 ms granularity and clock step, unlimited names, no backend check, no inspection, no
+    /// native batch.
     pub fn new() -> Self {
         Self {
             extend: false,
@@ -327,6 +363,7 @@ impl Capabilities {
             inspect: false,
             list: false,
             force_release: false,
+            native_batch: false,
         }
     }
 
@@ -394,6 +431,13 @@ impl Capabilities {
     /// for an operator.
     pub fn with_force_release(mut self, v: bool) -> Self {
         self.force_release = v;
+        self
+    }
+
+    /// Sets [`native_batch`](Self::native_batch): [`LockProvider::try_lock_many`] sends a batch
+    /// in one request per chunk.
+    pub fn with_native_batch(mut self, v: bool) -> Self {
+        self.native_batch = v;
         self
     }
 

@@ -102,6 +102,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::{
+    batch::{BatchOptions, BatchOutcome, check_distinct, try_lock_each},
     clock::{SharedClock, system_clock},
     config::LockConfig,
     error::{Error, Result},
@@ -126,6 +127,8 @@ pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
 pub enum Operation {
     /// [`LockProvider::try_lock`].
     TryLock,
+    /// [`LockProvider::try_lock_many`]: one request of a native batch.
+    TryLockMany,
     /// [`Lock::unlock`](crate::Lock::unlock).
     Unlock,
     /// [`Lock::extend`](crate::Lock::extend).
@@ -154,8 +157,9 @@ pub enum Operation {
 
 impl Operation {
     /// Every operation, in the order of the enum.
-    pub const ALL: [Operation; 13] = [
+    pub const ALL: [Operation; 14] = [
         Operation::TryLock,
+        Operation::TryLockMany,
         Operation::Unlock,
         Operation::Extend,
         Operation::Check,
@@ -170,11 +174,12 @@ impl Operation {
         Operation::DeleteRecord,
     ];
 
-    /// `try_lock`, `unlock`, `extend`, `check`, `inspect`, `list`, `force_release`, `connect`,
+    /// `try_lock`, `try_lock_many`, `unlock`, `extend`, `check`, `inspect`, `list`, `force_release`, `connect`,
     /// `create_table`, `revoke_lease`, `read_record`, `write_record` or `delete_record`.
     pub const fn label(self) -> &'static str {
         match self {
             Operation::TryLock => "try_lock",
+            Operation::TryLockMany => "try_lock_many",
             Operation::Unlock => "unlock",
             Operation::Extend => "extend",
             Operation::Check => "check",
@@ -196,6 +201,9 @@ impl Operation {
     pub fn span(self, provider: &'static str, lock: &str) -> tracing::Span {
         match self {
             Operation::TryLock => tracing::debug_span!("shedlock.try_lock", provider, lock),
+            Operation::TryLockMany => {
+                tracing::debug_span!("shedlock.try_lock_many", provider, lock)
+            }
             Operation::Unlock => tracing::debug_span!("shedlock.unlock", provider, lock),
             Operation::Extend => tracing::debug_span!("shedlock.extend", provider, lock),
             Operation::Check => tracing::debug_span!("shedlock.check", provider, lock),
@@ -775,6 +783,26 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// it is held elsewhere. One round trip where the backend allows it.
     async fn acquire(&self, req: &Request<'_>) -> Result<Option<Granted<Self::Held>>>;
 
+    /// Takes the locks of many requests (distinct names, at most
+    /// [`batch_limit`](Self::batch_limit)) in one request to the backend, answering per
+    /// request what [`acquire`](Self::acquire) would: `Some` won, `None` held elsewhere. Names
+    /// are independent: never all-or-nothing. `Err`: the request as a whole failed. Called only
+    /// by a store that declares [`Capabilities::native_batch`]; [`StoreProvider`] has begun
+    /// every name's lease before calling. Default: each `acquire` in turn.
+    async fn acquire_many(&self, reqs: &[Request<'_>]) -> Result<Vec<Option<Granted<Self::Held>>>> {
+        let mut out = Vec::with_capacity(reqs.len());
+        for req in reqs {
+            out.push(self.acquire(req).await?);
+        }
+        Ok(out)
+    }
+
+    /// The most names [`acquire_many`](Self::acquire_many) takes in one request (a statement's
+    /// parameter limit, a script's size); larger batches are split. Default 500.
+    fn batch_limit(&self) -> usize {
+        500
+    }
+
     /// Releases this owner's lock, keeping it until `lock_at_least_for` after the acquisition
     /// (or last extension). Owner-checked: another owner's record is left as it is, and that is
     /// `Ok`.
@@ -931,6 +959,80 @@ impl<S: LeaseStore> LockProvider for StoreProvider<S> {
         tracing::debug!(provider = backend, lock = name, token, "lock acquired");
         let handle = StoreHandle { inner: Arc::clone(inner), owner, held, token };
         acquisition.grant(handle).await.map(Some)
+    }
+
+    async fn try_lock_many(
+        &self,
+        configs: &[LockConfig],
+        options: BatchOptions,
+    ) -> Result<BatchOutcome> {
+        let inner = &self.inner;
+        if !inner.capabilities.native_batch {
+            return try_lock_each(self, configs, options).await;
+        }
+        check_distinct(configs)?;
+        // A name the store cannot hold answers its own error; the others go to the backend.
+        let mut answers: Vec<Option<Result<Option<Lock>>>> =
+            configs.iter().map(|c| inner.check_name(c.name()).err().map(Err)).collect();
+        let asked: Vec<usize> = (0..configs.len()).filter(|i| answers[*i].is_none()).collect();
+        let owners: Vec<Owner> = asked.iter().map(|_| inner.settings.new_owner()).collect();
+        // Every lease is begun before its request is sent.
+        let acquisitions: Vec<Acquisition> = asked
+            .iter()
+            .map(|i| Acquisition::begin_declared(&configs[*i], &inner.capabilities))
+            .collect();
+        let reqs: Vec<Request<'_>> = asked
+            .iter()
+            .zip(&owners)
+            .map(|(i, owner)| inner.request(Operation::TryLockMany, &configs[*i], owner))
+            .collect();
+        let limit = inner.store.batch_limit().max(1);
+        let mut calls = Vec::new();
+        for chunk in reqs.chunks(limit) {
+            let first = chunk.first().map_or("", Request::name);
+            calls.push(inner.call(Operation::TryLockMany, first, inner.store.acquire_many(chunk)));
+        }
+        let chunked = crate::batch::in_order(calls, options.concurrency.get()).await;
+        drop(reqs);
+        let mut grants: Vec<Result<Option<Granted<S::Held>>>> = Vec::with_capacity(asked.len());
+        for (answer, len) in chunked.into_iter().zip(asked.chunks(limit).map(<[usize]>::len)) {
+            match answer {
+                Ok(granted) if granted.len() == len => grants.extend(granted.into_iter().map(Ok)),
+                Ok(granted) => {
+                    // A store bug, never trusted: nothing of this chunk counts as won.
+                    let e = Error::Backend {
+                        backend: inner.settings.backend,
+                        source: format!(
+                            "a batch of {len} names was answered with {} answers",
+                            granted.len()
+                        )
+                        .into(),
+                    };
+                    grants.extend(e.fan_out(len).into_iter().map(Err));
+                }
+                Err(e) => grants.extend(e.fan_out(len).into_iter().map(Err)),
+            }
+        }
+        for (((i, owner), acquisition), granted) in
+            asked.iter().zip(owners).zip(acquisitions).zip(grants)
+        {
+            let name = configs[*i].name();
+            answers[*i] = Some(match granted {
+                Ok(Some(Granted { held, token })) => {
+                    tracing::debug!(
+                        provider = inner.settings.backend,
+                        lock = name,
+                        token,
+                        "lock acquired"
+                    );
+                    let handle = StoreHandle { inner: Arc::clone(inner), owner, held, token };
+                    acquisition.grant(handle).await.map(Some)
+                }
+                Ok(None) => Ok(None),
+                Err(e) => Err(e),
+            });
+        }
+        Ok(answers.into_iter().map(|a| a.unwrap_or(Ok(None))).collect())
     }
 
     fn capabilities(&self) -> Capabilities {

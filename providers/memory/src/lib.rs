@@ -221,6 +221,27 @@ impl MemoryStore {
     }
 }
 
+/// Takes the lock of `req` at `now` if it is free: the record is written and the next token
+/// handed out.
+fn take(state: &mut State, req: &Request<'_>, now: SystemTime) -> Option<Granted<()>> {
+    if let Some(rec) = state.records.get(req.name())
+        && rec.lock_until > now
+    {
+        return None;
+    }
+    state.last_token += 1;
+    let token = state.last_token;
+    let record = Record {
+        lock_until: add(now, req.lock_at_most_for()),
+        locked_at: now,
+        owner: req.owner().id(),
+        token,
+        locked_by: req.owner().locked_by().to_owned(),
+    };
+    state.records.insert(req.name().to_owned(), record);
+    Some(Granted::new(()).with_fencing_token(token))
+}
+
 #[async_trait]
 impl LeaseStore for MemoryStore {
     type Held = ();
@@ -238,24 +259,17 @@ impl LeaseStore for MemoryStore {
             .with_inspect(true)
             .with_list(true)
             .with_force_release(true)
+            .with_native_batch(true)
     }
 
     async fn acquire(&self, req: &Request<'_>) -> Result<Option<Granted<()>>> {
-        let now = self.now(req.client_now());
-        let lock_until = add(now, req.lock_at_most_for());
-        let owner = req.owner().id();
+        Ok(take(&mut self.server.state(), req, self.now(req.client_now())))
+    }
+
+    /// The whole batch under one hold of the server's state: one request.
+    async fn acquire_many(&self, reqs: &[Request<'_>]) -> Result<Vec<Option<Granted<()>>>> {
         let mut state = self.server.state();
-        if let Some(rec) = state.records.get(req.name())
-            && rec.lock_until > now
-        {
-            return Ok(None);
-        }
-        state.last_token += 1;
-        let token = state.last_token;
-        let locked_by = req.owner().locked_by().to_owned();
-        let record = Record { lock_until, locked_at: now, owner, token, locked_by };
-        state.records.insert(req.name().to_owned(), record);
-        Ok(Some(Granted::new(()).with_fencing_token(token)))
+        Ok(reqs.iter().map(|req| take(&mut state, req, self.now(req.client_now()))).collect())
     }
 
     async fn release(&self, req: &Request<'_>, _: &mut ()) -> Result<()> {
