@@ -1184,6 +1184,7 @@ mod tests {
             labels,
             [
                 "try_lock",
+                "try_lock_many",
                 "unlock",
                 "extend",
                 "check",
