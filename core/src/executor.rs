@@ -617,6 +617,76 @@ impl LockingExecutor {
         }
     }
 
+    /// One attempt at many locks at once ([`LockProvider::try_lock_many`]), for the scheduler's
+    /// coalesced fires: each name gets the events and metrics of an attempt, as with
+    /// [`execute`](Self::execute). Refused while draining.
+    pub(crate) async fn try_acquire_many(
+        &self,
+        configs: &[LockConfig],
+        options: crate::batch::BatchOptions,
+    ) -> Result<crate::batch::BatchOutcome> {
+        if self.registry.is_draining() {
+            return Err(Error::Draining);
+        }
+        let backend = self.backend;
+        for c in configs {
+            self.emit(ExecutionEvent::Attempt { name: c.name() });
+        }
+        let attempt = tokio::time::Instant::now();
+        let span = tracing::debug_span!("shedlock.execute_many", locks = configs.len());
+        let outcome = self.provider.try_lock_many(configs, options).instrument(span).await;
+        let took = attempt.elapsed();
+        match &outcome {
+            Ok(answers) => {
+                for (c, answer) in configs.iter().zip(answers) {
+                    let name = c.name();
+                    match answer {
+                        Ok(Some(_)) => metrics::acquired(name, backend, took),
+                        Ok(None) => metrics::skipped(name, backend, took),
+                        Err(error) => self.attempt_failed(name, took, error),
+                    }
+                }
+            }
+            Err(error) => {
+                for c in configs {
+                    self.attempt_failed(c.name(), took, error);
+                }
+            }
+        }
+        outcome
+    }
+
+    /// The metrics, event and log of an attempt at `name` that failed with `error`.
+    fn attempt_failed(&self, name: &str, took: Duration, error: &Error) {
+        tracing::debug!(lock = name, %error, "could not try the lock");
+        metrics::acquire_failed(name, self.backend, took);
+        metrics::error(name, self.backend, "try_lock", error);
+        self.emit(ExecutionEvent::Failed { name, error });
+    }
+
+    /// Runs `task` under `lock`, won by [`try_acquire_many`](Self::try_acquire_many), as
+    /// [`execute`](Self::execute) runs a task whose lock it won, and releases it afterwards.
+    pub(crate) async fn run_won<F, Fut, T>(
+        &self,
+        config: &LockConfig,
+        lock: Lock,
+        task: F,
+    ) -> Result<TaskResult<T>>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let span = tracing::info_span!("shedlock.execute", lock = config.name());
+        self.run_holding(config, None, lock, task).instrument(span).await
+    }
+
+    /// Reports that the lock of `config` was not won (held elsewhere, or left for other
+    /// instances), as [`execute`](Self::execute) does.
+    pub(crate) fn not_won(&self, config: &LockConfig) {
+        tracing::debug!(lock = config.name(), "lock held elsewhere, task not executed");
+        self.emit(ExecutionEvent::NotAcquired { name: config.name() });
+    }
+
     /// Runs `task` under `lock`, just won, and releases it afterwards. A drain that began
     /// while the lock was being won gets it released unused ([`Error::Draining`]).
     async fn run_holding<F, Fut, T>(

@@ -78,7 +78,9 @@ pub use inspect::{ForceRelease, LockInfo, LockPage};
 pub use keepalive::KeepAliveProvider;
 pub use lease::{Acquisition, DEFAULT_CLOCK_STEP, Lease, LostSignal};
 pub use provider::{Capabilities, Lock, LockHandle, LockProvider};
-pub use scheduler::{Schedule, ScheduleError, Scheduler, scheduled_fire_time};
+pub use scheduler::{
+    DEFAULT_COALESCING_WINDOW, Schedule, ScheduleError, Scheduler, scheduled_fire_time,
+};
 #[cfg(feature = "macros")]
 pub use shedlock_macros::{lock, lock_spec};
 pub use store::{ClockBuilder, ProviderBuilder};

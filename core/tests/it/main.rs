@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod batch;
+mod coalesce;
 mod defaults;
 mod drain;
 mod executor;

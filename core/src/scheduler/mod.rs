@@ -12,9 +12,17 @@ use std::{
 };
 
 use chrono::{DateTime, Utc};
-use tokio::{sync::watch, task::JoinHandle};
+use tokio::{
+    sync::{Semaphore, mpsc, oneshot, watch},
+    task::JoinHandle,
+};
+
+mod coalesce;
+
+use coalesce::{Claim, Claimed, Coalescing};
 
 use crate::{
+    batch::BatchOptions,
     clock::{SharedClock, system_clock},
     config::{LockConfig, LockRequest},
     error::{ConfigError, Error},
@@ -24,6 +32,10 @@ use crate::{
 
 /// How long [`Scheduler::drain`] waits for the releases of the fires its deadline cancelled.
 const CANCELLED_RELEASE_GRACE: Duration = Duration::from_secs(5);
+
+/// How long a due fire waits for the others due with it before their locks are asked for in one
+/// batch, unless set ([`Scheduler::with_coalescing_window`]): 5 ms.
+pub const DEFAULT_COALESCING_WINDOW: Duration = Duration::from_millis(5);
 
 /// A cron expression could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -185,6 +197,12 @@ pub struct Scheduler {
     names: std::sync::Mutex<HashMap<String, String>>,
     shared_names: bool,
     on_error: ErrorHandler,
+    /// Whether fires due together ask for their locks in one batch.
+    coalesce: bool,
+    /// How the coalescer batches (window, capacity, connections).
+    coalescing: Coalescing,
+    /// The coalescer, started with the first scheduled task: its claim channel and its task.
+    coalescer: std::sync::Mutex<Option<(mpsc::UnboundedSender<Claim>, JoinHandle<()>)>>,
 }
 
 impl fmt::Debug for Scheduler {
@@ -205,6 +223,93 @@ impl Scheduler {
             names: std::sync::Mutex::new(HashMap::new()),
             shared_names: false,
             on_error: Arc::new(report_error),
+            coalesce: true,
+            coalescing: Coalescing {
+                window: DEFAULT_COALESCING_WINDOW,
+                capacity: None,
+                options: BatchOptions::new(),
+                tasks: Arc::default(),
+            },
+            coalescer: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Whether the fires of this scheduler's tasks that fall due together ask for their locks
+    /// in one batch ([`LockProvider::try_lock_many`](crate::LockProvider::try_lock_many): one
+    /// request per chunk on a provider with a native batch, at most
+    /// [`with_lock_concurrency`](Self::with_lock_concurrency) requests at once on the others)
+    /// instead of one `try_lock` each. Default `true`. A fire waits at most the
+    /// [coalescing window](Self::with_coalescing_window) for the others due with it.
+    #[must_use]
+    pub fn with_coalescing(mut self, coalesce: bool) -> Self {
+        self.coalesce = coalesce;
+        self
+    }
+
+    /// How long a due fire waits for the others due with it (default
+    /// [`DEFAULT_COALESCING_WINDOW`], 5 ms): the fires of one cron instant wake within
+    /// microseconds of each other, so a few milliseconds gather them all. A scheduler with a
+    /// single task never waits.
+    #[must_use]
+    pub fn with_coalescing_window(mut self, window: Duration) -> Self {
+        self.coalescing.window = window;
+        self
+    }
+
+    /// The most tasks of this scheduler that run at once on this instance (default: no limit).
+    /// When jobs fall due together, this instance claims at most as many of their locks as it
+    /// has free slots, picked at random, and tries more while slots are left; the jobs beyond
+    /// its capacity are left for the other instances (the fire is
+    /// [not executed](crate::TaskResult::NotExecuted) here). So an instance never claims more
+    /// than it can start, the work of a tick spreads over the fleet, and each fire time still
+    /// runs exactly once when the fleet's total capacity allows. A capacity of 0 is taken as 1.
+    /// Fires are claimed through the coalescer even if [coalescing](Self::with_coalescing) is
+    /// off (then without waiting for a window).
+    #[must_use]
+    pub fn with_capacity(mut self, capacity: usize) -> Self {
+        self.coalescing.capacity = Some(Arc::new(Semaphore::new(capacity.max(1))));
+        self
+    }
+
+    /// The most requests for locks in flight at once during a tick (default
+    /// [`DEFAULT_BATCH_CONCURRENCY`](crate::batch::DEFAULT_BATCH_CONCURRENCY), 2): a provider
+    /// with a connection pool then uses at most this many connections for a tick's locks,
+    /// whatever the number of jobs. 0 is taken as 1.
+    #[must_use]
+    pub fn with_lock_concurrency(mut self, concurrency: usize) -> Self {
+        self.coalescing.options = self.coalescing.options.with_concurrency(concurrency);
+        self
+    }
+
+    /// The claim channel of the coalescer, started at the first call, when fires are claimed
+    /// through it; `None` when each fire asks for its own lock.
+    fn claims(&self) -> Option<mpsc::UnboundedSender<Claim>> {
+        if !self.coalesce && self.coalescing.capacity.is_none() {
+            return None;
+        }
+        let mut slot = self.coalescer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (tx, _) = slot.get_or_insert_with(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let mut coalescing = self.coalescing.clone();
+            if !self.coalesce {
+                coalescing.window = Duration::ZERO;
+            }
+            let task = tokio::spawn(coalesce::run(self.executor.clone(), coalescing, rx));
+            (tx, task)
+        });
+        Some(tx.clone())
+    }
+
+    /// Stops the coalescer once the runners are gone: it answers what it was asked, then ends
+    /// (`abort`: at once).
+    async fn stop_coalescer(&self, abort: bool) {
+        let taken = self.coalescer.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        if let Some((tx, task)) = taken {
+            drop(tx);
+            if abort {
+                task.abort();
+            }
+            let _ = task.await;
         }
     }
 
@@ -271,7 +376,9 @@ impl Scheduler {
             names.insert(config.name().to_owned(), schedule.to_string());
         }
         let task: BoxTask = Arc::new(move || Box::pin(task()));
+        self.coalescing.tasks.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let runner = Runner {
+            claims: self.claims(),
             executor: self.executor.clone(),
             clock: self.clock.clone(),
             config,
@@ -353,6 +460,7 @@ impl Scheduler {
         for t in tasks {
             let _ = t.await;
         }
+        self.stop_coalescer(report.deadline_passed).await;
         if report.deadline_passed {
             // The cancelled fires' releases run as tokio tasks: wait for them (each is bounded
             // by the provider's time limit), so that a process exiting next does not cut them.
@@ -375,10 +483,13 @@ impl Scheduler {
         for t in tasks {
             let _ = t.await;
         }
+        self.stop_coalescer(false).await;
     }
 }
 
 struct Runner {
+    /// The coalescer's claim channel, when fires are claimed through it.
+    claims: Option<mpsc::UnboundedSender<Claim>>,
     executor: LockingExecutor,
     clock: SharedClock,
     config: LockConfig,
@@ -408,11 +519,43 @@ impl Runner {
 
     /// One run of the task, due at `due`.
     async fn fire(&mut self, due: SystemTime) {
+        if let Some(claims) = self.claims.clone() {
+            return self.fire_claimed(&claims, due).await;
+        }
         let task = self.task.clone();
         let run = self.executor.execute(&self.config, move || task());
         match FIRE_TIME.scope(due, CatchUnwind::new(run)).await {
             Ok(Ok(TaskResult::Executed(()) | TaskResult::NotExecuted)) => self.recovered(),
             // A draining executor runs nothing more: the scheduler is stopping, not failing.
+            Ok(Err(Error::Draining)) => {}
+            Ok(Err(error)) => self.failed(&error),
+            Err(_) => tracing::error!(lock = self.config.name(), "scheduled task panicked"),
+        }
+    }
+
+    /// One run of the task, due at `due`, its lock claimed through the coalescer.
+    async fn fire_claimed(&mut self, claims: &mpsc::UnboundedSender<Claim>, due: SystemTime) {
+        let (reply, answer) = oneshot::channel();
+        if claims.send(Claim { config: self.config.clone(), reply }).is_err() {
+            return; // the scheduler is stopping
+        }
+        let Ok(claimed) = answer.await else { return };
+        let (lock, slot) = match claimed {
+            Claimed::Won(lock, slot) => (lock, slot),
+            Claimed::NotWon | Claimed::LeftForOthers => {
+                self.executor.not_won(&self.config);
+                return self.recovered();
+            }
+            Claimed::Failed(Error::Draining) => return,
+            Claimed::Failed(error) => return self.failed(&error),
+        };
+        let task = self.task.clone();
+        let run = self.executor.run_won(&self.config, lock, move || task());
+        let outcome = FIRE_TIME.scope(due, CatchUnwind::new(run)).await;
+        // The capacity slot is given back once the task ran and its lock was released.
+        drop(slot);
+        match outcome {
+            Ok(Ok(TaskResult::Executed(()) | TaskResult::NotExecuted)) => self.recovered(),
             Ok(Err(Error::Draining)) => {}
             Ok(Err(error)) => self.failed(&error),
             Err(_) => tracing::error!(lock = self.config.name(), "scheduled task panicked"),
