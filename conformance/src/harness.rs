@@ -662,7 +662,7 @@ mod tests {
         let err = run_trials(Arguments { list: true, ..Arguments::default() }, vec![suite], false)
             .err()
             .unwrap();
-        assert!(err.contains("\"C99\" is not a check id of the catalogue (C01–C31)"), "{err}");
+        assert!(err.contains("\"C99\" is not a check id of the catalogue (C01–C32)"), "{err}");
         assert!(!started.load(Ordering::SeqCst));
     }
 

@@ -1,6 +1,6 @@
 //! # shedlock-conformance
 //!
-//! The conformance kit for [`shedlock`] lock providers. It runs the checks C01–C31 of the
+//! The conformance kit for [`shedlock`] lock providers. It runs the checks C01–C32 of the
 //! conformance catalogue against any provider — in this workspace or written by a third party —
 //! and writes a report (Markdown and JSON), so that "C13 pass" means the same thing for every
 //! provider. Its [`faults`] module runs a provider's backend cluster and client processes in
@@ -107,6 +107,7 @@
 //! | C29 | paused holder: a node process frozen (SIGSTOP) past its lease finds it ended before any further write; its late writes are refused by token where fencing is declared | node environment, Unix |
 //! | C30 | inspection: a held lock inspected as held with its fencing token, by the provider's clock (an instance an hour ahead still sees it held on server time); released as free; `list` returns a prefix's records once each, page by page, `%` and `_` plain; reading changes nothing: over a whole lease, repeated `inspect` and `list` show the same `locked_by`, `locked_at`, `lock_until`, token and acquisition, the lock frees when its lease ends, and a read of a name never locked leaves no record | capabilities `inspect` (and `list`) |
 //! | C31 | force release: frees exactly the acquisition seen (the holder's extend is `LockLost`, its unlock changes nothing); a release of an acquisition that ended never touches the lock taken again; with `fencing`, every token after the release is above every token handed out for the name before, and a resource fenced by them refuses the released holder's late write | capabilities `inspect`, `force_release` |
+//! | C32 | batch: `try_lock_many` answers per name what `try_lock` would: free names granted beside a held one (never all-or-nothing), the held one refused and still its holder's; a name given twice refuses the batch, which takes nothing; with `fencing`, tokens rise per name across batches and `try_lock`s; 4 instances batching overlapping names at once: one winner per name; a batch lease ends no later than its record (probed densely before `valid_until`); batches dropped mid-flight leave nothing held past at-most | — |
 //!
 //! Each check is a public async function in [`checks`] (e.g.
 //! [`checks::c05_expires_after_at_most`]), so a provider's own tests can run single checks

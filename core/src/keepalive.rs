@@ -42,21 +42,39 @@ impl KeepAliveProvider {
         }
         Ok(Self { inner })
     }
+
+    /// `lock`, kept alive by a task of its own until it is released or lost.
+    fn kept_alive(&self, lock: Lock, config: &LockConfig) -> Lock {
+        let token = lock.fencing_token();
+        let lease = lock.lease().clone();
+        let config = config.clone();
+        let backend = self.inner.backend_name();
+        lock.wrap(move |inner| {
+            let shared = Arc::new(Mutex::new(Some(inner)));
+            let task = tokio::spawn(keep_alive(shared.clone(), config, lease, backend));
+            KeepAliveHandle { shared, task: Some(task), token }
+        })
+    }
 }
 
 #[async_trait]
 impl LockProvider for KeepAliveProvider {
     async fn try_lock(&self, config: &LockConfig) -> Result<Option<Lock>> {
         let Some(lock) = self.inner.try_lock(config).await? else { return Ok(None) };
-        let token = lock.fencing_token();
-        let lease = lock.lease().clone();
-        let config = config.clone();
-        let backend = self.inner.backend_name();
-        Ok(Some(lock.wrap(move |inner| {
-            let shared = Arc::new(Mutex::new(Some(inner)));
-            let task = tokio::spawn(keep_alive(shared.clone(), config, lease, backend));
-            KeepAliveHandle { shared, task: Some(task), token }
-        })))
+        Ok(Some(self.kept_alive(lock, config)))
+    }
+
+    async fn try_lock_many(
+        &self,
+        configs: &[LockConfig],
+        options: crate::batch::BatchOptions,
+    ) -> Result<crate::batch::BatchOutcome> {
+        let answers = self.inner.try_lock_many(configs, options).await?;
+        Ok(answers
+            .into_iter()
+            .zip(configs)
+            .map(|(answer, config)| answer.map(|l| l.map(|l| self.kept_alive(l, config))))
+            .collect())
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -1110,6 +1110,14 @@ impl<T: DelegatingProvider> LockProvider for T {
         self.delegate().try_lock(config).await
     }
 
+    async fn try_lock_many(
+        &self,
+        configs: &[LockConfig],
+        options: BatchOptions,
+    ) -> Result<BatchOutcome> {
+        self.delegate().try_lock_many(configs, options).await
+    }
+
     fn capabilities(&self) -> Capabilities {
         self.delegate().capabilities()
     }

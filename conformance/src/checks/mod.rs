@@ -1,4 +1,4 @@
-//! The checks C01–C31, each a plain async function taking a [`Suite`] and returning a
+//! The checks C01–C32, each a plain async function taking a [`Suite`] and returning a
 //! [`Verdict`](crate::Verdict), so a provider's own tests can call single checks:
 //!
 //! ```no_run
@@ -57,6 +57,7 @@ mod c28_process_skew;
 mod c29_paused_holder;
 mod c30_inspection;
 mod c31_force_release;
+mod c32_batch;
 
 pub use crate::node::LIBFAKETIME_ENV;
 pub use crate::node::{
@@ -94,6 +95,7 @@ pub use c28_process_skew::c28_process_skew;
 pub use c29_paused_holder::c29_paused_holder;
 pub use c30_inspection::c30_inspection;
 pub use c31_force_release::c31_force_release;
+pub use c32_batch::c32_batch;
 
 macro_rules! check {
     ($id:literal, $name:literal, $f:path, $summary:literal) => {
@@ -111,7 +113,7 @@ macro_rules! check {
     };
 }
 
-static CATALOGUE: [Check; 31] = [
+static CATALOGUE: [Check; 32] = [
     check!(
         "C01",
         "lock_is_held",
@@ -292,6 +294,12 @@ static CATALOGUE: [Check; 31] = [
         "force_release",
         c31_force_release,
         "a forced release frees exactly the acquisition seen, never a lock taken again"
+    ),
+    check!(
+        "C32",
+        "batch",
+        c32_batch,
+        "try_lock_many answers per name what try_lock would: in part, one winner per name, leases and tokens per name"
     ),
 ];
 

@@ -16,8 +16,8 @@ use std::{
 
 use async_trait::async_trait;
 use shedlock::{
-    Capabilities, ForceRelease, Lock, LockConfig, LockInfo, LockPage, LockProvider,
-    Result as ShedResult, inspect::page_limit,
+    BatchOptions, BatchOutcome, Capabilities, ForceRelease, Lock, LockConfig, LockInfo, LockPage,
+    LockProvider, Result as ShedResult, inspect::page_limit,
 };
 
 /// The first disagreement with a declaration seen during a check.
@@ -46,6 +46,23 @@ pub(crate) struct Declared {
 }
 
 impl Declared {
+    /// Records a lease whose clock step is not the declared one.
+    fn compare(&self, l: &Lock) {
+        let used = l.lease().clock_step();
+        if used != self.clock_step {
+            self.seen.record(format!(
+                "the lock {:?} was granted with a lease whose clock step is {} µs \
+                 (Lease::clock_step), but the provider declares {} µs \
+                 (Capabilities::clock_step): build every Acquisition with \
+                 Acquisition::begin_declared(config, &capabilities), so the step is \
+                 declared once",
+                l.name(),
+                used.as_micros(),
+                self.clock_step.as_micros()
+            ));
+        }
+    }
+
     /// Wraps `inner`, which declares `clock_step`; disagreements go to `seen`.
     pub(crate) fn wrap(
         inner: Arc<dyn LockProvider>,
@@ -61,21 +78,21 @@ impl LockProvider for Declared {
     async fn try_lock(&self, config: &LockConfig) -> ShedResult<Option<Lock>> {
         let lock = self.inner.try_lock(config).await?;
         if let Some(l) = &lock {
-            let used = l.lease().clock_step();
-            if used != self.clock_step {
-                self.seen.record(format!(
-                    "the lock {:?} was granted with a lease whose clock step is {} µs \
-                     (Lease::clock_step), but the provider declares {} µs \
-                     (Capabilities::clock_step): build every Acquisition with \
-                     Acquisition::begin_declared(config, &capabilities), so the step is \
-                     declared once",
-                    config.name(),
-                    used.as_micros(),
-                    self.clock_step.as_micros()
-                ));
-            }
+            self.compare(l);
         }
         Ok(lock)
+    }
+
+    async fn try_lock_many(
+        &self,
+        configs: &[LockConfig],
+        options: BatchOptions,
+    ) -> ShedResult<BatchOutcome> {
+        let answers = self.inner.try_lock_many(configs, options).await?;
+        for l in answers.iter().flatten().flatten() {
+            self.compare(l);
+        }
+        Ok(answers)
     }
 
     fn capabilities(&self) -> Capabilities {

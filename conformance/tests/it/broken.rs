@@ -14,8 +14,8 @@ use std::{
 
 use async_trait::async_trait;
 use shedlock::{
-    Acquisition, BoxError, Capabilities, Error, ForceRelease, Lock, LockConfig, LockHandle,
-    LockInfo, LockPage, LockProvider, Result, SharedClock, TimeSource,
+    Acquisition, BatchOptions, BatchOutcome, BoxError, Capabilities, Error, ForceRelease, Lock,
+    LockConfig, LockHandle, LockInfo, LockPage, LockProvider, Result, SharedClock, TimeSource,
 };
 use shedlock_conformance::{
     Hooks, InstanceOptions, Options, Outcome, ProviderFactory, RecordHooks, RestartHook, Suite,
@@ -98,6 +98,13 @@ enum Bug {
     FlooredExpiryOverNetwork,
     /// `Capabilities::clock_step` says 0, but every acquisition uses the default 1 ms step.
     StepDisagrees,
+    /// `try_lock_many` writes every name's record, held or not: it grants names held elsewhere.
+    BatchGrantsHeld,
+    /// `try_lock_many` is all-or-nothing: one held name refuses the free ones too.
+    AllOrNothingBatch,
+    /// `try_lock_many` begins its leases when the answer arrives, 20 ms after the backend wrote
+    /// the records: each lease outlives its record by that much.
+    BatchLeaseFromAnswer,
 }
 
 #[derive(Debug, Clone)]
@@ -217,6 +224,19 @@ impl LockProvider for Broken {
         acquisition.grant(Handle { p: self.clone(), key: k, owner, token }).await.map(Some)
     }
 
+    async fn try_lock_many(
+        &self,
+        configs: &[LockConfig],
+        options: BatchOptions,
+    ) -> Result<BatchOutcome> {
+        match self.bug {
+            Bug::BatchGrantsHeld | Bug::AllOrNothingBatch | Bug::BatchLeaseFromAnswer => {
+                self.broken_batch(configs).await
+            }
+            _ => shedlock::batch::try_lock_each(self, configs, options).await,
+        }
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities::new()
             .with_extend(true)
@@ -284,7 +304,63 @@ impl LockProvider for Broken {
     }
 }
 
+/// The key of a batch's name (the batch bugs key names as they are).
+fn config_key(c: &LockConfig) -> &str {
+    c.name()
+}
+
 impl Broken {
+    /// The batch of [`Bug::BatchGrantsHeld`], [`Bug::AllOrNothingBatch`] and
+    /// [`Bug::BatchLeaseFromAnswer`], in one hold of the backend.
+    async fn broken_batch(&self, configs: &[LockConfig]) -> Result<BatchOutcome> {
+        shedlock::batch::check_distinct(configs)?;
+        let caps = self.capabilities();
+        let early = self.bug != Bug::BatchLeaseFromAnswer;
+        let mut acquisitions: Vec<Option<Acquisition>> =
+            configs.iter().map(|c| early.then(|| Acquisition::begin_declared(c, &caps))).collect();
+        let now = SystemTime::now();
+        let granted: Vec<Option<(String, u64)>> = {
+            let mut recs = self.backend.recs.lock().unwrap();
+            let free: Vec<bool> = configs
+                .iter()
+                .map(|c| recs.get(config_key(c)).is_none_or(|r| r.until <= now))
+                .collect();
+            if self.bug == Bug::AllOrNothingBatch && free.contains(&false) {
+                return Ok(configs.iter().map(|_| Ok(None)).collect());
+            }
+            configs
+                .iter()
+                .zip(free)
+                .map(|(c, free)| {
+                    if !free && self.bug != Bug::BatchGrantsHeld {
+                        return None;
+                    }
+                    let owner = self.backend.next.fetch_add(1, Ordering::SeqCst) + 1;
+                    let until = now + c.lock_at_most_for();
+                    recs.insert(
+                        c.name().to_owned(),
+                        Rec { until, locked_at: now, owner, token: owner },
+                    );
+                    Some((c.name().to_owned(), owner))
+                })
+                .collect()
+        };
+        if !early {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let mut out = Vec::with_capacity(configs.len());
+        for ((c, g), a) in configs.iter().zip(granted).zip(acquisitions.iter_mut()) {
+            let Some((key, owner)) = g else {
+                out.push(Ok(None));
+                continue;
+            };
+            let acquisition = a.take().unwrap_or_else(|| Acquisition::begin_declared(c, &caps));
+            let handle = Handle { p: self.clone(), key, owner, token: owner };
+            out.push(acquisition.grant(handle).await.map(Some));
+        }
+        Ok(out)
+    }
+
     /// A record as inspection shows it: held by the backend's clock (the bug: the instance's).
     fn info(&self, name: &str, r: &Rec) -> LockInfo {
         let now = match self.bug {
@@ -463,6 +539,21 @@ async fn rejected_saying(bug: Bug, id: &str, says: &str) {
         "{bug:?} rejected by {id} without saying {says:?}: {}",
         v.detail
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_grants_a_name_held_elsewhere_fails_c32() {
+    rejected_saying(Bug::BatchGrantsHeld, "C32", "granted a name held elsewhere").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_all_or_nothing_batch_fails_c32() {
+    rejected_saying(Bug::AllOrNothingBatch, "C32", "never all-or-nothing").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_whose_leases_start_at_the_answer_fails_c32() {
+    rejected_saying(Bug::BatchLeaseFromAnswer, "C32", "its lease outlived its record").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
