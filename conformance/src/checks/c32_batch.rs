@@ -319,6 +319,17 @@ async fn cancelled(suite: &Suite, p: &[Arc<dyn LockProvider>]) -> R {
     let mut rng = suite.rng();
     let mut names = Vec::new();
     let mut mid_flight = 0;
+    // What a batch of four takes here: the drops are spread over up to one and a half of that,
+    // two thirds of it after each batch that completed anyway (the first one opened
+    // connections).
+    let probe: Vec<LockConfig> = (0..4)
+        .map(|k| {
+            suite.config(&suite.lock_name(&format!("c32-time-{k}")), t.at_most, Duration::ZERO)
+        })
+        .collect::<Result<_, _>>()?;
+    let began = Instant::now();
+    release(suite, batch(suite, &p[0], &probe, "a timed batch").await?).await;
+    let mut typical = u64::try_from(began.elapsed().as_micros()).unwrap_or(u64::MAX).max(20);
     for i in 0..CANCELLED {
         let configs: Vec<LockConfig> = (0..4)
             .map(|k| {
@@ -330,12 +341,28 @@ async fn cancelled(suite: &Suite, p: &[Arc<dyn LockProvider>]) -> R {
             })
             .collect::<Result<_, _>>()?;
         names.extend(configs.iter().cloned());
-        let micros = rng.u64(0..=2_000);
         let call = p[i % p.len()].try_lock_many(&configs, BatchOptions::new());
-        match tokio::time::timeout(Duration::from_micros(micros), call).await {
-            Ok(Ok(answers)) => drop(answers), // completed: its locks are left to expire
-            Ok(Err(e)) => bail!("a batch failed as a whole: {e}"),
-            Err(_) => mid_flight += 1,
+        // Half are dropped after a few polls (a loopback round trip takes less than tokio's
+        // 1 ms timer), half after a time within what a batch takes.
+        let polls = rng.u32(1..=12);
+        let micros = rng.u64(0..=typical.saturating_mul(3) / 2);
+        let answer = if i % 2 == 0 {
+            tokio::select! {
+                biased;
+                () = async { for _ in 0..polls { tokio::task::yield_now().await; } } => None,
+                r = call => Some(r),
+            }
+        } else {
+            tokio::time::timeout(Duration::from_micros(micros), call).await.ok()
+        };
+        match answer {
+            Some(Ok(answers)) => {
+                // Completed: its locks are left to expire, and the next drop comes sooner.
+                drop(answers);
+                typical = (typical * 2 / 3).max(20);
+            }
+            Some(Err(e)) => bail!("a batch failed as a whole: {e}"),
+            None => mid_flight += 1,
         }
     }
     let last = Instant::now();

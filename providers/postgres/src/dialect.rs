@@ -6,7 +6,7 @@ use std::{fmt, time::Duration};
 use shedlock::Result;
 use shedlock::support::duration_micros;
 use shedlock_sql::{
-    ArgValues, Call, DbErrorKind, Inspected, LockConn, Op, Settings, TableName, bind,
+    Arg, ArgValues, Call, DbErrorKind, Inspected, LockConn, Op, Settings, TableName, bind,
     inspected_from_row, record_from_row, retry_transient,
 };
 use sqlx::{
@@ -94,6 +94,44 @@ impl Dialect for PostgresDialect {
         })
         .await?;
         row.map(|r| r.try_get::<i64, _>(0)).transpose()
+    }
+
+    const NATIVE_BATCH: bool = true;
+    /// Four arrays whatever the batch's size: the limit only bounds one statement's work.
+    const BATCH_LIMIT: usize = 1000;
+
+    /// One statement: the upsert over `unnest`ed arrays, on a connection of the pool.
+    async fn acquire_many(&self, batch: &[ArgValues<'_>]) -> Result<Vec<Option<i64>>, sqlx::Error> {
+        let stmt = &self.stmts.acquire_many;
+        let rows = retry_transient(classify, || async {
+            let mut q = sqlx::query(AssertSqlSafe(stmt.sql().clone()));
+            for arg in stmt.args() {
+                q = match arg {
+                    Arg::Name => q.bind(batch.iter().map(|v| v.name).collect::<Vec<&str>>()),
+                    Arg::AtMost => q.bind(batch.iter().map(|v| v.at_most).collect::<Vec<i64>>()),
+                    Arg::LockedBy => {
+                        q.bind(batch.iter().map(|v| v.locked_by).collect::<Vec<&str>>())
+                    }
+                    Arg::AcquisitionId => {
+                        q.bind(batch.iter().map(|v| v.acquisition_id).collect::<Vec<i64>>())
+                    }
+                    Arg::Now => q.bind(batch.first().map_or(0, |v| v.now)),
+                    other => {
+                        return Err(sqlx::Error::Protocol(format!(
+                            "the batch statement has an argument it cannot bind: {other:?}"
+                        )));
+                    }
+                };
+            }
+            let mut conn = self.conn.pooled().await?;
+            q.fetch_all(&mut *conn).await
+        })
+        .await?;
+        let mut won: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
+        for r in &rows {
+            won.insert(r.try_get::<String, _>(0)?, r.try_get::<i64, _>(1)?);
+        }
+        Ok(batch.iter().map(|v| won.get(v.name).copied()).collect())
     }
 
     async fn execute(&self, op: Op, values: &ArgValues<'_>) -> Result<u64, sqlx::Error> {

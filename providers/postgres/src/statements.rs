@@ -6,6 +6,10 @@ use shedlock_sql::{Arg, Placeholder, QuotedNames, Stmt, StmtBuilder};
 
 pub(crate) struct Statements {
     pub(crate) acquire: Stmt,
+    /// The acquire of a batch: the same upsert over the rows of `unnest`ed arrays (names,
+    /// at-most durations, `locked_by`s, acquisition ids), in name order, returning the name
+    /// and token of each row won.
+    pub(crate) acquire_many: Stmt,
     /// The acquire over zero rows, for `check`: the server checks its privileges, and it
     /// writes nothing.
     pub(crate) probe: Stmt,
@@ -112,6 +116,38 @@ impl Statements {
         let acquire = upsert(&mut b, false);
         let probe = upsert(&mut b, true);
 
+        // The batch: one upsert over the arrays' rows, in name order (rows are locked in that
+        // order, so concurrent batches cannot deadlock). A conflicting row that is held
+        // elsewhere is neither inserted nor updated, so it is not returned.
+        b.sql(&format!("INSERT INTO {t} AS cur ({columns}) SELECT v.n, "));
+        mode.now(&mut b);
+        b.sql(" + v.m * interval '1 microsecond', ");
+        mode.now(&mut b);
+        b.sql(", v.b");
+        if !mode.compat {
+            b.sql(&format!(", v.a, {SERVER_MICROS}"));
+        }
+        b.sql(" FROM unnest(").arg(Arg::Name).sql("::text[], ").arg(Arg::AtMost);
+        b.sql("::bigint[], ").arg(Arg::LockedBy).sql("::text[], ").arg(Arg::AcquisitionId);
+        b.sql("::bigint[]) AS v(n, m, b, a) ORDER BY v.n");
+        if mode.compat {
+            b.sql(&format!(
+                " ON CONFLICT ({name}) DO UPDATE SET {lu} = EXCLUDED.{lu}, \
+                 {la} = EXCLUDED.{la}, {lb} = EXCLUDED.{lb} \
+                 WHERE cur.{lu} <= EXCLUDED.{la} OR cur.{lb} = EXCLUDED.{lb} \
+                 RETURNING {name}, 0::bigint"
+            ));
+        } else {
+            b.sql(&format!(
+                " ON CONFLICT ({name}) DO UPDATE SET \
+                 {lu} = EXCLUDED.{lu}, {la} = EXCLUDED.{la}, {lb} = EXCLUDED.{lb}, \
+                 {aid} = EXCLUDED.{aid}, {ft} = greatest(cur.{ft} + 1, EXCLUDED.{ft}) \
+                 WHERE cur.{lu} <= EXCLUDED.{la} OR cur.{aid} = EXCLUDED.{aid} \
+                 RETURNING {name}, {ft}"
+            ));
+        }
+        let acquire_many = b.build();
+
         // Unlock: keep it until max(now, locked_at + at_least), never later than it was.
         b.sql(&format!("UPDATE {t} SET {lu} = least({lu}, greatest("));
         mode.now(&mut b);
@@ -176,7 +212,18 @@ impl Statements {
         }
         let write = b.build();
 
-        Self { acquire, probe, unlock, extend, select, list, delete, write, force_release }
+        Self {
+            acquire,
+            acquire_many,
+            probe,
+            unlock,
+            extend,
+            select,
+            list,
+            delete,
+            write,
+            force_release,
+        }
     }
 }
 
@@ -224,5 +271,33 @@ mod tests {
         assert_eq!(s.probe.args(), s.acquire.args());
         let c = Statements::new(&names(), Mode { database: false, compat: false });
         assert!(c.acquire.args().contains(&Arg::Now));
+    }
+
+    #[test]
+    fn the_batch_is_one_upsert_over_arrays_in_name_order_returning_the_rows_won() {
+        let s = Statements::new(&names(), Mode { database: true, compat: false });
+        let sql = s.acquire_many.sql();
+        assert!(sql.starts_with("INSERT INTO \"shedlock\" AS cur"), "{sql}");
+        assert!(
+            sql.contains("FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[])"),
+            "{sql}"
+        );
+        assert!(sql.contains("ORDER BY v.n ON CONFLICT"), "{sql}");
+        assert!(
+            sql.contains(
+                "WHERE cur.\"lock_until\" <= EXCLUDED.\"locked_at\" \
+                 OR cur.\"acquisition_id\" = EXCLUDED.\"acquisition_id\""
+            ),
+            "{sql}"
+        );
+        assert!(sql.ends_with("RETURNING \"name\", \"fencing_token\""), "{sql}");
+        assert_eq!(
+            s.acquire_many.args(),
+            &[Arg::Name, Arg::AtMost, Arg::LockedBy, Arg::AcquisitionId]
+        );
+        let client = Statements::new(&names(), Mode { database: false, compat: false });
+        assert_eq!(client.acquire_many.args()[0], Arg::Now);
+        let compat = Statements::new(&names(), Mode { database: true, compat: true });
+        assert!(compat.acquire_many.sql().ends_with("RETURNING \"name\", 0::bigint"));
     }
 }

@@ -88,6 +88,32 @@ pub trait Dialect: Send + Sync + Sized + fmt::Debug + 'static {
         values: &ArgValues<'_>,
     ) -> impl Future<Output = std::result::Result<Option<i64>, sqlx::Error>> + Send;
 
+    /// Whether [`acquire_many`](Dialect::acquire_many) takes a whole batch in one statement
+    /// ([`Capabilities::native_batch`]). Default: no.
+    const NATIVE_BATCH: bool = false;
+
+    /// The most names of one [`acquire_many`](Dialect::acquire_many) statement (its
+    /// parameters' limit); larger batches are split. Default 500.
+    const BATCH_LIMIT: usize = 500;
+
+    /// Runs the acquires of a batch: per entry, in order, what [`acquire`](Dialect::acquire)
+    /// would answer. The names are distinct and sorted (so that concurrent batches lock rows in
+    /// one order and cannot deadlock); every entry has the same `now`. A dialect that declares
+    /// [`NATIVE_BATCH`](Dialect::NATIVE_BATCH) runs one statement (or one round trip) for them
+    /// all. Default: each [`acquire`](Dialect::acquire) in turn.
+    fn acquire_many(
+        &self,
+        batch: &[ArgValues<'_>],
+    ) -> impl Future<Output = std::result::Result<Vec<Option<i64>>, sqlx::Error>> + Send {
+        async move {
+            let mut out = Vec::with_capacity(batch.len());
+            for values in batch {
+                out.push(self.acquire(values).await?);
+            }
+            Ok(out)
+        }
+    }
+
     /// Runs `op`, returning the rows affected. [`Op::Unlock`] and [`Op::Extend`] change the row
     /// only while it is this acquisition's; an extend reports 1 iff it is (and still held).
     fn execute(

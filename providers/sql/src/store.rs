@@ -114,6 +114,7 @@ impl<D: Dialect> LeaseStore for SqlStore<D> {
             .with_inspect(true)
             .with_list(true)
             .with_force_release(true)
+            .with_native_batch(D::NATIVE_BATCH)
     }
 
     fn rejects_nul(&self) -> bool {
@@ -145,6 +146,50 @@ impl<D: Dialect> LeaseStore for SqlStore<D> {
             let granted = Granted::new(Held { token });
             if self.compat { granted } else { granted.with_fencing_token(token_u64(token)) }
         }))
+    }
+
+    /// The dialect's batch acquire ([`Dialect::acquire_many`]), its names sorted.
+    async fn acquire_many(&self, reqs: &[Request<'_>]) -> Result<Vec<Option<Granted<Held>>>> {
+        let mut order: Vec<usize> = (0..reqs.len()).collect();
+        order.sort_by(|a, b| reqs[*a].name().cmp(reqs[*b].name()));
+        // One `now` for the whole statement (client time: the first request's reading).
+        let now = reqs.first().map_or(0, |r| D::time(r.client_now().map_or(0, unix_micros)));
+        let batch: Vec<ArgValues<'_>> = order
+            .iter()
+            .map(|i| {
+                let req = &reqs[*i];
+                ArgValues {
+                    at_most: D::duration(req.lock_at_most_for()),
+                    now,
+                    ..self.owned_values(req, 0)
+                }
+            })
+            .collect();
+        let tokens =
+            self.dialect.acquire_many(&batch).await.map_err(|e| self.err(Call::TryLock, None, e))?;
+        if tokens.len() != reqs.len() {
+            return Err(Error::Backend {
+                backend: D::BACKEND,
+                source: format!(
+                    "a batch acquire of {} names answered {} rows",
+                    reqs.len(),
+                    tokens.len()
+                )
+                .into(),
+            });
+        }
+        let mut out: Vec<Option<Granted<Held>>> = (0..reqs.len()).map(|_| None).collect();
+        for (i, token) in order.into_iter().zip(tokens) {
+            out[i] = token.map(|token| {
+                let granted = Granted::new(Held { token });
+                if self.compat { granted } else { granted.with_fencing_token(token_u64(token)) }
+            });
+        }
+        Ok(out)
+    }
+
+    fn batch_limit(&self) -> usize {
+        D::BATCH_LIMIT
     }
 
     async fn release(&self, req: &Request<'_>, held: &mut Held) -> Result<()> {
