@@ -6,7 +6,7 @@ use std::{fmt, time::Duration};
 use shedlock::Result;
 use shedlock::support::duration_millis_ceil;
 use shedlock_sql::{
-    ArgValues, DbErrorKind, Inspected, LockConn, Op, QuotedNames, Settings, bind,
+    ArgValues, DbErrorKind, Inspected, LockConn, Op, QuotedNames, Settings, Value, bind,
     inspected_from_row, record_from_row, retry_transient,
 };
 use sqlx::{
@@ -30,6 +30,29 @@ use crate::{
 fn name_of(row: &MySqlRow) -> Result<String, sqlx::Error> {
     let raw: Vec<u8> = row.try_get(0)?;
     String::from_utf8(raw).map_err(|e| sqlx::Error::Decode(e.into()))
+}
+
+/// Who a batch's row belongs to after the upsert.
+enum Owner {
+    /// Compatible mode: the row's `locked_by`.
+    LockedBy(String),
+    /// The row's acquisition id and fencing token.
+    Acquisition(i64, i64),
+}
+
+/// `q` with `values` bound in order.
+fn bind_values<'q>(
+    mut q: sqlx::query::Query<'q, MySql, sqlx::mysql::MySqlArguments>,
+    values: Vec<Value<'q>>,
+) -> sqlx::query::Query<'q, MySql, sqlx::mysql::MySqlArguments> {
+    for v in values {
+        q = match v {
+            Value::Text(t) => q.bind(t),
+            Value::Bytes(b) => q.bind(b),
+            Value::Int(i) => q.bind(i),
+        };
+    }
+    q
 }
 
 /// Milliseconds-aligned microseconds: `DATETIME(3)` keeps milliseconds, so client-side times are
@@ -204,6 +227,55 @@ impl Dialect for MySqlDialect {
         })
         .await?;
         Ok(row.flatten())
+    }
+
+    const NATIVE_BATCH: bool = true;
+    /// At most 7 parameters a row (65 535 allowed).
+    const BATCH_LIMIT: usize = 500;
+
+    /// One multi-row upsert; MariaDB returns each row's name and owner, MySQL reads them in a
+    /// second statement on the same connection. A row whose owner is this batch's entry's
+    /// acquisition (native) or `locked_by` (compatible mode) was won.
+    async fn acquire_many(&self, batch: &[ArgValues<'_>]) -> Result<Vec<Option<i64>>, sqlx::Error> {
+        let stmts = self.stmts().await?;
+        let rows = vec![&**stmts.batch_row.sql(); batch.len()].join(", ");
+        let upsert = format!("{}{rows}{}", stmts.batch_head, stmts.batch_tail);
+        let names = vec!["?"; batch.len()].join(", ");
+        let owners = format!("{}{names})", stmts.batch_owner_head);
+        let found = retry_transient(classify, || async {
+            let mut conn = self.conn.pooled().await?;
+            let mut q = sqlx::query(AssertSqlSafe(upsert.clone()));
+            for values in batch {
+                q = bind_values(q, stmts.batch_row.values(values));
+            }
+            if stmts.flavor != Flavor::MySql {
+                return q.fetch_all(&mut *conn).await;
+            }
+            q.execute(&mut *conn).await?;
+            let mut read = sqlx::query(AssertSqlSafe(owners.clone()));
+            for values in batch {
+                read = bind_values(read, stmts.batch_name.values(values));
+            }
+            read.fetch_all(&mut *conn).await
+        })
+        .await?;
+        let mut owner_of = std::collections::HashMap::new();
+        for r in &found {
+            let owner = if self.mode.compat {
+                Owner::LockedBy(r.try_get::<String, _>(1)?)
+            } else {
+                Owner::Acquisition(r.try_get::<i64, _>(1)?, r.try_get::<i64, _>(2)?)
+            };
+            owner_of.insert(name_of(r)?, owner);
+        }
+        Ok(batch
+            .iter()
+            .map(|v| match owner_of.get(v.name) {
+                Some(Owner::LockedBy(by)) if by == v.locked_by => Some(0),
+                Some(Owner::Acquisition(aid, token)) if *aid == v.acquisition_id => Some(*token),
+                _ => None,
+            })
+            .collect())
     }
 
     /// sqlx sets CLIENT_FOUND_ROWS: rows-affected counts matched rows, so an extend reports 1

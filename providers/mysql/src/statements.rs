@@ -11,6 +11,17 @@ const STRICT: &str = "STRICT_ALL_TABLES";
 pub(crate) struct Statements {
     pub(crate) flavor: Flavor,
     pub(crate) acquire: Stmt,
+    /// The batch's upsert in three parts: before the rows, one row (its placeholders and
+    /// arguments, repeated per name), after the rows (MariaDB: `RETURNING` each row's name and
+    /// owner).
+    pub(crate) batch_head: String,
+    pub(crate) batch_row: Stmt,
+    pub(crate) batch_tail: String,
+    /// MySQL: the start of the read of the batch's rows' owners (`… IN (`), one
+    /// [`batch_name`](Self::batch_name) per name.
+    pub(crate) batch_owner_head: String,
+    /// One name's placeholder, bound as the name column wants it (bytes or text).
+    pub(crate) batch_name: Stmt,
     /// The acquire over zero rows, for `check`: the server checks its privileges, and it
     /// writes nothing.
     pub(crate) probe: Stmt,
@@ -88,54 +99,79 @@ impl Statements {
         } else {
             format!("{name}, {lu}, {la}, {lb}, {aid}, {ft}")
         };
+        // One row's values: the name, lock_until, locked_at, locked_by (and the acquisition id
+        // and the token seed).
+        let row = |b: &mut StmtBuilder| {
+            b.arg(Arg::Name).sql(", ");
+            now(b, database);
+            b.sql(" + INTERVAL ").arg(Arg::AtMost).sql(" MICROSECOND, ");
+            now(b, database);
+            b.sql(", ").arg(Arg::LockedBy);
+            if !mode.compat {
+                b.sql(", ").arg(Arg::AcquisitionId).sql(&format!(", {SERVER_MICROS}"));
+            }
+        };
+        // What a conflicting row gets: the new values where it is free, else its own.
+        let (on_duplicate, returning) = if mode.compat {
+            // ShedLock's row, taken when it is free or already this acquisition's (a repeat
+            // after a lost answer). `locked_by` is assigned first: once it is this
+            // acquisition's, the later guards stay true; while it is someone else's, they
+            // stay false. The acquire won iff the row's `locked_by` afterwards is this
+            // acquisition's.
+            let free = format!("({lu} <= VALUES({la}) OR {lb} = VALUES({lb}))");
+            (
+                format!(
+                    " ON DUPLICATE KEY UPDATE \
+                     {lb} = IF({free}, VALUES({lb}), {lb}), \
+                     {la} = IF({free}, VALUES({la}), {la}), \
+                     {lu} = IF({free}, VALUES({lu}), {lu})"
+                ),
+                lb.to_string(),
+            )
+        } else {
+            let free = format!("{lu} <= VALUES({la})");
+            (
+                format!(
+                    " ON DUPLICATE KEY UPDATE \
+                     {ft} = IF({free}, GREATEST({ft} + 1, VALUES({ft})), {ft}), \
+                     {lb} = IF({free}, VALUES({lb}), {lb}), \
+                     {aid} = IF({free}, VALUES({aid}), {aid}), \
+                     {la} = IF({free}, VALUES({la}), {la}), \
+                     {lu} = IF({free}, VALUES({lu}), {lu})"
+                ),
+                format!("{aid}, {ft}"),
+            )
+        };
         // The upsert of the acquire's one row (`VALUES (…)`), or with `probe` of none (`SELECT
         // … FROM DUAL WHERE 0`): the probe of `check`, which the server runs through the same
         // privilege checks (INSERT, UPDATE, and SELECT on the columns the update reads).
         let upsert = |b: &mut StmtBuilder, probe: bool| {
             let (open, close) =
                 if probe { ("SELECT ", " FROM DUAL WHERE 0") } else { ("VALUES (", ")") };
-            b.sql(&format!("{prefix}INSERT {hint}INTO {t} ({columns}) {open}"))
-                .arg(Arg::Name)
-                .sql(", ");
-            now(b, database);
-            b.sql(" + INTERVAL ").arg(Arg::AtMost).sql(" MICROSECOND, ");
-            now(b, database);
-            b.sql(", ").arg(Arg::LockedBy);
-            if mode.compat {
-                // ShedLock's row, taken when it is free or already this acquisition's (a
-                // repeat after a lost answer). `locked_by` is assigned first: once it is this
-                // acquisition's, the later guards stay true; while it is someone else's, they
-                // stay false. The acquire won iff the row's `locked_by` afterwards is this
-                // acquisition's.
-                let free = format!("({lu} <= VALUES({la}) OR {lb} = VALUES({lb}))");
-                b.sql(&format!(
-                    "{close} ON DUPLICATE KEY UPDATE \
-                     {lb} = IF({free}, VALUES({lb}), {lb}), \
-                     {la} = IF({free}, VALUES({la}), {la}), \
-                     {lu} = IF({free}, VALUES({lu}), {lu})"
-                ));
-                if mariadb {
-                    b.sql(&format!(" RETURNING {lb}"));
-                }
-            } else {
-                b.sql(", ").arg(Arg::AcquisitionId);
-                let free = format!("{lu} <= VALUES({la})");
-                b.sql(&format!(
-                    ", {SERVER_MICROS}{close} ON DUPLICATE KEY UPDATE \
-                     {ft} = IF({free}, GREATEST({ft} + 1, VALUES({ft})), {ft}), \
-                     {lb} = IF({free}, VALUES({lb}), {lb}), \
-                     {aid} = IF({free}, VALUES({aid}), {aid}), \
-                     {la} = IF({free}, VALUES({la}), {la}), \
-                     {lu} = IF({free}, VALUES({lu}), {lu})"
-                ));
-                if mariadb {
-                    b.sql(&format!(" RETURNING {aid}, {ft}"));
-                }
+            b.sql(&format!("{prefix}INSERT {hint}INTO {t} ({columns}) {open}"));
+            row(b);
+            b.sql(close).sql(&on_duplicate);
+            if mariadb {
+                b.sql(&format!(" RETURNING {returning}"));
             }
             b.build()
         };
         let acquire = upsert(&mut b, false);
         let probe = upsert(&mut b, true);
+
+        // The batch: the same upsert with one row per name (MariaDB returns each row's name and
+        // owner; MySQL reads them after, `batch_owner`).
+        let batch_head = format!("{prefix}INSERT {hint}INTO {t} ({columns}) VALUES ");
+        b.sql("(");
+        row(&mut b);
+        let batch_row = b.sql(")").build();
+        let batch_tail = if mariadb {
+            format!("{on_duplicate} RETURNING {name}, {returning}")
+        } else {
+            on_duplicate.clone()
+        };
+        let batch_owner_head = format!("SELECT {name}, {returning} FROM {t} WHERE {name} IN (");
+        let batch_name = b.arg(Arg::Name).build();
 
         let who = if mode.compat { lb.to_string() } else { format!("{aid}, {ft}") };
         b.sql(&format!("SELECT {who} FROM {t} WHERE {name} = ")).arg(Arg::Name);
@@ -212,6 +248,11 @@ impl Statements {
         Self {
             flavor,
             acquire,
+            batch_head,
+            batch_row,
+            batch_tail,
+            batch_owner_head,
+            batch_name,
             probe,
             owner,
             unlock,
@@ -272,6 +313,25 @@ mod tests {
                 );
                 assert_eq!(&one_row, &**s.acquire.sql(), "{flavor:?}, compat {compat}");
                 assert_eq!(s.probe.args(), s.acquire.args());
+            }
+        }
+    }
+
+    #[test]
+    fn a_batch_of_one_row_is_the_acquire_returning_the_name_too() {
+        for compat in [false, true] {
+            for database in [true, false] {
+                let mode = Mode { database, compat };
+                let m = Statements::new(&names(), mode, Flavor::MariaDb);
+                let one = format!("{}{}{}", m.batch_head, m.batch_row.sql(), m.batch_tail);
+                let acquire = m.acquire.sql().replacen(" RETURNING ", " RETURNING `name`, ", 1);
+                assert_eq!(one, acquire, "{mode:?}");
+                assert_eq!(m.batch_row.args(), m.acquire.args(), "{mode:?}");
+                let y = Statements::new(&names(), mode, Flavor::MySql);
+                let one = format!("{}{}{}", y.batch_head, y.batch_row.sql(), y.batch_tail);
+                assert_eq!(one, &**y.acquire.sql(), "{mode:?}");
+                assert!(y.batch_owner_head.starts_with("SELECT `name`, "), "{mode:?}");
+                assert!(y.batch_owner_head.ends_with("WHERE `name` IN ("), "{mode:?}");
             }
         }
     }

@@ -56,7 +56,7 @@ use shedlock::Result;
 use shedlock::support::duration_millis_ceil;
 use shedlock_sql::{
     Arg, ArgValues, DbErrorKind, Inspected, Op, Placeholder, QuotedNames, Settings, Stmt,
-    StmtBuilder, bind, inspected_from_row, record_from_row,
+    StmtBuilder, Value, bind, inspected_from_row, record_from_row,
 };
 use sqlx::{
     AssertSqlSafe, Row,
@@ -109,6 +109,11 @@ pub type SqliteLockProviderBuilder = SqlLockProviderBuilder<SqliteDialect>;
 
 struct Statements {
     acquire: Stmt,
+    /// The batch's upsert in three parts: before the rows, one row (its placeholders and
+    /// arguments, repeated per name), after the rows.
+    batch_head: String,
+    batch_row: Stmt,
+    batch_tail: String,
     unlock: Stmt,
     extend: Stmt,
     select: Stmt,
@@ -162,6 +167,23 @@ impl Statements {
         ));
         let acquire = b.build();
 
+        // The batch: the same upsert with one row per name, returning each row won.
+        let batch_head =
+            format!("INSERT INTO {t} AS cur ({name}, {lu}, {la}, {lb}, {aid}, {ft}) VALUES ");
+        b.sql("(").arg(Arg::Name).sql(", ");
+        now(&mut b, database);
+        b.sql(" + ").arg(Arg::AtMost).sql(", ");
+        now(&mut b, database);
+        b.sql(", ").arg(Arg::LockedBy).sql(", ").arg(Arg::AcquisitionId);
+        b.sql(&format!(", max({SERVER_MILLIS} * 1000, ")).arg(Arg::ClockMicros).sql("))");
+        let batch_row = b.build();
+        let batch_tail = format!(
+            " ON CONFLICT ({name}) DO UPDATE SET {lu} = excluded.{lu}, \
+             {la} = excluded.{la}, {lb} = excluded.{lb}, {aid} = excluded.{aid}, \
+             {ft} = max(cur.{ft} + 1, excluded.{ft}) \
+             WHERE cur.{lu} <= excluded.{la} RETURNING {name}, {ft}"
+        );
+
         b.sql(&format!("UPDATE {t} SET {lu} = min({lu}, max("));
         now(&mut b, database);
         b.sql(&format!(", {la} + ")).arg(Arg::AtLeast).sql("))");
@@ -212,7 +234,19 @@ impl Statements {
         ));
         let write = b.build();
 
-        Self { acquire, unlock, extend, select, list, delete, write, force_release }
+        Self {
+            acquire,
+            batch_head,
+            batch_row,
+            batch_tail,
+            unlock,
+            extend,
+            select,
+            list,
+            delete,
+            write,
+            force_release,
+        }
     }
 }
 
@@ -307,6 +341,33 @@ impl Dialect for SqliteDialect {
             .await
             .map_err(|e| self.with_path(e))?;
         row.map(|r| r.try_get::<i64, _>(0)).transpose()
+    }
+
+    const NATIVE_BATCH: bool = true;
+    /// At most 7 parameters a row: 100 rows stay under the 999 parameters of older SQLites.
+    const BATCH_LIMIT: usize = 100;
+
+    /// One multi-row upsert, `RETURNING` the rows won.
+    async fn acquire_many(&self, batch: &[ArgValues<'_>]) -> Result<Vec<Option<i64>>, sqlx::Error> {
+        let s = &self.stmts;
+        let rows = vec![&**s.batch_row.sql(); batch.len()].join(", ");
+        let sql = format!("{}{rows}{}", s.batch_head, s.batch_tail);
+        let mut q = sqlx::query(AssertSqlSafe(sql));
+        for values in batch {
+            for v in s.batch_row.values(values) {
+                q = match v {
+                    Value::Text(t) => q.bind(t),
+                    Value::Bytes(b) => q.bind(b),
+                    Value::Int(i) => q.bind(i),
+                };
+            }
+        }
+        let rows = q.fetch_all(&self.pool).await.map_err(|e| self.with_path(e))?;
+        let mut won = std::collections::HashMap::new();
+        for r in &rows {
+            won.insert(r.try_get::<String, _>(0)?, r.try_get::<i64, _>(1)?);
+        }
+        Ok(batch.iter().map(|v| won.get(v.name).copied()).collect())
     }
 
     async fn execute(&self, op: Op, values: &ArgValues<'_>) -> Result<u64, sqlx::Error> {
