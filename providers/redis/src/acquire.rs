@@ -2,7 +2,7 @@
 //! ShedLock-compatible mode, ShedLock's value), the one retry after a lost connection, the check
 //! that an answer is this request's, and `WAIT` for replicas.
 
-use std::time::Duration;
+use std::{sync::atomic::Ordering, time::Duration};
 
 use shedlock::{Error, Result, store::Request, support::duration_millis_ceil};
 
@@ -82,6 +82,138 @@ impl<C: RedisConnection> RedisStore<C> {
         };
         let held = Held { key, value: format!("{owner}|{token}|{at}"), px: 0 };
         Ok(Some((held, Some(token))))
+    }
+
+    /// The acquires of a batch in one pipeline of the acquire script, one call per name (one
+    /// round trip to each node; on a cluster the client routes each call by its key). Each
+    /// answer is what [`grant`](Self::grant) would give for that name. A node that lost its
+    /// scripts (`NOSCRIPT`) gets the batch again one name at a time (the script is idempotent
+    /// for one acquisition: a name it already took is found taken by this owner).
+    pub(crate) async fn grant_many(
+        &self,
+        reqs: &[Request<'_>],
+    ) -> Result<Vec<Option<(Held, Option<u64>)>>> {
+        struct Entry {
+            key: String,
+            fence: String,
+            value: String,
+            px: i64,
+        }
+        let entries: Vec<Entry> = reqs
+            .iter()
+            .map(|req| {
+                let key = self.key(req.name());
+                let px = duration_millis_ceil(req.lock_at_most_for()).max(1);
+                let value = if self.compat {
+                    shedlock_value(req.owner().locked_by())
+                } else {
+                    format!("{}|{}", req.owner().hex(), req.owner().locked_by())
+                };
+                Entry { fence: self.fence_key(req.name()), key, value, px }
+            })
+            .collect();
+        let lua = &self.scripts.acquire;
+        let first = entries.first().map(|e| e.key.as_str()).unwrap_or_default();
+        // One pipeline, or on a cluster (whose client refuses a pipeline across hash slots)
+        // one per slot, two at a time.
+        let pipeline = |group: Vec<usize>| {
+            let mut pipe = redis::pipe();
+            for i in &group {
+                let e = &entries[*i];
+                let cmd = pipe.cmd("EVALSHA").arg(lua.script.get_hash());
+                if self.compat {
+                    cmd.arg(1).arg(&e.key).arg(&e.value).arg(e.px);
+                } else {
+                    cmd.arg(2).arg(&e.key).arg(&e.fence).arg(&e.value).arg(e.px);
+                }
+            }
+            let mut conn = self.conn.clone();
+            async move {
+                let answers: redis::RedisResult<Vec<redis::Value>> =
+                    pipe.query_async(&mut conn).await;
+                answers.map(|a| (group, a))
+            }
+        };
+        let all: Vec<usize> = (0..entries.len()).collect();
+        let mut grouped = self.slot_grouped.load(Ordering::Relaxed);
+        let mut answers: Vec<Option<redis::Value>> = (0..entries.len()).map(|_| None).collect();
+        if !grouped {
+            match pipeline(all).await {
+                Ok((_, values)) => {
+                    for (slot, v) in answers.iter_mut().zip(values) {
+                        *slot = Some(v);
+                    }
+                }
+                Err(e)
+                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::CrossSlot) =>
+                {
+                    // Refused by the cluster client before anything was sent.
+                    self.slot_grouped.store(true, Ordering::Relaxed);
+                    grouped = true;
+                }
+                Err(e) => return Err(self.script_err(lua, &[first], e)),
+            }
+        }
+        if grouped {
+            let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
+            for (i, e) in entries.iter().enumerate() {
+                by_slot.entry(crate::cluster::key_slot(e.key.as_bytes())).or_default().push(i);
+            }
+            let calls: Vec<_> = by_slot.into_values().map(pipeline).collect();
+            for done in shedlock::batch::in_order(calls, 2).await {
+                let (group, values) = done.map_err(|e| self.script_err(lua, &[first], e))?;
+                for (i, v) in group.into_iter().zip(values) {
+                    answers[i] = Some(v);
+                }
+            }
+        }
+        let answers: Vec<redis::Value> = answers.into_iter().flatten().collect();
+        if answers.len() != entries.len() {
+            return Err(Error::Backend {
+                backend: BACKEND,
+                source: format!(
+                    "a pipeline of {} acquires was answered with {} replies",
+                    entries.len(),
+                    answers.len()
+                )
+                .into(),
+            });
+        }
+        let no_script = answers.iter().any(|v| {
+            matches!(v, redis::Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::NoScript))
+        });
+        if no_script {
+            let mut out = Vec::with_capacity(reqs.len());
+            for req in reqs {
+                out.push(self.grant(req).await?);
+            }
+            return Ok(out);
+        }
+        let mut out = Vec::with_capacity(entries.len());
+        for (e, answer) in entries.into_iter().zip(answers) {
+            let keys: &[&str] = &[&e.key];
+            let fail = |err: redis::RedisError| self.script_err(lua, keys, err);
+            if let redis::Value::ServerError(err) = answer {
+                return Err(fail(err.into()));
+            }
+            if self.compat {
+                let won: i64 = redis::from_redis_value(answer).map_err(|p| fail(p.into()))?;
+                out.push((won == 1).then(|| (Held { key: e.key, value: e.value, px: e.px }, None)));
+                continue;
+            }
+            let granted: Option<(String, String, String)> =
+                redis::from_redis_value(answer).map_err(|p| fail(p.into()))?;
+            let Some((tok, at, echoed)) = granted else {
+                out.push(None);
+                continue;
+            };
+            answer_is_ours("acquire", &e.value, &echoed)?;
+            let token = parse_u64("acquire", &tok)?;
+            let at = parse_u64("acquire", &at)?;
+            let held = Held { key: e.key, value: format!("{}|{token}|{at}", e.value), px: 0 };
+            out.push(Some((held, Some(token))));
+        }
+        Ok(out)
     }
 
     /// `WAIT replicas timeout` after a grant ([`RedisLockProviderBuilder::wait_for_replicas`]):

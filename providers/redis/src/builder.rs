@@ -149,6 +149,7 @@ impl<C: RedisConnection> RedisLockProviderBuilder<C> {
             scripts: Scripts::new(self.compat),
             compat: self.compat,
             wait: self.wait,
+            slot_grouped: std::sync::atomic::AtomicBool::new(false),
         };
         let provider = RedisLockProvider { inner: StoreProvider::new(store, settings) };
         // Loads the scripts and proves the connection answers (LeaseStore::check).

@@ -15,7 +15,7 @@ fn crc16(data: &[u8]) -> u16 {
 
 /// The Redis Cluster hash slot of a key: of its hash tag (the text between the first `{` and
 /// the first `}` after it, when not empty), else of the whole key.
-fn key_slot(key: &[u8]) -> u16 {
+pub(crate) fn key_slot(key: &[u8]) -> u16 {
     let tag = key.iter().position(|&b| b == b'{').and_then(|open| {
         let rest = &key[open + 1..];
         rest.iter().position(|&b| b == b'}').filter(|&len| len > 0).map(|len| &rest[..len])

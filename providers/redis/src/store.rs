@@ -35,6 +35,9 @@ pub(crate) struct RedisStore<C> {
     /// [`RedisLockProviderBuilder::wait_for_replicas`]: the replicas that must acknowledge an
     /// acquisition, and how long to wait for them.
     pub(crate) wait: Option<(u32, Duration)>,
+    /// Whether batches are pipelined per hash slot: set once a cluster client refused a
+    /// pipeline across slots.
+    pub(crate) slot_grouped: std::sync::atomic::AtomicBool,
 }
 impl<C: RedisConnection> RedisStore<C> {
     /// Runs `lua` on a clone of the connection; its errors mapped ([`RedisStore::script_err`]).
@@ -87,6 +90,8 @@ impl<C: RedisConnection> LeaseStore for RedisStore<C> {
             .with_inspect(true)
             .with_list(true)
             .with_force_release(true)
+            // With `wait_for_replicas`, each grant waits on its own connection: one by one.
+            .with_native_batch(self.wait.is_none())
     }
 
     /// Loads the three scripts (so a server that refuses scripts fails here), then runs the
@@ -118,6 +123,20 @@ impl<C: RedisConnection> LeaseStore for RedisStore<C> {
             Some(t) => granted.with_fencing_token(t),
             None => granted,
         }))
+    }
+
+    /// One pipeline of the acquire script ([`RedisStore::grant_many`]).
+    async fn acquire_many(&self, reqs: &[Request<'_>]) -> Result<Vec<Option<Granted<Held>>>> {
+        let granted = self.grant_many(reqs).await?;
+        Ok(granted
+            .into_iter()
+            .map(|g| {
+                g.map(|(held, token)| match token {
+                    Some(t) => Granted::new(held).with_fencing_token(t),
+                    None => Granted::new(held),
+                })
+            })
+            .collect())
     }
 
     async fn release(&self, req: &Request<'_>, held: &mut Held) -> Result<()> {
