@@ -198,7 +198,9 @@ impl<C: RedisConnection> RedisStore<C> {
             }
             if self.compat {
                 let won: i64 = redis::from_redis_value(answer).map_err(|p| fail(p.into()))?;
-                out.push((won == 1).then(|| (Held { key: e.key, value: e.value, px: e.px }, None)));
+                out.push(
+                    (won == 1).then_some((Held { key: e.key, value: e.value, px: e.px }, None)),
+                );
                 continue;
             }
             let granted: Option<(String, String, String)> =
