@@ -165,8 +165,11 @@ impl<D: Dialect> LeaseStore for SqlStore<D> {
                 }
             })
             .collect();
-        let tokens =
-            self.dialect.acquire_many(&batch).await.map_err(|e| self.err(Call::TryLock, None, e))?;
+        let tokens = self
+            .dialect
+            .acquire_many(&batch)
+            .await
+            .map_err(|e| self.err(Call::TryLock, None, e))?;
         if tokens.len() != reqs.len() {
             return Err(Error::Backend {
                 backend: D::BACKEND,
