@@ -218,6 +218,23 @@ impl Conn {
         }
     }
 
+    /// Sends `requests` in one write (a pipeline: one round trip) and reads their replies, in
+    /// order, unless `deadline` passes first ([`ConnError::TimedOut`]). On any error the
+    /// connection may hold unread replies: it must then be dropped.
+    pub(crate) async fn pipeline(
+        &mut self,
+        requests: &[Vec<u8>],
+        deadline: Option<Instant>,
+    ) -> Result<Vec<Reply>, ConnError> {
+        let Some(deadline) = deadline else { return self.io.pipeline(requests).await };
+        self.timer.as_mut().reset(deadline);
+        tokio::select! {
+            biased;
+            r = self.io.pipeline(requests) => r,
+            () = self.timer.as_mut() => Err(ConnError::TimedOut),
+        }
+    }
+
     /// Whether an idle connection still looks usable: nothing to read and not closed by the
     /// server (a restarted or stopped server, or a cut connection, closes it).
     ///
@@ -323,6 +340,21 @@ impl Io {
 
     async fn request(&mut self, request: &[u8]) -> Result<Reply, ConnError> {
         self.write(request).await?;
+        self.read_reply().await
+    }
+
+    /// Writes `requests` at once, then reads one reply each, in order.
+    async fn pipeline(&mut self, requests: &[Vec<u8>]) -> Result<Vec<Reply>, ConnError> {
+        self.write(&requests.concat()).await?;
+        let mut replies = Vec::with_capacity(requests.len());
+        for _ in requests {
+            replies.push(self.read_reply().await?);
+        }
+        Ok(replies)
+    }
+
+    /// Reads one reply: its line, and the value block it announces (bounded).
+    async fn read_reply(&mut self) -> Result<Reply, ConnError> {
         let line = self.read_line().await?;
         match parse_line(line) {
             Line::Error(e) => Err(ConnError::Server(e)),

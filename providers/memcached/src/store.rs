@@ -65,6 +65,7 @@ impl LeaseStore for MemcachedStore {
             .with_inspect(true)
             .with_list(false)
             .with_force_release(true)
+            .with_native_batch(true)
     }
 
     fn enforces_deadline(&self) -> bool {
@@ -106,6 +107,46 @@ impl LeaseStore for MemcachedStore {
             _ => return Err(unexpected("acquire", &reply)),
         };
         Ok(Some(Granted::new(Held { key, value, cas, epoch, since: Instant::now() })))
+    }
+
+    /// The batch's `ms` commands in one pipeline on one connection (one round trip); each
+    /// reply is read as [`acquire`](LeaseStore::acquire) reads its own.
+    async fn acquire_many(&self, reqs: &[Request<'_>]) -> Result<Vec<Option<Granted<Held>>>> {
+        let Some(first) = reqs.first() else { return Ok(Vec::new()) };
+        let mut keys = Vec::with_capacity(reqs.len());
+        let mut values = Vec::with_capacity(reqs.len());
+        let mut requests = Vec::with_capacity(reqs.len());
+        for req in reqs {
+            let key = self.encode_key(req.name());
+            let ttl = at_most_ttl(req.lock_at_most_for()).ok_or_else(|| too_long(req.config()))?;
+            let value = format!("{} {}", req.owner().hex(), req.owner().locked_by()).into_bytes();
+            requests.push(meta_set(&key, &value, &format!("T{ttl} ME c")));
+            keys.push(key);
+            values.push(value);
+        }
+        let deadline = first.deadline();
+        let err = |e| call_error(first, e);
+        let mut c = self.pool.checkout(deadline).await.map_err(err)?;
+        let replies = c.conn().pipeline(&requests, deadline).await.map_err(err)?;
+        let epoch = c.conn().epoch();
+        let mut out = Vec::with_capacity(reqs.len());
+        for ((reply, key), value) in replies.iter().zip(keys).zip(values) {
+            out.push(match (reply.code_str().as_str(), reply.cas(), epoch) {
+                ("NS", _, _) => None,
+                ("HD", Some(cas), Some(epoch)) => {
+                    Some(Granted::new(Held { key, value, cas, epoch, since: Instant::now() }))
+                }
+                // The connection is dropped (not given back): the batch fails as a whole, and
+                // what it took expires after lock_at_most_for.
+                _ => return Err(unexpected("acquire", reply)),
+            });
+        }
+        c.done();
+        Ok(out)
+    }
+
+    fn batch_limit(&self) -> usize {
+        200
     }
 
     async fn release(&self, req: &Request<'_>, held: &mut Held) -> Result<()> {

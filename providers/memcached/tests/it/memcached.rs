@@ -249,6 +249,33 @@ async fn one_round_trip_per_acquire_per_refusal_and_per_release() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_twenty_names_is_one_round_trip_on_one_connection_and_answers_per_name() {
+    let direct = builder().await.build().unwrap();
+    let proxy = proxy_to(&direct).await;
+    let prefix = unique("batch") + ":";
+    let p = MemcachedLockProvider::builder(proxy.addr().to_string())
+        .key_prefix(&prefix)
+        .build()
+        .unwrap();
+    p.try_lock(&cfg("warm", 60_000, 0)).await.unwrap().unwrap().unlock().await.unwrap();
+    let held = p.try_lock(&cfg("b7", 60_000, 0)).await.unwrap().unwrap();
+    let configs: Vec<LockConfig> = (0..20).map(|i| cfg(&format!("b{i}"), 60_000, 0)).collect();
+    let r0 = proxy.round_trips();
+    let answers = p.try_lock_many(&configs, shedlock::BatchOptions::new()).await.unwrap();
+    assert_eq!(proxy.round_trips() - r0, 1, "one pipeline");
+    assert_eq!(proxy.connections(), 1, "on the one connection");
+    for (i, a) in answers.into_iter().enumerate() {
+        match (i, a.unwrap()) {
+            (7, None) => {}
+            (7, Some(_)) => panic!("b7 is held elsewhere but was granted"),
+            (_, Some(l)) => l.unlock().await.unwrap(),
+            (i, None) => panic!("b{i} is free but was refused"),
+        }
+    }
+    held.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_cut_mid_call_fails_that_call_with_unavailable_then_the_next_recovers() {
     let direct = builder().await.build().unwrap();
     let proxy = proxy_to(&direct).await;
