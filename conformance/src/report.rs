@@ -35,6 +35,10 @@ struct JsonCaps {
     list: bool,
     #[serde(default)]
     force_release: bool,
+    /// Added later (`try_lock_many` sent as one request per chunk, C32): absent in older
+    /// reports.
+    #[serde(default)]
+    native_batch: bool,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -120,6 +124,7 @@ impl Report {
                 inspect: c.inspect,
                 list: c.list,
                 force_release: c.force_release,
+                native_batch: c.native_batch,
             },
             results: self
                 .results
@@ -185,6 +190,7 @@ impl Report {
         s.push_str(&format!("| inspect | {} |\n", yn(c.inspect)));
         s.push_str(&format!("| list | {} |\n", yn(c.list)));
         s.push_str(&format!("| force_release | {} |\n", yn(c.force_release)));
+        s.push_str(&format!("| native_batch | {} |\n", yn(c.native_batch)));
         s.push_str(&format!("\n## Results\n\n{}\n\n", self.summary()));
         s.push_str("| id | check | outcome | detail | ms |\n|---|---|---|---|---|\n");
         for r in &self.results {
@@ -252,7 +258,7 @@ impl Report {
         let mut s = format!(
             "conformance report for {}: extend={} fencing={} server_time={} owner_checked={} \
              granularity={} ms max_name_len={} check={} clock_step={} µs inspect={} list={} \
-             force_release={}\n",
+             force_release={} native_batch={}\n",
             self.provider,
             c.extend,
             c.fencing,
@@ -264,7 +270,8 @@ impl Report {
             c.clock_step.as_micros(),
             c.inspect,
             c.list,
-            c.force_release
+            c.force_release,
+            c.native_batch
         );
         for r in &self.results {
             s.push_str(&format!(
@@ -407,6 +414,7 @@ mod tests {
                 "inspect",
                 "list",
                 "max_name_len",
+                "native_batch",
                 "owner_checked",
                 "server_time"
             ]
