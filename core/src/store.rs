@@ -967,7 +967,9 @@ impl<S: LeaseStore> LockProvider for StoreProvider<S> {
         options: BatchOptions,
     ) -> Result<BatchOutcome> {
         let inner = &self.inner;
-        if !inner.capabilities.native_batch {
+        // One name is a `try_lock`: the store's single acquire (on PostgreSQL the provider's own
+        // connection, where a batch takes one from the pool, which may have to connect first).
+        if !inner.capabilities.native_batch || configs.len() == 1 {
             return try_lock_each(self, configs, options).await;
         }
         check_distinct(configs)?;
