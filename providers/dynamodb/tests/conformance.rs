@@ -1,4 +1,4 @@
-//! The shedlock conformance suite (C01–C31) against a real DynamoDB API server (dynalite here),
+//! The shedlock conformance suite (C01–C32) against a real DynamoDB API server (dynalite here),
 //! one suite per mode (`cargo test --test conformance -- dynamodb-shedlock-compat::` runs one):
 //!
 //! - `dynamodb`: the native item layout, with fencing tokens;

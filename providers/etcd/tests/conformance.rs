@@ -1,4 +1,4 @@
-//! The shedlock conformance suite (C01–C31) against a real etcd server, provider name `etcd`.
+//! The shedlock conformance suite (C01–C32) against a real etcd server, provider name `etcd`.
 //!
 //! Each instance has its own client (like a separate node). The hooks give the kit raw key access
 //! (C14), the server address for its fault proxy (C24 and the round-trip figures) and a restart

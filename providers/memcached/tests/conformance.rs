@@ -1,4 +1,4 @@
-//! The shedlock conformance suite (C01–C31) against a real memcached server, provider name
+//! The shedlock conformance suite (C01–C32) against a real memcached server, provider name
 //! `memcached`, and again over TLS as `memcached-secure`: the launcher's secure memcached (`-Z`
 //! on its only listener, a certificate of a throwaway CA; no credentials, since the meta
 //! protocol has no authentication), every instance and the record hooks connecting over TLS

@@ -1,4 +1,4 @@
-//! The shedlock conformance suite (C01–C31) against a real MongoDB server, one suite per mode
+//! The shedlock conformance suite (C01–C32) against a real MongoDB server, one suite per mode
 //! (`cargo test --test conformance -- mongodb-client-time::` runs one):
 //!
 //! - `mongodb`: server time (the default);

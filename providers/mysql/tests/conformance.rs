@@ -1,4 +1,4 @@
-//! The shedlock conformance suite (C01–C31) against a real MariaDB server, one suite per mode
+//! The shedlock conformance suite (C01–C32) against a real MariaDB server, one suite per mode
 //! (`cargo test --test conformance -- mariadb-client-time::` runs one):
 //!
 //! - `mariadb`: database time, one-statement `RETURNING` acquire;

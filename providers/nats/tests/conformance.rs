@@ -1,4 +1,4 @@
-//! The shedlock conformance suite (C01–C31) against a real NATS server with JetStream, one suite
+//! The shedlock conformance suite (C01–C32) against a real NATS server with JetStream, one suite
 //! per mode (`cargo test --test conformance -- nats-client-time::` runs one):
 //!
 //! - `nats`: server time, per-message TTLs (NATS ≥ 2.11);

@@ -1,4 +1,4 @@
-//! The shedlock conformance suite (C01–C31) against a real PostgreSQL server, one suite per mode
+//! The shedlock conformance suite (C01–C32) against a real PostgreSQL server, one suite per mode
 //! (`cargo test --test conformance -- postgres-client-time::` runs one):
 //!
 //! - `postgres`: database time, one-statement upsert acquire;

@@ -1,4 +1,4 @@
-//! The shedlock conformance suite (C01–C31) against real servers, one suite per variant of the
+//! The shedlock conformance suite (C01–C32) against real servers, one suite per variant of the
 //! provider (`cargo test --test conformance -- redis-valkey::` runs one):
 //!
 //! - `redis`: a Redis server;

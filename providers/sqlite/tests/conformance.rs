@@ -1,4 +1,4 @@
-//! The shedlock conformance suite (C01–C31) against SQLite, two suites: `sqlite` (database time)
+//! The shedlock conformance suite (C01–C32) against SQLite, two suites: `sqlite` (database time)
 //! and `sqlite-client-time` (`cargo test --test conformance -- sqlite-client-time::` runs one).
 //! Each has one database file in a fresh temp dir, each instance its own pool on it (like
 //! separate processes on one host).

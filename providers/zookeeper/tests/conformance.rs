@@ -1,4 +1,4 @@
-//! The shedlock conformance suite (C01–C31) against real ZooKeeper servers, one suite per
+//! The shedlock conformance suite (C01–C32) against real ZooKeeper servers, one suite per
 //! deployment (`cargo test --test conformance -- zookeeper-ensemble::` runs one):
 //!
 //! - `zookeeper`: a single server;
