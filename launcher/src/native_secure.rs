@@ -156,6 +156,7 @@ pub(super) fn secure_nodes(
     dir: &Path,
     ports: &[u16],
     s: &Secure,
+    durable: bool,
 ) -> Result<Vec<NodeSpec>, LaunchError> {
     let port = |i: usize| ports.get(i).copied().unwrap_or(0);
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port(0)));
@@ -313,6 +314,8 @@ pub(super) fn secure_nodes(
                 port = port(0),
                 keystore = keystore.display(),
             );
+            // As the plaintext server: no fsync before an acknowledgement unless `durable`.
+            let cfg = if durable { cfg } else { format!("{cfg}forceSync=no\n") };
             let cfg_path = d.join("zoo.cfg");
             secure::write_secret(backend, &cfg_path, &cfg)?;
             let mut classpath = OsString::from(jar.as_os_str());

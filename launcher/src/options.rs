@@ -183,7 +183,8 @@ impl LaunchOptions {
     /// server or machine crash may lose or corrupt data. `durable(true)` drops those three
     /// settings, so the server runs with PostgreSQL's defaults (all three on): each commit
     /// waits for its WAL to be flushed, as on a production server (e.g. to measure what a
-    /// commit costs there). Native PostgreSQL only: every other backend ignores it, and a
+    /// commit costs there). Native ZooKeeper likewise runs with `forceSync=no` unless
+    /// `durable`. Every other backend ignores it, and a
     /// Docker launch of PostgreSQL with it fails with
     /// [`LaunchError::Unsupported`](crate::LaunchError) (`docker-compose.yml`'s server runs
     /// with `fsync=off`). Like every option, it has no effect when a URL is used instead of
