@@ -20,12 +20,14 @@ const INSTANCES: usize = 4;
 const JOBS: usize = 12;
 const CAPACITY: usize = 4;
 
+/// (second, instance) → the jobs that instance ran in that second.
+type Runs = Arc<Mutex<BTreeMap<(u64, usize), Vec<usize>>>>;
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let seconds: u64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(4);
     let server = MemoryServer::new();
-    // (second, instance) → the jobs that instance ran in that second.
-    let runs: Arc<Mutex<BTreeMap<(u64, usize), Vec<usize>>>> = Arc::default();
+    let runs: Runs = Arc::default();
     let mut fleet = Vec::new();
     for instance in 0..INSTANCES {
         let executor = LockingExecutor::new(Arc::new(MemoryLockProvider::new(&server)));

@@ -606,12 +606,7 @@ impl LockingExecutor {
                 Ok(None)
             }
             Err(error) => {
-                // The caller gets the error (a Scheduler reports it once per distinct failure):
-                // a warning here too said it twice on every fire.
-                tracing::debug!(lock = name, %error, "could not try the lock");
-                metrics::acquire_failed(name, backend, attempt.elapsed());
-                metrics::error(name, backend, "try_lock", &error);
-                self.emit(ExecutionEvent::Failed { name, error: &error });
+                self.attempt_failed(name, attempt.elapsed(), &error);
                 Err(error)
             }
         }
@@ -656,7 +651,9 @@ impl LockingExecutor {
         outcome
     }
 
-    /// The metrics, event and log of an attempt at `name` that failed with `error`.
+    /// The metrics, event and log of an attempt at `name` that failed with `error`. The caller
+    /// gets the error (a Scheduler reports it once per distinct failure): a warning here too
+    /// said it twice on every fire.
     fn attempt_failed(&self, name: &str, took: Duration, error: &Error) {
         tracing::debug!(lock = name, %error, "could not try the lock");
         metrics::acquire_failed(name, self.backend, took);

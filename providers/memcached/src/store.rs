@@ -15,7 +15,7 @@ use crate::{
     GRANULARITY,
     conn::{Epoch, Pool},
     error::{call_error, map_err, read_error, too_long, unexpected},
-    proto::{at_least_ttl, at_most_ttl, meta_delete, meta_set},
+    proto::{Reply, at_least_ttl, at_most_ttl, meta_delete, meta_set},
 };
 
 /// The records on one memcached server: a key per lock, CAS-checked.
@@ -36,6 +36,34 @@ impl fmt::Debug for MemcachedStore {
             .finish()
     }
 }
+impl MemcachedStore {
+    /// The key, value and `ms` command (add only: `ME`) that take the lock of `req`.
+    fn take_request(&self, req: &Request<'_>) -> Result<(String, Vec<u8>, Vec<u8>)> {
+        let key = self.encode_key(req.name());
+        let ttl = at_most_ttl(req.lock_at_most_for()).ok_or_else(|| too_long(req.config()))?;
+        let value = format!("{} {}", req.owner().hex(), req.owner().locked_by()).into_bytes();
+        let request = meta_set(&key, &value, &format!("T{ttl} ME c"));
+        Ok((key, value, request))
+    }
+}
+
+/// What the reply to a [`MemcachedStore::take_request`] says: `NS` held elsewhere, `HD` with
+/// its CAS taken (on the server process `epoch`), anything else an error.
+fn taken(
+    reply: &Reply,
+    key: String,
+    value: Vec<u8>,
+    epoch: Option<Epoch>,
+) -> Result<Option<Granted<Held>>> {
+    match (reply.code_str().as_str(), reply.cas(), epoch) {
+        ("NS", _, _) => Ok(None),
+        ("HD", Some(cas), Some(epoch)) => {
+            Ok(Some(Granted::new(Held { key, value, cas, epoch, since: Instant::now() })))
+        }
+        _ => Err(unexpected("acquire", reply)),
+    }
+}
+
 /// A held lock: the record's key, value and CAS, and the server process that stored it.
 pub(crate) struct Held {
     key: String,
@@ -86,61 +114,39 @@ impl LeaseStore for MemcachedStore {
     }
 
     async fn acquire(&self, req: &Request<'_>) -> Result<Option<Granted<Held>>> {
-        let key = self.encode_key(req.name());
-        let ttl = at_most_ttl(req.lock_at_most_for()).ok_or_else(|| too_long(req.config()))?;
-        let value = format!("{} {}", req.owner().hex(), req.owner().locked_by()).into_bytes();
-        let request = meta_set(&key, &value, &format!("T{ttl} ME c"));
+        let (key, value, request) = self.take_request(req)?;
         let deadline = req.deadline();
         let err = |e| call_error(req, e);
         let mut c = self.pool.checkout(deadline).await.map_err(err)?;
         let reply = c.conn().request(&request, deadline).await.map_err(err)?;
-        let epoch = c.conn().epoch();
-        let (cas, epoch) = match (reply.code_str().as_str(), reply.cas(), epoch) {
-            ("NS", _, _) => {
-                c.done();
-                return Ok(None);
-            }
-            ("HD", Some(cas), Some(epoch)) => {
-                c.done();
-                (cas, epoch)
-            }
-            _ => return Err(unexpected("acquire", &reply)),
-        };
-        Ok(Some(Granted::new(Held { key, value, cas, epoch, since: Instant::now() })))
+        let granted = taken(&reply, key, value, c.conn().epoch())?;
+        c.done();
+        Ok(granted)
     }
 
     /// The batch's `ms` commands in one pipeline on one connection (one round trip); each
     /// reply is read as [`acquire`](LeaseStore::acquire) reads its own.
     async fn acquire_many(&self, reqs: &[Request<'_>]) -> Result<Vec<Option<Granted<Held>>>> {
         let Some(first) = reqs.first() else { return Ok(Vec::new()) };
-        let mut keys = Vec::with_capacity(reqs.len());
-        let mut values = Vec::with_capacity(reqs.len());
+        let mut taking = Vec::with_capacity(reqs.len());
         let mut requests = Vec::with_capacity(reqs.len());
         for req in reqs {
-            let key = self.encode_key(req.name());
-            let ttl = at_most_ttl(req.lock_at_most_for()).ok_or_else(|| too_long(req.config()))?;
-            let value = format!("{} {}", req.owner().hex(), req.owner().locked_by()).into_bytes();
-            requests.push(meta_set(&key, &value, &format!("T{ttl} ME c")));
-            keys.push(key);
-            values.push(value);
+            let (key, value, request) = self.take_request(req)?;
+            taking.push((key, value));
+            requests.push(request);
         }
         let deadline = first.deadline();
         let err = |e| call_error(first, e);
         let mut c = self.pool.checkout(deadline).await.map_err(err)?;
         let replies = c.conn().pipeline(&requests, deadline).await.map_err(err)?;
         let epoch = c.conn().epoch();
-        let mut out = Vec::with_capacity(reqs.len());
-        for ((reply, key), value) in replies.iter().zip(keys).zip(values) {
-            out.push(match (reply.code_str().as_str(), reply.cas(), epoch) {
-                ("NS", _, _) => None,
-                ("HD", Some(cas), Some(epoch)) => {
-                    Some(Granted::new(Held { key, value, cas, epoch, since: Instant::now() }))
-                }
-                // The connection is dropped (not given back): the batch fails as a whole, and
-                // what it took expires after lock_at_most_for.
-                _ => return Err(unexpected("acquire", reply)),
-            });
-        }
+        // An unexpected reply fails the batch as a whole; the connection is then dropped (not
+        // given back), and what the batch took expires after lock_at_most_for.
+        let out = replies
+            .iter()
+            .zip(taking)
+            .map(|(reply, (key, value))| taken(reply, key, value, epoch))
+            .collect::<Result<Vec<_>>>()?;
         c.done();
         Ok(out)
     }

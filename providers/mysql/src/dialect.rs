@@ -6,7 +6,7 @@ use std::{fmt, time::Duration};
 use shedlock::Result;
 use shedlock::support::duration_millis_ceil;
 use shedlock_sql::{
-    ArgValues, DbErrorKind, Inspected, LockConn, Op, QuotedNames, Settings, Value, bind,
+    ArgValues, DbErrorKind, Inspected, LockConn, Op, QuotedNames, Settings, bind, bind_values,
     inspected_from_row, record_from_row, retry_transient,
 };
 use sqlx::{
@@ -38,21 +38,6 @@ enum Owner {
     LockedBy(String),
     /// The row's acquisition id and fencing token.
     Acquisition(i64, i64),
-}
-
-/// `q` with `values` bound in order.
-fn bind_values<'q>(
-    mut q: sqlx::query::Query<'q, MySql, sqlx::mysql::MySqlArguments>,
-    values: Vec<Value<'q>>,
-) -> sqlx::query::Query<'q, MySql, sqlx::mysql::MySqlArguments> {
-    for v in values {
-        q = match v {
-            Value::Text(t) => q.bind(t),
-            Value::Bytes(b) => q.bind(b),
-            Value::Int(i) => q.bind(i),
-        };
-    }
-    q
 }
 
 /// Milliseconds-aligned microseconds: `DATETIME(3)` keeps milliseconds, so client-side times are

@@ -15,8 +15,22 @@ where
     &'q [u8]: Encode<'q, DB> + Type<DB>,
     i64: Encode<'q, DB> + Type<DB>,
 {
-    let mut q = sqlx::query(AssertSqlSafe(stmt.sql().clone()));
-    for v in stmt.values(values) {
+    bind_values(sqlx::query(AssertSqlSafe(stmt.sql().clone())), stmt.values(values))
+}
+
+/// Binds `values` to `q`, in order: a statement whose text a dialect assembles itself (a batch's
+/// rows, each bound with [`Stmt::values`]).
+pub fn bind_values<'q, DB>(
+    mut q: Query<'q, DB, DB::Arguments>,
+    values: Vec<Value<'q>>,
+) -> Query<'q, DB, DB::Arguments>
+where
+    DB: Database,
+    &'q str: Encode<'q, DB> + Type<DB>,
+    &'q [u8]: Encode<'q, DB> + Type<DB>,
+    i64: Encode<'q, DB> + Type<DB>,
+{
+    for v in values {
         q = match v {
             Value::Text(s) => q.bind(s),
             Value::Bytes(b) => q.bind(b),

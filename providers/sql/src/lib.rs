@@ -44,7 +44,7 @@ pub use dialect::{
     UnloggedTable,
 };
 pub use error::{Call, DbErrorKind, ErrorContext, map_sqlx_error};
-pub use exec::{TRANSIENT_ATTEMPTS, bind, retry_transient};
+pub use exec::{TRANSIENT_ATTEMPTS, bind, bind_values, retry_transient};
 pub use ident::{Columns, MAX_IDENT_LEN, QuotedNames, TableName, validate_ident};
 pub use provider::{RecordAdmin, SqlLockProvider};
 pub use record::{Inspected, LockRecord, inspected_from_row, record_from_row, token_u64};

@@ -56,7 +56,7 @@ use shedlock::Result;
 use shedlock::support::duration_millis_ceil;
 use shedlock_sql::{
     Arg, ArgValues, DbErrorKind, Inspected, Op, Placeholder, QuotedNames, Settings, Stmt,
-    StmtBuilder, Value, bind, inspected_from_row, record_from_row,
+    StmtBuilder, bind, bind_values, inspected_from_row, record_from_row,
 };
 use sqlx::{
     AssertSqlSafe, Row,
@@ -354,13 +354,7 @@ impl Dialect for SqliteDialect {
         let sql = format!("{}{rows}{}", s.batch_head, s.batch_tail);
         let mut q = sqlx::query(AssertSqlSafe(sql));
         for values in batch {
-            for v in s.batch_row.values(values) {
-                q = match v {
-                    Value::Text(t) => q.bind(t),
-                    Value::Bytes(b) => q.bind(b),
-                    Value::Int(i) => q.bind(i),
-                };
-            }
+            q = bind_values(q, s.batch_row.values(values));
         }
         let rows = q.fetch_all(&self.pool).await.map_err(|e| self.with_path(e))?;
         let mut won = std::collections::HashMap::new();
