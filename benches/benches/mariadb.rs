@@ -30,6 +30,14 @@ async fn node(url: &str) -> Arc<dyn LockProvider> {
     Arc::new(MySqlLockProvider::builder(pool(url).await).table(TABLE).build().unwrap())
 }
 
+/// An instance as a fleet runs it (B4's batch path): a pool of one connection beside the
+/// provider's own, so it never holds more than two, whatever the number of jobs.
+async fn fleet_node(url: &str) -> Arc<dyn LockProvider> {
+    let pool =
+        shedlock_mysql::recommended_pool_options().max_connections(1).connect(url).await.unwrap();
+    Arc::new(MySqlLockProvider::builder(pool).table(TABLE).build().unwrap())
+}
+
 /// The floor: the acquire upsert (owner first, then the lease, both only where the lease has
 /// ended; the owner it returns says who won), then the owner-checked release.
 async fn raw_pair(conn: &Mutex<MySqlConnection>, name: &str, owner: u64) {
@@ -167,7 +175,13 @@ fn main() {
             ),
         ],
     );
-    zoo.contention(&url, provider.clone(), service.addr(), |u| async move { node(&u).await });
+    zoo.contention_fleet(
+        &url,
+        provider.clone(),
+        service.addr(),
+        &|u: String| async move { node(&u).await },
+        &|u: String| async move { fleet_node(&u).await },
+    );
     zoo.note("no peer crate is measured; the extra row is MariaDB's own session lock (GET_LOCK), which writes nothing and never expires, like PostgreSQL's advisory locks. The CPU columns split the provider's gap to the floor between the client (sqlx, the provider, the runtime) and the server");
     zoo.finish();
     c.final_summary();

@@ -33,6 +33,17 @@ async fn node(url: &str) -> Arc<dyn LockProvider> {
     Arc::new(PostgresLockProvider::builder(pool(url).await).table(TABLE).build().unwrap())
 }
 
+/// An instance as a fleet runs it (B4's batch path): a pool of one connection beside the
+/// provider's own, so it never holds more than two, whatever the number of jobs.
+async fn fleet_node(url: &str) -> Arc<dyn LockProvider> {
+    let pool = shedlock_postgres::recommended_pool_options()
+        .max_connections(1)
+        .connect(url)
+        .await
+        .unwrap();
+    Arc::new(PostgresLockProvider::builder(pool).table(TABLE).build().unwrap())
+}
+
 /// The floor: the acquire upsert (taking the row only where its lease has ended), then the
 /// release update, on the same kind of pool.
 async fn raw_pair(pool: &PgPool, name: &str) {
@@ -185,7 +196,13 @@ fn main() {
         )),
         extras,
     );
-    zoo.contention(&url, provider.clone(), service.addr(), |u| async move { node(&u).await });
+    zoo.contention_fleet(
+        &url,
+        provider.clone(),
+        service.addr(),
+        &|u: String| async move { node(&u).await },
+        &|u: String| async move { fleet_node(&u).await },
+    );
     zoo.note("sqlx's PgAdvisoryLock writes nothing and never expires: a session lock, held until released or the connection closes, with no lock_at_most_for, no lock_at_least_for and no record of who holds it; the provider's upsert and release are WAL-logged row writes. This server runs with fsync and synchronous_commit off, so no commit here waits for a disk; the rows \"durable server: ...\" are measured on a second server with PostgreSQL's defaults (fsync, synchronous_commit and full_page_writes on), where each of the provider's commits waits for a WAL flush (on this machine's disk). asynchronous_commit(true) and an UNLOGGED table each remove that wait at a price: a server crash can forget the locks of the last ~600 ms, or empties the table (and a replica never has its rows); see the shedlock-postgres README, \"Cheaper commits, and what a crash then loses\"");
     zoo.finish();
     c.final_summary();

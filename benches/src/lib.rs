@@ -3,11 +3,12 @@
 //! the raw backend operation its acquire builds on, so the provider's overhead is visible.
 //!
 //! This library holds what the benchmarks share: the measured cycle and the [`zoo`] (B1–B3 and
-//! the round trips, one summary row per provider).
+//! the round trips, one summary row per provider) and the [`herd`] (B4's paths, census and share).
 
 use shedlock::{LockConfig, LockProvider};
 use shedlock_launcher::{Backend, Service};
 
+pub mod herd;
 pub mod zoo;
 
 /// The runtime every benchmark measures on: multi-threaded, two workers (this machine's cores).

@@ -42,6 +42,8 @@ use shedlock::{LockConfig, LockProvider};
 use shedlock_conformance::tools::proxy::{FaultProxy, round_trips_per_cycle};
 use tokio::runtime::Runtime;
 
+use crate::herd::{self, CensusFleet, CensusVia, Path};
+
 /// One measured operation (a whole acquire + release cycle), borrowing what it needs.
 pub type Op<'a> = Box<dyn FnMut() -> Pin<Box<dyn Future<Output = ()> + 'a>> + 'a>;
 
@@ -148,6 +150,15 @@ impl Size {
             Size::Test => (20, 1),
             Size::Quick => (B3_NAMES, 1),
             Size::Full => (B3_NAMES, 3),
+        }
+    }
+
+    /// B4's share: the (instances, jobs) sizes it runs at.
+    fn b4_share(self) -> &'static [(usize, usize)] {
+        match self {
+            Size::Test => &[(4, 10)],
+            Size::Quick => &[(8, 100)],
+            Size::Full => &[(8, 100), (32, 1000)],
         }
     }
 
@@ -679,127 +690,221 @@ impl<'rt> Zoo<'rt> {
     }
 
     /// **B4, the herd**: a fleet of `N` instances of one service (each its own instance from
-    /// `make`: its own client or pool), every one of them trying every one of `J` jobs at the
-    /// same cron tick, for a few ticks, as schedulers do: each job's `try_lock` is its own task,
-    /// all started at the tick; a winner runs its (empty) task and unlocks at once, its record
-    /// kept for `lock_at_least_for` ([`HERD_AT_LEAST`], or 1.5 times the tick the rate measured
-    /// on the smaller sizes predicts, plus 1 s) so that late deciders find the job done; the
-    /// next tick comes once that has passed. Per (N, J): the time from the tick to the last decision (p50
-    /// and p99 over ticks), the winners' task start latency (from the tick to the winning
-    /// `try_lock`'s answer, p50 and p99 over every winner), provider calls per tick (N × J
-    /// `try_lock` and J `unlock`; round trips per call are the row's own figure), and exactly J
-    /// winners per tick, checked. A combination whose calls fail (a server out of connections,
-    /// say), or whose tick outlasted its `lock_at_least_for` so that a late instance took a job
-    /// again as the lock allows, is reported with why instead of figures. The summary (`cargo xtask bench`)
+    /// `make`: its own client or pool), every one of them asking for every one of `J` jobs at
+    /// the same cron tick, for a few ticks, by both paths of [`crate::herd`]: one `try_lock`
+    /// per job, each its own task, and one `try_lock_many` per instance. A winner runs its
+    /// (empty) task and unlocks at once, its record kept for `lock_at_least_for`
+    /// ([`HERD_AT_LEAST`], or 1.5 times the tick the path's rate measured on the smaller sizes
+    /// predicts, plus 1 s) so that late deciders find the job done; the next tick comes once
+    /// that has passed. Per (N, J) and path: the time from the tick to the last decision (p50
+    /// and p99 over ticks), the winners' task start latency (p50 and p99 over every winner),
+    /// provider calls per tick, and exactly J winners per tick, checked. A combination whose
+    /// calls fail (a server out of connections, say), or whose tick outlasted its
+    /// `lock_at_least_for` so that a late instance took a job again as the lock allows, is
+    /// reported with why instead of figures. With `census` (the server's address, and how to
+    /// build an instance reaching it at another address), each measured size and path also
+    /// gets a census tick ([`crate::herd::CensusFleet`]): connections per instance at their
+    /// peak during the tick, and requests per instance. Last, the share
+    /// ([`crate::herd::share`]) at 8 × 100 and 32 × 1 000. The summary (`cargo xtask bench`)
     /// fits the growth from these rows.
     ///
     /// # Panics
-    /// If a job has no winner in a tick, or a second one whose `try_lock` began inside the first
+    /// If a job has no winner in a tick, or a second one whose call began inside the first
     /// winner's `lock_at_least_for` (two instances ran it).
-    #[allow(clippy::expect_used, clippy::panic)]
+    #[allow(clippy::expect_used, clippy::panic, clippy::too_many_lines)]
     pub fn b4<F, Fut>(&mut self, mut make: F)
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Arc<dyn LockProvider>>,
     {
+        self.b4_with(|_| make(), None);
+    }
+
+    /// [`b4`](Self::b4) with the instances of each path from `make`, and a census of each size
+    /// (see there): the server's address, and how to build an instance of a path that reaches
+    /// it at another address.
+    #[allow(clippy::expect_used, clippy::panic, clippy::too_many_lines)]
+    pub fn b4_with<F, Fut>(&mut self, mut make: F, census: Option<(SocketAddr, CensusVia<'_>)>)
+    where
+        F: FnMut(Path) -> Fut,
+        Fut: Future<Output = Arc<dyn LockProvider>>,
+    {
         let (counts, jobs, ticks) = self.size.b4();
         let max = counts.iter().copied().max().unwrap_or(1);
         let sockets_before = open_sockets();
-        let nodes: Vec<Arc<dyn LockProvider>> = self.rt.block_on(async {
-            let mut v = Vec::with_capacity(max);
-            for _ in 0..max {
-                v.push(make().await);
-            }
-            // One lock cycle each, so that lazily connecting clients have connected.
-            let warm = cfg(&unique("b4-warm"));
-            for p in &v {
-                if let Some(l) = p.try_lock(&warm).await.expect("try_lock") {
-                    l.unlock().await.expect("unlock");
+        let warm = cfg(&unique("b4-warm"));
+        let mut build = |rt: &Runtime, path: Path| -> Vec<Arc<dyn LockProvider>> {
+            rt.block_on(async {
+                let mut v = Vec::with_capacity(max);
+                for _ in 0..max {
+                    v.push(make(path).await);
                 }
-            }
-            v
-        });
-        let sockets_idle = open_sockets();
-        let mut sockets_busy: Option<usize> = None;
-        let granularity = nodes[0].capabilities().granularity;
-        let mut rows = Vec::new();
-        for &n in counts {
-            for &j in jobs {
-                if let Some(why) = herd_over_budget(&rows, n * j) {
-                    println!("  B4 {n:>3} instances × {j:>4} jobs: skipped: {why}");
-                    rows.push(json!({"instances": n, "jobs": j, "skipped": why}));
-                    continue;
-                }
-                let base = unique(&format!("b4-{n}x{j}"));
-                let at_least = herd_at_least(&rows, n * j);
-                let configs: Arc<Vec<LockConfig>> = Arc::new(
-                    (0..j)
-                        .map(|i| {
-                            LockConfig::new(format!("{base}-{i}"), AT_MOST, at_least)
-                                .expect("a valid lock config")
-                        })
-                        .collect(),
-                );
-                let mut decide = Vec::with_capacity(ticks);
-                let mut starts = Vec::new();
-                let mut failure: Option<String> = None;
-                for tick in 0..ticks {
-                    let out = self.rt.block_on(herd_tick(&nodes[..n], &configs));
-                    if n == max && j == jobs.last().copied().unwrap_or(0) && tick == 0 {
-                        sockets_busy = open_sockets();
+                // One lock cycle each, so that lazily connecting clients have connected.
+                for p in &v {
+                    if let Some(l) = p.try_lock(&warm).await.expect("try_lock") {
+                        l.unlock().await.expect("unlock");
                     }
-                    match out {
-                        Ok((last, winners)) => {
-                            let mut late = None;
-                            for (i, w) in winners.iter().enumerate() {
-                                match herd_winners(i, w, at_least, granularity) {
-                                    Ok(None) => {}
-                                    Ok(Some(why)) => late = late.or(Some(why)),
-                                    Err(e) => panic!("B4 {n}×{j}, tick {tick}: {e}"),
+                }
+                v
+            })
+        };
+        let mut sockets_idle = None;
+        let mut sockets_busy: Option<usize> = None;
+        let mut rows: Vec<Value> = Vec::new();
+        let mut shares = Vec::new();
+        // One path at a time, each on a fleet of its own, dropped before the next: the server
+        // sees one fleet's connections at a time, as it would in production.
+        for path in Path::ALL {
+            let nodes = build(self.rt, path);
+            let granularity = nodes[0].capabilities().granularity;
+            if path == Path::PerJob {
+                sockets_idle = open_sockets();
+            }
+            let label = path.label();
+            let first_row = rows.len();
+            for &n in counts {
+                for &j in jobs {
+                    let what = format!("B4 {label:>7} {n:>3} instances × {j:>4} jobs");
+                    if let Some(why) = herd::over_budget(&rows, path, n * j) {
+                        println!("  {what}: skipped: {why}");
+                        rows.push(
+                            json!({"path": label, "instances": n, "jobs": j, "skipped": why}),
+                        );
+                        continue;
+                    }
+                    let base = unique(&format!("b4-{label}-{n}x{j}"));
+                    let at_least = herd::at_least(&rows, path, n * j);
+                    let configs = herd_configs(&base, j, at_least);
+                    let mut decide = Vec::with_capacity(ticks);
+                    let mut starts = Vec::new();
+                    let mut failure: Option<String> = None;
+                    for tick in 0..ticks {
+                        let out = self.rt.block_on(herd::tick(path, &nodes[..n], &configs));
+                        if path == Path::PerJob
+                            && n == max
+                            && j == jobs.last().copied().unwrap_or(0)
+                            && tick == 0
+                        {
+                            sockets_busy = open_sockets();
+                        }
+                        match out {
+                            Ok((last, winners)) => {
+                                let mut late = None;
+                                for (i, w) in winners.iter().enumerate() {
+                                    match herd::winners(i, w, at_least, granularity) {
+                                        Ok(None) => {}
+                                        Ok(Some(why)) => late = late.or(Some(why)),
+                                        Err(e) => panic!("{what}, tick {tick}: {e}"),
+                                    }
                                 }
+                                if let Some(why) = late {
+                                    failure = Some(why);
+                                    break;
+                                }
+                                decide.push(last);
+                                starts.extend(winners.iter().flatten().map(|&(_, d)| d));
                             }
-                            if let Some(why) = late {
-                                failure = Some(why);
+                            Err(e) => {
+                                failure = Some(e);
                                 break;
                             }
-                            decide.push(last);
-                            starts.extend(winners.iter().flatten().map(|&(_, d)| d));
+                        }
+                        // The winners' records end lock_at_least_for after their acquisition
+                        // (plus the backend's granularity): the next tick finds every job free.
+                        if tick + 1 < ticks {
+                            std::thread::sleep(at_least + granularity + Duration::from_millis(100));
+                        }
+                    }
+                    let calls = match path {
+                        Path::PerJob => n * j + j,
+                        Path::Batch => n + j,
+                    };
+                    if let Some(e) = failure {
+                        println!("  {what}: FAILED: {e}");
+                        rows.push(json!({"path": label, "instances": n, "jobs": j, "error": e}));
+                        continue;
+                    }
+                    let d = latency(decide);
+                    let w = latency(starts);
+                    println!(
+                        "  {what}: decided in p50 {:>10.1} µs  p99 {:>10.1} µs; winner starts \
+                         p50 {:>10.1} µs  p99 {:>10.1} µs; {calls} calls/tick",
+                        d.p50, d.p99, w.p50, w.p99
+                    );
+                    rows.push(json!({
+                        "path": label,
+                        "instances": n,
+                        "jobs": j,
+                        "ticks": ticks,
+                        "decide_p50_us": round(d.p50, 1),
+                        "decide_p99_us": round(d.p99, 1),
+                        "winner_start_p50_us": round(w.p50, 1),
+                        "winner_start_p99_us": round(w.p99, 1),
+                        "calls_per_tick": calls,
+                        "lock_at_least_for_s": round(at_least.as_secs_f64(), 1),
+                    }));
+                }
+            }
+            if path == Path::Batch {
+                for &(n, j) in self.size.b4_share() {
+                    let at_least = herd::at_least(&rows, Path::Batch, n * j);
+                    let fleet = &nodes[..n.min(nodes.len())];
+                    let share_ticks = if self.size == Size::Test { 1 } else { ticks };
+                    let out =
+                        self.rt.block_on(herd::share(fleet, j, at_least, granularity, share_ticks));
+                    match out {
+                        Ok(row) => {
+                            println!(
+                                "  B4 share {n:>3} instances × {j:>4} jobs, capacity {}: max \
+                                 share {}, most running at once {}",
+                                row["capacity"], row["max_share"], row["most_running_at_once"]
+                            );
+                            shares.push(row);
                         }
                         Err(e) => {
-                            failure = Some(e);
-                            break;
+                            println!("  B4 share {n:>3} instances × {j:>4} jobs: FAILED: {e}");
+                            shares.push(json!({"instances": n, "jobs": j, "error": e}));
                         }
                     }
-                    // The winners' records end lock_at_least_for after their acquisition (plus
-                    // the backend's granularity): the next tick finds every job free.
-                    if tick + 1 < ticks {
-                        std::thread::sleep(at_least + granularity + Duration::from_millis(100));
+                }
+            }
+            drop(nodes);
+            // The census: each size this path measured, once more on a fresh fleet whose
+            // instances each reach the server through a proxy of their own.
+            if let Some((upstream, via)) = &census {
+                for row in &mut rows[first_row..] {
+                    if row.get("decide_p50_us").is_none() {
+                        continue;
+                    }
+                    let n = row["instances"].as_u64().unwrap_or(1) as usize;
+                    let j = row["jobs"].as_u64().unwrap_or(1) as usize;
+                    let at_least =
+                        Duration::from_secs_f64(row["lock_at_least_for_s"].as_f64().unwrap_or(3.0));
+                    let configs =
+                        herd_configs(&unique(&format!("b4c-{label}-{n}x{j}")), j, at_least);
+                    let counted = self.rt.block_on(async {
+                        let make = |a: SocketAddr| via(path, a);
+                        let fleet = CensusFleet::start(*upstream, &make, n).await?;
+                        fleet.count(path, n, &configs).await
+                    });
+                    let what = format!("B4 {label:>7} {n:>3} instances × {j:>4} jobs: census");
+                    match counted {
+                        Ok(c) => {
+                            println!(
+                                "  {what}: {} connections per instance at most, {:.1} requests \
+                                 per instance (at most {})",
+                                c.connections_peak, c.requests_mean, c.requests_max
+                            );
+                            row["connections_per_instance_peak"] = json!(c.connections_peak);
+                            row["requests_per_instance_per_tick"] = round(c.requests_mean, 1);
+                            row["requests_per_instance_per_tick_max"] = json!(c.requests_max);
+                        }
+                        Err(e) => {
+                            println!("  {what} failed: {e}");
+                            row["census_error"] = json!(e);
+                        }
                     }
                 }
-                let calls = n * j + j;
-                if let Some(e) = failure {
-                    println!("  B4 {n:>3} instances × {j:>4} jobs: FAILED: {e}");
-                    rows.push(json!({"instances": n, "jobs": j, "error": e}));
-                    continue;
-                }
-                let d = latency(decide);
-                let w = latency(starts);
-                println!(
-                    "  B4 {n:>3} instances × {j:>4} jobs: decided in p50 {:>10.1} µs  p99 {:>10.1} µs; \
-                     winner starts p50 {:>10.1} µs  p99 {:>10.1} µs; {calls} calls/tick",
-                    d.p50, d.p99, w.p50, w.p99
-                );
-                rows.push(json!({
-                    "instances": n,
-                    "jobs": j,
-                    "ticks": ticks,
-                    "decide_p50_us": round(d.p50, 1),
-                    "decide_p99_us": round(d.p99, 1),
-                    "winner_start_p50_us": round(w.p50, 1),
-                    "winner_start_p99_us": round(w.p99, 1),
-                    "calls_per_tick": calls,
-                    "lock_at_least_for_s": round(at_least.as_secs_f64(), 1),
-                }));
             }
         }
         if let (Some(before), Some(idle)) = (sockets_before, sockets_idle) {
@@ -819,6 +924,7 @@ impl<'rt> Zoo<'rt> {
             );
         }
         self.row.insert("b4".into(), Value::Array(rows));
+        self.row.insert("b4_share".into(), Value::Array(shares));
     }
 
     /// B2, B3 and the round trips of a networked provider: `node` builds an instance (its own
@@ -834,9 +940,41 @@ impl<'rt> Zoo<'rt> {
         F: Fn(String) -> Fut,
         Fut: Future<Output = Arc<dyn LockProvider>>,
     {
+        self.contention_fleet(url, provider, upstream, &node, &node);
+    }
+
+    /// [`contention`](Self::contention), B4's batch path on instances from `fleet` (the same
+    /// client configured as a fleet's instance would be, e.g. a pool of one connection beside
+    /// the provider's own), the rest on instances from `node`.
+    pub fn contention_fleet<F, Fut, G, GFut>(
+        &mut self,
+        url: &str,
+        provider: Arc<dyn LockProvider>,
+        upstream: Option<SocketAddr>,
+        node: &F,
+        fleet: &G,
+    ) where
+        F: Fn(String) -> Fut,
+        Fut: Future<Output = Arc<dyn LockProvider>>,
+        G: Fn(String) -> GFut,
+        GFut: Future<Output = Arc<dyn LockProvider>>,
+    {
         self.b2(|| node(url.to_owned()));
         self.b3(provider);
-        self.b4(|| node(url.to_owned()));
+        let per_job = |u: String| Box::pin(node(u)) as herd::Building<'_>;
+        let batch = |u: String| Box::pin(fleet(u)) as herd::Building<'_>;
+        let (per_job, batch): (&herd::MakeNode<'_>, &herd::MakeNode<'_>) = (&per_job, &batch);
+        let of = move |path: Path| match path {
+            Path::PerJob => per_job,
+            Path::Batch => batch,
+        };
+        let via: Option<(SocketAddr, CensusVia<'_>)> = upstream.map(|addr| {
+            let via: CensusVia<'_> = Box::new(move |path: Path, a: SocketAddr| {
+                Box::pin(of(path)(shedlock_test_support::url_via(url, a))) as herd::Building<'_>
+            });
+            (addr, via)
+        });
+        self.b4_with(|path| of(path)(url.to_owned()), via);
         self.round_trips(upstream, |a| node(shedlock_test_support::url_via(url, a)));
     }
 
@@ -932,139 +1070,18 @@ fn resident_bytes() -> Option<u64> {
     Some(pages * 4096)
 }
 
-/// One B4 tick: every instance tries every job at once, each `try_lock` its own task, a winner
-/// unlocking at once. Answers the time from the tick to the last decision, and per job its
-/// winners, each as (when its `try_lock` began, when it answered), from the tick; or the first
-/// error.
-async fn herd_tick(
-    nodes: &[Arc<dyn LockProvider>],
-    configs: &Arc<Vec<LockConfig>>,
-) -> Result<(Duration, Vec<Vec<(Duration, Duration)>>), String> {
-    let tick = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    for node in nodes {
-        for (i, config) in configs.iter().enumerate() {
-            let (node, config) = (node.clone(), config.clone());
-            tasks.spawn(async move {
-                let began = tick.elapsed();
-                let got = node.try_lock(&config).await.map_err(|e| e.to_string())?;
-                let decided = tick.elapsed();
-                let won = match got {
-                    Some(lock) => {
-                        // The job runs (nothing to do) and releases; the record stays until
-                        // lock_at_least_for.
-                        lock.unlock().await.map_err(|e| e.to_string())?;
-                        true
-                    }
-                    None => false,
-                };
-                Ok::<_, String>((i, won, began, decided))
-            });
-        }
-    }
-    let mut last = Duration::ZERO;
-    let mut winners = vec![Vec::new(); configs.len()];
-    let mut error = None;
-    while let Some(joined) = tasks.join_next().await {
-        match joined.map_err(|e| e.to_string()).and_then(|r| r) {
-            Ok((i, won, began, decided)) => {
-                last = last.max(decided);
-                if won {
-                    winners[i].push((began, decided));
-                }
-            }
-            Err(e) => {
-                error.get_or_insert(e);
-            }
-        }
-    }
-    match error {
-        Some(e) => Err(e),
-        None => Ok((last, winners)),
-    }
-}
-
-/// Checks one job's winners in a tick: exactly one is the expected answer (`Ok(None)`). Each
-/// winner took the lock somewhere between its `try_lock`'s start and its answer; a lock may be
-/// taken again once the last taker's record has ended (`lock_at_least_for` after it took it).
-/// Two winners that must have taken it less than `lock_at_least_for` apart (less the backend's
-/// `granularity`) are two holders at once (`Err`). Two that may have taken it further apart
-/// (the tick outlasted `lock_at_least_for`, or calls took that long, so it cannot be told) make
-/// the size reported with why instead of its figures (`Ok(Some(why))`).
-fn herd_winners(
-    job: usize,
-    winners: &[(Duration, Duration)],
-    at_least: Duration,
-    granularity: Duration,
-) -> Result<Option<String>, String> {
-    if winners.len() == 1 {
-        return Ok(None);
-    }
-    if winners.is_empty() {
-        return Err(format!("job {job} had no winner"));
-    }
-    let mut slowest = Duration::ZERO;
-    for (i, &(a_began, a_decided)) in winners.iter().enumerate() {
-        slowest = slowest.max(a_decided.saturating_sub(a_began));
-        for &(b_began, b_decided) in &winners[i + 1..] {
-            // The longest the two takes can be apart.
-            let widest = b_decided.saturating_sub(a_began).max(a_decided.saturating_sub(b_began));
-            if widest + granularity < at_least {
-                return Err(format!(
-                    "job {job} had {} winners, taken at most {widest:?} apart, inside \
-                     lock_at_least_for ({at_least:?})",
-                    winners.len()
-                ));
-            }
-        }
-    }
-    Ok(Some(format!(
-        "the tick outlasted lock_at_least_for ({:.0} s; calls took up to {:.1} s): job {job} was \
-         taken again, by an instance whose call may have reached the backend after the first \
-         winner's record ended, as the lock allows (a fleet this size needs a longer \
-         lock_at_least_for)",
-        at_least.as_secs_f64(),
-        slowest.as_secs_f64()
-    )))
-}
-
-/// The backend's `try_lock` rate in the largest B4 size measured so far: (attempts per tick,
-/// attempts per second).
-fn herd_rate(rows: &[Value]) -> Option<(f64, f64)> {
-    let (done, us) = rows
-        .iter()
-        .filter_map(|r| {
-            let n = r.get("instances")?.as_f64()?;
-            let j = r.get("jobs")?.as_f64()?;
-            Some((n * j, r.get("decide_p50_us")?.as_f64()?))
-        })
-        .filter(|&(_, us)| us > 0.0)
-        .max_by(|a, b| a.0.total_cmp(&b.0))?;
-    Some((done, done / (us / 1e6)))
-}
-
-/// B4's `lock_at_least_for` for a size of `attempts` per tick: [`HERD_AT_LEAST`], or 1.5 times
-/// the tick the measured rate predicts plus 1 s when that is longer, as a scheduler's fleet
-/// must set it (ShedLock's advice: longer than the tick takes), so that an instance deciding
-/// late finds the job done.
-fn herd_at_least(rows: &[Value], attempts: usize) -> Duration {
-    let predicted = herd_rate(rows).map_or(0.0, |(_, per_s)| attempts as f64 / per_s);
-    HERD_AT_LEAST.max(Duration::from_secs_f64(predicted * 1.5 + 1.0).min(Duration::from_secs(120)))
-}
-
-/// Why B4 skips a size of `attempts` `try_lock`s per tick, if it does: when the backend's rate
-/// in the largest size measured so far puts one tick of this size above [`HERD_TICK_BUDGET`]
-/// (a slow backend's 128 000 attempts per tick would take the run's whole hour).
-fn herd_over_budget(rows: &[Value], attempts: usize) -> Option<String> {
-    let (done, per_s) = herd_rate(rows)?;
-    let estimate = attempts as f64 / per_s;
-    (estimate > HERD_TICK_BUDGET.as_secs_f64()).then(|| {
-        format!(
-            "about {estimate:.0} s per tick at the {per_s:.0} try_lock/s of the largest size \
-             measured ({done:.0} per tick), above the {} s budget per tick",
-            HERD_TICK_BUDGET.as_secs()
-        )
-    })
+/// B4's lock configs of one size: `jobs` names from `base`, held at most [`AT_MOST`], at least
+/// `at_least`.
+#[allow(clippy::expect_used)]
+fn herd_configs(base: &str, jobs: usize, at_least: Duration) -> Arc<Vec<LockConfig>> {
+    Arc::new(
+        (0..jobs)
+            .map(|i| {
+                LockConfig::new(format!("{base}-{i}"), AT_MOST, at_least)
+                    .expect("a valid lock config")
+            })
+            .collect(),
+    )
 }
 
 /// `$SHEDLOCK_BENCH_OUT`, else `target/bench` of the workspace.
@@ -1078,49 +1095,6 @@ pub fn out_dir() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_herd_size_is_skipped_only_when_the_measured_rate_puts_its_tick_over_budget() {
-        // Nothing measured yet: nothing to estimate from.
-        assert_eq!(herd_over_budget(&[], 128_000), None);
-        // 100 attempts decided in 1 s: 100 try_lock/s.
-        let rows = [
-            json!({"instances": 1, "jobs": 1, "decide_p50_us": 10_000.0}),
-            json!({"instances": 1, "jobs": 100, "decide_p50_us": 1_000_000.0}),
-            json!({"instances": 8, "jobs": 1, "skipped": "no"}),
-        ];
-        assert_eq!(herd_over_budget(&rows, 1_000), None, "10 s is within the budget");
-        let why = herd_over_budget(&rows, 128_000).expect("1 280 s is over the budget");
-        assert!(why.contains("about 1280 s per tick at the 100 try_lock/s"), "{why}");
-    }
-
-    #[test]
-    fn a_second_herd_winner_is_a_failure_only_inside_the_first_ones_at_least() {
-        let ms = Duration::from_millis;
-        let (at_least, granularity) = (Duration::from_secs(3), ms(1));
-        assert_eq!(herd_winners(0, &[(ms(0), ms(5))], at_least, granularity), Ok(None));
-        assert!(herd_winners(0, &[], at_least, granularity).is_err(), "no winner");
-        // Both took it within 2.01 s of each other: two holders at once.
-        let both = [(ms(0), ms(5)), (ms(2005), ms(2010))];
-        assert!(herd_winners(7, &both, at_least, granularity).is_err());
-        // The second began after the first one's record ended: the lock allows it.
-        let late = [(ms(3100), ms(3110)), (ms(0), ms(5))];
-        let why = herd_winners(7, &late, at_least, granularity).unwrap().unwrap();
-        assert!(why.contains("job 7 was taken again"), "{why}");
-        // A call that took 6 s may have reached the backend after the first one's record ended:
-        // not proof of two holders.
-        let slow = [(ms(0), ms(6040)), (ms(8), ms(6100))];
-        assert!(herd_winners(0, &slow, at_least, granularity).unwrap().is_some());
-    }
-
-    #[test]
-    fn the_herd_at_least_outlasts_the_predicted_tick() {
-        assert_eq!(herd_at_least(&[], 128_000), HERD_AT_LEAST);
-        // 1 000 attempts in 1 s measured: 9 000 attempts predict 9 s, so 14.5 s.
-        let rows = [json!({"instances": 1, "jobs": 1000, "decide_p50_us": 1_000_000.0})];
-        assert_eq!(herd_at_least(&rows, 9_000), Duration::from_millis(14_500));
-        assert_eq!(herd_at_least(&rows, 100), HERD_AT_LEAST);
-    }
 
     #[test]
     fn nearest_rank_percentiles_of_a_hundred_samples_are_the_50th_and_99th() {

@@ -389,32 +389,122 @@ impl<'a> Summary<'a> {
         s
     }
 
-    /// B4's section: per provider and (instances, jobs), the decision time and the winners'
-    /// start latency, the calls per tick, and the fitted growth.
+    /// B4's section: per provider, (instances, jobs) and path, the decision time, the winners'
+    /// start latency, the calls per tick, the census (connections and requests per instance),
+    /// the fitted growth per path, and the share.
     fn herd(&self) -> String {
         let mut s = String::from(
             "\n## B4: the cron-tick herd\n\nAt each tick every instance of a service (each its \
-             own client or pool) tries every job due at that tick, at the same instant, each \
-             job's `try_lock` its own task; the winner runs its task and unlocks, its record kept \
-             for `lock_at_least_for` (3 s, or 1.5 times the tick the backend's rate on the \
-             smaller sizes predicts, plus 1 s) so that late deciders find the job done; a few ticks \
-             per size, exactly one winner per job and tick checked. *Decided* is the time from \
-             the tick to the last instance's answer; *winner starts* is from the tick to each \
-             winning answer. Calls per tick are provider calls (N × J `try_lock` and J \
-             `unlock`); multiply by the round trips per call above for backend requests. A size \
-             whose calls failed shows the error; a size that the backend's rate in the sizes \
-             before puts above 30 s per tick is skipped, and says so. Growth: the least-squares slope of the median \
-             decision time per 100 instances (at the largest job count measured at two fleet \
-             sizes or more) and per 100 jobs (at the largest fleet measured at two job counts or \
-             more), each with the size it was fitted at.\n\n| provider | instances × jobs | decided p50 ms | decided p99 \
-             ms | winner starts p50 ms | winner starts p99 ms | calls/tick |\n\
-             |---|---|---|---|---|---|---|\n",
+             own client or pool) asks for every job due at that tick, at the same instant, by \
+             one of two paths, each on instances of its own: **per job**, one `try_lock` per job, \
+             each its own task (a scheduler without batching, as ShedLock does), and **batch**, \
+             one `try_lock_many` of every due job per instance (a coalescing `Scheduler`), its \
+             wins released at most two at a time. The winner runs its task and unlocks, its \
+             record kept for `lock_at_least_for` (3 s, or 1.5 times the tick the path's rate on \
+             the smaller sizes predicts, plus 1 s) so that late deciders find the job done; a \
+             few ticks per size, exactly one winner per job and tick checked. *Decided* is the \
+             time from the tick to the last instance's answer; *winner starts* is from the tick \
+             to each winning answer. Calls per tick are provider calls (per job: N × J \
+             `try_lock` and J `unlock`; batch: N `try_lock_many` and J `unlock`). Where the \
+             server is reached over TCP, one more tick per size and path runs on instances that \
+             each connect through a proxy of their own (the census, untimed): *connections* is \
+             the most connections any one instance had open at once during that tick, \
+             *requests* the mean client→server turnarounds per instance in it (lock requests, \
+             releases, and whatever the client sends besides, such as a pool's pings). A size \
+             whose calls failed shows the error; a size that the path's rate in the sizes before \
+             puts above 30 s per tick is skipped, and says so. Growth: the least-squares slope \
+             of the median decision time per 100 instances (at the largest job count measured \
+             at two fleet sizes or more) and per 100 jobs (at the largest fleet measured at two \
+             job counts or more), each with the size it was fitted at.\n\n| provider | path | \
+             instances × jobs | decided p50 ms | decided p99 ms | winner starts p50 ms | winner \
+             starts p99 ms | calls/tick | connections per instance, peak | requests per \
+             instance |\n|---|---|---|---|---|---|---|---|---|---|\n",
         );
         let ms = |v: Option<f64>| v.map(|us| us / 1000.0);
         let mut growth = Vec::new();
         for (p, v) in &self.rows {
             let Some(rows) = v.get("b4").and_then(Value::as_array) else { continue };
             for r in rows {
+                let path = path_label(r);
+                let size = format!(
+                    "{} × {}",
+                    num(r, "instances").unwrap_or(f64::NAN),
+                    num(r, "jobs").unwrap_or(f64::NAN)
+                );
+                if let Some(e) = text(r, "error") {
+                    let _ = writeln!(s, "| {p} | {path} | {size} | failed: {e} | | | | | | |");
+                    continue;
+                }
+                if let Some(why) = text(r, "skipped") {
+                    let _ = writeln!(s, "| {p} | {path} | {size} | skipped: {why} | | | | | | |");
+                    continue;
+                }
+                let census = match text(r, "census_error") {
+                    Some(e) => format!("census failed: {e} | |"),
+                    None => format!(
+                        "{} | {}",
+                        cell(num(r, "connections_per_instance_peak")),
+                        cell(num(r, "requests_per_instance_per_tick"))
+                    ),
+                };
+                let _ = writeln!(
+                    s,
+                    "| {p} | {path} | {size} | {} | {} | {} | {} | {} | {census} |",
+                    cell(ms(num(r, "decide_p50_us"))),
+                    cell(ms(num(r, "decide_p99_us"))),
+                    cell(ms(num(r, "winner_start_p50_us"))),
+                    cell(ms(num(r, "winner_start_p99_us"))),
+                    cell(num(r, "calls_per_tick")),
+                );
+            }
+            for path in PATHS {
+                let of: Vec<Value> =
+                    rows.iter().filter(|r| path_label(r) == path).cloned().collect();
+                if of.is_empty() {
+                    continue;
+                }
+                let g = herd_growth(&of);
+                let at = |fixed: Option<f64>, what: &str| {
+                    fixed.map_or(String::new(), |f| format!(" (at {f} {what})"))
+                };
+                growth.push(format!(
+                    "- {p}, {path}: {} ms per 100 instances{}, {} ms per 100 jobs{}",
+                    cell(ms(g.per_100_instances.map(|(v, _)| v))),
+                    at(g.per_100_instances.map(|(_, j)| j), "jobs"),
+                    cell(ms(g.per_100_jobs.map(|(v, _)| v))),
+                    at(g.per_100_jobs.map(|(_, n)| n), "instances"),
+                ));
+            }
+        }
+        if growth.is_empty() {
+            s.push_str("| (not measured in this run) | | | | | | | | | |\n");
+        } else {
+            s.push_str("\nGrowth of the median decision time:\n\n");
+            s.push_str(&growth.join("\n"));
+            s.push('\n');
+        }
+        s.push_str(&self.share());
+        s.push_str(&self.footprint());
+        s
+    }
+
+    /// B4's share: instances running a `Scheduler` with a capacity, each job a 50 ms task.
+    fn share(&self) -> String {
+        let mut s = String::from(
+            "\n### B4's share: the work of a tick spread over the fleet\n\nEach instance runs a \
+             `Scheduler` with a capacity of 1.5 times its fair share of the jobs \
+             (`with_capacity`), every job a 50 ms task on one cron schedule, for a few fire \
+             times; every job ran exactly once per fire time, checked. *Max share* is the \
+             busiest instance's runs divided by the fair share (1.00 is a perfect spread); *most \
+             at once* the most tasks one instance ran at the same time (never above its \
+             capacity).\n\n| provider | instances × jobs | capacity | fire times | max share | \
+             most at once | runs per instance, least–most |\n|---|---|---|---|---|---|---|\n",
+        );
+        let mut any = false;
+        for (p, v) in &self.rows {
+            let Some(rows) = v.get("b4_share").and_then(Value::as_array) else { continue };
+            for r in rows {
+                any = true;
                 let size = format!(
                     "{} × {}",
                     num(r, "instances").unwrap_or(f64::NAN),
@@ -424,40 +514,28 @@ impl<'a> Summary<'a> {
                     let _ = writeln!(s, "| {p} | {size} | failed: {e} | | | | |");
                     continue;
                 }
-                if let Some(why) = text(r, "skipped") {
-                    let _ = writeln!(s, "| {p} | {size} | skipped: {why} | | | | |");
-                    continue;
-                }
+                let runs: Vec<f64> = r
+                    .get("runs_per_instance")
+                    .and_then(Value::as_array)
+                    .map(|a| a.iter().filter_map(Value::as_f64).collect())
+                    .unwrap_or_default();
+                let least = runs.iter().copied().fold(f64::INFINITY, f64::min);
+                let most = runs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                 let _ = writeln!(
                     s,
-                    "| {p} | {size} | {} | {} | {} | {} | {} |",
-                    cell(ms(num(r, "decide_p50_us"))),
-                    cell(ms(num(r, "decide_p99_us"))),
-                    cell(ms(num(r, "winner_start_p50_us"))),
-                    cell(ms(num(r, "winner_start_p99_us"))),
-                    cell(num(r, "calls_per_tick")),
+                    "| {p} | {size} | {} | {} | {} | {} | {}–{} |",
+                    cell(num(r, "capacity")),
+                    cell(num(r, "ticks")),
+                    num(r, "max_share").map_or("–".into(), |m| format!("{m:.2}")),
+                    cell(num(r, "most_running_at_once")),
+                    cell(least.is_finite().then_some(least)),
+                    cell(most.is_finite().then_some(most)),
                 );
             }
-            let g = herd_growth(rows);
-            let at = |fixed: Option<f64>, what: &str| {
-                fixed.map_or(String::new(), |f| format!(" (at {f} {what})"))
-            };
-            growth.push(format!(
-                "- {p}: {} ms per 100 instances{}, {} ms per 100 jobs{}",
-                cell(ms(g.per_100_instances.map(|(v, _)| v))),
-                at(g.per_100_instances.map(|(_, j)| j), "jobs"),
-                cell(ms(g.per_100_jobs.map(|(v, _)| v))),
-                at(g.per_100_jobs.map(|(_, n)| n), "instances"),
-            ));
         }
-        if growth.is_empty() {
+        if !any {
             s.push_str("| (not measured in this run) | | | | | | |\n");
-        } else {
-            s.push_str("\nGrowth of the median decision time:\n\n");
-            s.push_str(&growth.join("\n"));
-            s.push('\n');
         }
-        s.push_str(&self.footprint());
         s
     }
 
@@ -537,11 +615,66 @@ impl<'a> Summary<'a> {
                 ));
             }
         }
+        out.extend(self.fleet_targets());
         if out.is_empty() {
             out.push(format!(
                 "all met: B1 / raw ≤ {B1_RATIO_TARGET:.2} (memory, the reference model, \
-                 excepted), no peer faster, no B2 collapse at 64 contenders"
+                 excepted), no peer faster, no B2 collapse at 64 contenders; B4's batch path: \
+                 no size failed, 128 × 1000 decided within its target, at most \
+                 {FLEET_CONNECTIONS} connections per instance, max share ≤ {FLEET_MAX_SHARE:.1}"
             ));
+        }
+        out
+    }
+
+    /// B4's targets for the batch path (issue 40), one line per miss: no size fails or is
+    /// skipped on the providers named in [`FLEET_DECIDE_TARGETS`], each decides 128 × 1 000
+    /// within its target, no instance of any provider opens more than [`FLEET_CONNECTIONS`]
+    /// connections in a tick, and the share stays within [`FLEET_MAX_SHARE`].
+    fn fleet_targets(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (p, v) in &self.rows {
+            let target = FLEET_DECIDE_TARGETS.iter().find(|(q, _)| q == p).map(|&(_, t)| t);
+            let rows = v.get("b4").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+            for r in rows.iter().filter(|r| path_label(r) == "batch") {
+                let (n, j) = (num(r, "instances").unwrap_or(0.0), num(r, "jobs").unwrap_or(0.0));
+                if target.is_some()
+                    && let Some(e) = text(r, "error").or_else(|| text(r, "skipped"))
+                {
+                    out.push(format!("{p}: B4 batch {n} × {j} did not run: {e}"));
+                }
+                if let (Some(t), Some(us)) = (target, num(r, "decide_p50_us"))
+                    && n >= 128.0
+                    && j >= 1000.0
+                    && us > t * 1e6
+                {
+                    out.push(format!(
+                        "{p}: B4 batch {n} × {j} decided in p50 {:.2} s, above its {t} s target",
+                        us / 1e6
+                    ));
+                }
+                if let Some(c) = num(r, "connections_per_instance_peak")
+                    && c > FLEET_CONNECTIONS
+                {
+                    out.push(format!(
+                        "{p}: B4 batch {n} × {j}: an instance had {c} connections open at once, \
+                         above {FLEET_CONNECTIONS}"
+                    ));
+                }
+            }
+            let shares = v.get("b4_share").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+            for r in shares {
+                let (n, j) = (num(r, "instances").unwrap_or(0.0), num(r, "jobs").unwrap_or(0.0));
+                if let Some(e) = text(r, "error") {
+                    out.push(format!("{p}: B4 share {n} × {j} failed: {e}"));
+                } else if let Some(m) = num(r, "max_share")
+                    && m > FLEET_MAX_SHARE
+                {
+                    out.push(format!(
+                        "{p}: B4 share {n} × {j}: max share {m:.2}, above {FLEET_MAX_SHARE:.1}"
+                    ));
+                }
+            }
         }
         out
     }
@@ -553,14 +686,23 @@ impl<'a> Summary<'a> {
             .map(|(_, v)| {
                 let mut v = (*v).clone();
                 if let Some(b4) = v.get("b4").and_then(Value::as_array) {
-                    let g = herd_growth(b4);
                     let side = |f: Option<(f64, f64)>, at: &str| {
                         f.map(|(us, fixed)| json!({"decide_us_per_100": us.round(), at: fixed}))
                     };
-                    v["b4_growth"] = json!({
-                        "per_100_instances": side(g.per_100_instances, "at_jobs"),
-                        "per_100_jobs": side(g.per_100_jobs, "at_instances"),
-                    });
+                    let mut growth = serde_json::Map::new();
+                    for path in PATHS {
+                        let of: Vec<Value> =
+                            b4.iter().filter(|r| path_label(r) == path).cloned().collect();
+                        let g = herd_growth(&of);
+                        growth.insert(
+                            path.into(),
+                            json!({
+                                "per_100_instances": side(g.per_100_instances, "at_jobs"),
+                                "per_100_jobs": side(g.per_100_jobs, "at_instances"),
+                            }),
+                        );
+                    }
+                    v["b4_growth"] = Value::Object(growth);
                 }
                 v
             })
@@ -714,34 +856,39 @@ impl<'a> Summary<'a> {
 
 impl Summary<'_> {
     /// B4: the median time from a tick to its last decision (ms, log scale) against the number
-    /// of instances (log scale), one line per provider, at each provider's largest job count.
+    /// of instances (log scale), per provider at its largest job count: a solid line for the
+    /// batch path, a dashed one for per job.
     fn herd_svg(&self) -> String {
-        const W: f64 = 720.0;
-        const H: f64 = 460.0;
+        const W: f64 = 760.0;
+        const H: f64 = 500.0;
         let (x0, x1, y0, y1) = (80.0, 560.0, 50.0, H - 60.0);
-        // (provider, its largest job count, (instances, median decision ms) points).
-        type Series<'s> = (&'s str, f64, Vec<(f64, f64)>);
+        // (provider, path, its largest job count, (instances, median decision ms) points).
+        type Series<'s> = (&'s str, &'static str, f64, Vec<(f64, f64)>);
         let mut series: Vec<Series<'_>> = Vec::new();
         for (p, v) in &self.rows {
             let Some(rows) = v.get("b4").and_then(Value::as_array) else { continue };
-            let ok: Vec<&Value> =
-                rows.iter().filter(|r| r.get("decide_p50_us").is_some()).collect();
-            let jobs = ok.iter().filter_map(|r| num(r, "jobs")).fold(f64::NAN, f64::max);
-            let mut pts: Vec<(f64, f64)> = ok
-                .iter()
-                .filter(|r| num(r, "jobs") == Some(jobs))
-                .filter_map(|r| Some((num(r, "instances")?, num(r, "decide_p50_us")? / 1000.0)))
-                .filter(|(_, d)| *d > 0.0)
-                .collect();
-            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-            if !pts.is_empty() {
-                series.push((p, jobs, pts));
+            for path in PATHS {
+                let ok: Vec<&Value> = rows
+                    .iter()
+                    .filter(|r| path_label(r) == path && r.get("decide_p50_us").is_some())
+                    .collect();
+                let jobs = ok.iter().filter_map(|r| num(r, "jobs")).fold(f64::NAN, f64::max);
+                let mut pts: Vec<(f64, f64)> = ok
+                    .iter()
+                    .filter(|r| num(r, "jobs") == Some(jobs))
+                    .filter_map(|r| Some((num(r, "instances")?, num(r, "decide_p50_us")? / 1000.0)))
+                    .filter(|(_, d)| *d > 0.0)
+                    .collect();
+                pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                if !pts.is_empty() {
+                    series.push((p, path, jobs, pts));
+                }
             }
         }
-        let all: Vec<f64> = series.iter().flat_map(|s| s.2.iter().map(|p| p.1)).collect();
+        let all: Vec<f64> = series.iter().flat_map(|s| s.3.iter().map(|p| p.1)).collect();
         let yhi = all.iter().copied().fold(1.0, f64::max).log10().ceil();
         let ylo = all.iter().copied().fold(1e9, f64::min).log10().floor().min(yhi - 1.0);
-        let xhi = series.iter().flat_map(|s| s.2.iter().map(|p| p.0)).fold(2.0, f64::max).log2();
+        let xhi = series.iter().flat_map(|s| s.3.iter().map(|p| p.0)).fold(2.0, f64::max).log2();
         let x_of = |n: f64| x0 + n.log2() / xhi * (x1 - x0);
         let y_of = |d: f64| y1 - (d.log10() - ylo) / (yhi - ylo) * (y1 - y0);
         let mut s = format!(
@@ -750,7 +897,9 @@ impl Summary<'_> {
              <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
              <text x=\"{x0}\" y=\"24\" font-size=\"14\" font-weight=\"bold\">B4: a cron tick's \
              median decision time, ms (log), against instances (log), at each provider's \
-             largest job count</text>\n"
+             largest job count</text>\n\
+             <text x=\"{x0}\" y=\"40\">solid: one try_lock_many per instance (batch); dashed: \
+             one try_lock per job</text>\n"
         );
         let mut d = ylo;
         while d <= yhi {
@@ -780,19 +929,30 @@ impl Summary<'_> {
             "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
             "#bcbd22", "#17becf", "#393b79", "#637939",
         ];
-        for (i, (p, jobs, pts)) in series.iter().enumerate() {
+        let providers: Vec<&str> = {
+            let mut v: Vec<&str> = series.iter().map(|s| s.0).collect();
+            v.dedup();
+            v
+        };
+        for (p, path, jobs, pts) in &series {
+            let i = providers.iter().position(|q| q == p).unwrap_or(0);
             let c = COLORS[i % COLORS.len()];
-            let path: Vec<String> =
+            let (dash, what) = if *path == "batch" {
+                ("", "batch")
+            } else {
+                (" stroke-dasharray=\"5,4\"", "per job")
+            };
+            let line: Vec<String> =
                 pts.iter().map(|(n, d)| format!("{:.1},{:.1}", x_of(*n), y_of(*d))).collect();
             let _ = writeln!(
                 s,
-                "<polyline points=\"{}\" fill=\"none\" stroke=\"{c}\" stroke-width=\"2\"/>",
-                path.join(" ")
+                "<polyline points=\"{}\" fill=\"none\" stroke=\"{c}\" stroke-width=\"2\"{dash}/>",
+                line.join(" ")
             );
             if let Some((n, d)) = pts.last() {
                 let _ = writeln!(
                     s,
-                    "<text x=\"{:.1}\" y=\"{:.1}\" fill=\"{c}\">{p} ({jobs} jobs)</text>",
+                    "<text x=\"{:.1}\" y=\"{:.1}\" fill=\"{c}\">{p} {what} ({jobs} jobs)</text>",
                     x_of(*n) + 6.0,
                     y_of(*d) + 4.0
                 );
@@ -809,6 +969,31 @@ impl Summary<'_> {
 
 /// Calls the backend answered per second in B2 at `n` contenders: every attempt, plus the
 /// release of every win.
+/// B4's batch path at 128 × 1 000: the most seconds its median decision may take, per provider
+/// (issue 40; the stand-ins report what they reach).
+const FLEET_DECIDE_TARGETS: [(&str, f64); 8] = [
+    ("postgres", 1.0),
+    ("mariadb", 1.0),
+    ("redis", 1.0),
+    ("memcached", 1.0),
+    ("sqlite", 3.0),
+    ("nats", 3.0),
+    ("etcd", 3.0),
+    ("zookeeper", 3.0),
+];
+/// The most connections one instance may open during a batch tick.
+const FLEET_CONNECTIONS: f64 = 2.0;
+/// The most the busiest instance of the share may run, in fair shares.
+const FLEET_MAX_SHARE: f64 = 2.0;
+
+/// B4's paths, as the rows name them.
+const PATHS: [&str; 2] = ["per_job", "batch"];
+
+/// A B4 row's path (rows without one predate the batch path: per job).
+fn path_label(row: &Value) -> &str {
+    text(row, "path").unwrap_or("per_job")
+}
+
 /// B4's growth: the least-squares slope of the median decision time (µs) per 100 instances, at
 /// the largest job count with two or more measured fleet sizes, and per 100 jobs, at the largest
 /// fleet with two or more measured job counts; each with the size it was fitted at. A size that
@@ -925,15 +1110,30 @@ mod tests {
     }
 
     #[test]
-    fn the_herd_section_shows_each_size_its_failures_and_the_growth_and_plots_the_largest_jobs() {
+    fn the_herd_section_shows_each_size_and_path_its_failures_the_growth_and_the_share() {
         let known: Vec<String> = ["postgres"].map(String::from).into();
         let mut v = row("postgres", 1.2, None, (10.0, 20.0));
         v["b4"] = json!([
             {"instances": 1, "jobs": 100, "decide_p50_us": 2000.0, "decide_p99_us": 2500.0,
              "winner_start_p50_us": 900.0, "winner_start_p99_us": 1500.0, "calls_per_tick": 200},
-            {"instances": 8, "jobs": 100, "decide_p50_us": 9000.0, "decide_p99_us": 9500.0,
-             "winner_start_p50_us": 1000.0, "winner_start_p99_us": 2000.0, "calls_per_tick": 900},
+            {"path": "batch", "instances": 1, "jobs": 100, "decide_p50_us": 1000.0,
+             "decide_p99_us": 1200.0, "winner_start_p50_us": 900.0, "winner_start_p99_us": 1100.0,
+             "calls_per_tick": 101, "connections_per_instance_peak": 1,
+             "requests_per_instance_per_tick": 101.0},
+            {"path": "per_job", "instances": 8, "jobs": 100, "decide_p50_us": 9000.0,
+             "decide_p99_us": 9500.0, "winner_start_p50_us": 1000.0,
+             "winner_start_p99_us": 2000.0, "calls_per_tick": 900,
+             "connections_per_instance_peak": 5, "requests_per_instance_per_tick": 190.5},
+            {"path": "batch", "instances": 128, "jobs": 1000, "decide_p50_us": 1_500_000.0,
+             "decide_p99_us": 1_600_000.0, "winner_start_p50_us": 1000.0,
+             "winner_start_p99_us": 2000.0, "calls_per_tick": 1128,
+             "connections_per_instance_peak": 3, "requests_per_instance_per_tick": 9.8},
             {"instances": 128, "jobs": 100, "error": "too many connections"},
+        ]);
+        v["b4_share"] = json!([
+            {"instances": 8, "jobs": 100, "capacity": 19, "ticks": 3, "max_share": 1.41,
+             "most_running_at_once": 19, "runs_per_instance": [30, 35, 40, 42, 38, 40, 37, 38]},
+            {"instances": 32, "jobs": 1000, "error": "job 3 ran 2 times at fire time 0"},
         ]);
         v["connections_per_idle_instance"] = json!(1.0);
         v["connections_per_instance_after_herd"] = json!(10.0);
@@ -943,15 +1143,54 @@ mod tests {
         rows.insert("postgres".into(), v);
         let s = Summary::new(&rows, &known);
         let md = s.markdown();
-        assert!(md.contains("| postgres | 8 × 100 | 9.00 | 9.50 | 1.00 | 2.00 | 900 |"), "{md}");
-        assert!(md.contains("| postgres | 128 × 100 | failed: too many connections |"), "{md}");
-        // At 100 jobs: 2 ms at 1 instance, 9 ms at 8 (128 failed): 1 ms per instance.
         assert!(
-            md.contains("- postgres: 100 ms per 100 instances (at 100 jobs), – ms per 100 jobs\n"),
+            md.contains(
+                "| postgres | per_job | 8 × 100 | 9.00 | 9.50 | 1.00 | 2.00 | 900 | 5.00 | 190 |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains("| postgres | batch | 1 × 100 | 1.00 | 1.20 | 0.90 | 1.10 | 101 | 1.00 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| postgres | per_job | 128 × 100 | failed: too many connections |"),
+            "{md}"
+        );
+        // Per job at 100 jobs: 2 ms at 1 instance, 9 ms at 8 (128 failed): 1 ms per instance.
+        assert!(
+            md.contains(
+                "- postgres, per_job: 100 ms per 100 instances (at 100 jobs), – ms per 100 jobs\n"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains("| postgres | 8 × 100 | 19.0 | 3.00 | 1.41 | 19.0 | 30.0–42.0 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| postgres | 32 × 1000 | failed: job 3 ran 2 times at fire time 0 |"),
             "{md}"
         );
         assert!(md.contains("| postgres | 1.00 | 10.0 | 2000 | 2048 |"), "{md}");
+        let targets = s.targets().join("\n");
+        assert!(
+            targets.contains(
+                "postgres: B4 batch 128 × 1000 decided in p50 1.50 s, above its 1 s target"
+            ),
+            "{targets}"
+        );
+        assert!(
+            targets.contains("an instance had 3 connections open at once, above 2"),
+            "{targets}"
+        );
+        assert!(targets.contains("postgres: B4 share 32 × 1000 failed"), "{targets}");
+        assert!(
+            !targets.contains("8 × 100: an instance had"),
+            "per job is not held to it: {targets}"
+        );
         let svg = s.herd_svg();
-        assert!(svg.starts_with("<svg") && svg.contains(">postgres (100 jobs)<"), "{svg}");
+        assert!(svg.starts_with("<svg") && svg.contains(">postgres per job (100 jobs)<"), "{svg}");
+        assert!(svg.contains(">postgres batch (1000 jobs)<"), "{svg}");
     }
 }

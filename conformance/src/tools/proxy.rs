@@ -67,6 +67,10 @@ struct State {
     delay_us: AtomicU64,
     round_trips: AtomicU64,
     connections: AtomicU64,
+    /// Connections open now, and the most open at once since the last
+    /// [`FaultProxy::reset_peak_open`].
+    open: AtomicU64,
+    peak_open: AtomicU64,
     held: AtomicU64,
     refusing: AtomicBool,
     holds: watch::Sender<Holds>,
@@ -103,6 +107,8 @@ impl FaultProxy {
             delay_us: AtomicU64::new(0),
             round_trips: AtomicU64::new(0),
             connections: AtomicU64::new(0),
+            open: AtomicU64::new(0),
+            peak_open: AtomicU64::new(0),
             held: AtomicU64::new(0),
             refusing: AtomicBool::new(false),
             holds,
@@ -200,6 +206,22 @@ impl FaultProxy {
     pub fn connections(&self) -> u64 {
         self.state.connections.load(Ordering::SeqCst)
     }
+
+    /// Client connections open through the proxy now.
+    pub fn open_connections(&self) -> u64 {
+        self.state.open.load(Ordering::SeqCst)
+    }
+
+    /// The most client connections open through the proxy at once since the last
+    /// [`reset_peak_open`](Self::reset_peak_open) (or the start).
+    pub fn peak_open(&self) -> u64 {
+        self.state.peak_open.load(Ordering::SeqCst)
+    }
+
+    /// Starts a new [`peak_open`](Self::peak_open) window at the connections open now.
+    pub fn reset_peak_open(&self) {
+        self.state.peak_open.store(self.state.open.load(Ordering::SeqCst), Ordering::SeqCst);
+    }
 }
 
 impl Drop for FaultProxy {
@@ -224,7 +246,13 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>) {
             continue;
         };
         state.connections.fetch_add(1, Ordering::SeqCst);
-        tokio::spawn(serve(client, state.clone()));
+        let open = state.open.fetch_add(1, Ordering::SeqCst) + 1;
+        state.peak_open.fetch_max(open, Ordering::SeqCst);
+        let state = state.clone();
+        tokio::spawn(async move {
+            serve(client, state.clone()).await;
+            state.open.fetch_sub(1, Ordering::SeqCst);
+        });
     }
 }
 
@@ -477,6 +505,29 @@ mod tests {
         proxy.set_refusing(false).await.unwrap();
         let mut c2 = TcpStream::connect(proxy.addr()).await.unwrap();
         assert_eq!(ask(&mut c2, b"back").await.unwrap(), b"back");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn open_connections_and_their_peak_follow_clients_closing_and_a_reset() {
+        let proxy = FaultProxy::start(echo_server().await).await.unwrap();
+        let mut a = TcpStream::connect(proxy.addr()).await.unwrap();
+        let mut b = TcpStream::connect(proxy.addr()).await.unwrap();
+        // An answer through each proves the proxy accepted both.
+        assert_eq!(ask(&mut a, b"a").await.unwrap(), b"a");
+        assert_eq!(ask(&mut b, b"b").await.unwrap(), b"b");
+        assert_eq!((proxy.open_connections(), proxy.peak_open()), (2, 2));
+        drop(b);
+        // The close reaches the proxy asynchronously: wait for it, bounded.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while proxy.open_connections() != 1 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(proxy.open_connections(), 1, "the closed client is still counted open");
+        assert_eq!(proxy.peak_open(), 2, "the peak keeps the most open at once");
+        proxy.reset_peak_open();
+        assert_eq!(proxy.peak_open(), 1, "a reset starts from the connections open now");
+        assert_eq!(ask(&mut a, b"still").await.unwrap(), b"still");
+        assert_eq!(proxy.connections(), 2);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
