@@ -12,7 +12,7 @@ use crate::{
     outcome::Figures,
     suite::Suite,
     tools::{
-        proxy::{FaultProxy, round_trips_per_cycle},
+        proxy::{BATCH_FIGURE_NAMES, FaultProxy, round_trips_per_batch, round_trips_per_cycle},
         stats::percentile,
     },
 };
@@ -31,10 +31,14 @@ pub(crate) async fn measure(suite: &Suite) -> Figures {
     }
     if let Some(addr) = suite.hooks().backend_address() {
         match round_trips(suite, addr).await {
-            Ok((a, r, b)) => {
+            Ok((a, r, b, batch)) => {
                 f.round_trips_acquire = Some(a);
                 f.round_trips_release = Some(r);
                 f.round_trips_background = Some(b);
+                match batch {
+                    Ok(batch) => f.round_trips_batch = Some(batch),
+                    Err(e) => tracing::warn!(%e, "round trips per batch not measured"),
+                }
             }
             Err(e) => tracing::warn!(%e, "round trips not measured"),
         }
@@ -76,12 +80,13 @@ async fn acquire_release(p: &Arc<dyn LockProvider>, c: &LockConfig) -> Result<()
     bounded(l.unlock()).await?.map_err(|e| e.to_string())
 }
 
-/// Average client→server turnarounds per successful acquire and per release, through the
-/// fault proxy ([`crate::tools::proxy::round_trips_per_cycle`]).
+/// Average client→server turnarounds per successful acquire, per release, after the calls
+/// (background), and per batch of [`BATCH_FIGURE_NAMES`] names, through the fault proxy
+/// ([`crate::tools::proxy::round_trips_per_cycle`], [`round_trips_per_batch`]).
 async fn round_trips(
     suite: &Suite,
     upstream: std::net::SocketAddr,
-) -> Result<(f64, f64, f64), String> {
+) -> Result<(f64, f64, f64, Result<f64, String>), String> {
     let proxy = FaultProxy::start(upstream).await.map_err(|e| e.to_string())?;
     let p = suite
         .instance_with(InstanceOptions::new(0).with_address(proxy.addr()))
@@ -93,5 +98,11 @@ async fn round_trips(
             .map_err(|_| "an invalid lock name")
     })
     .await?;
-    Ok((r.acquire, r.release, r.background))
+    let batches = n.div_ceil(4).max(1);
+    let batch = round_trips_per_batch(&proxy, p.as_ref(), batches, BATCH_FIGURE_NAMES, || {
+        LockConfig::new(suite.lock_name("fig"), LONG, Duration::ZERO)
+            .map_err(|_| "an invalid lock name")
+    })
+    .await;
+    Ok((r.acquire, r.release, r.background, batch))
 }

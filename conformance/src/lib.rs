@@ -146,7 +146,9 @@
 //! check (`null`: it must pass) and `as_expected` whether the outcome matched it (see
 //! [`CheckResult::as_expected`]). Round trips are
 //! measured through the fault proxy (client→server turnarounds, see [`tools::proxy`]) and are
-//! `null` when the factory offers no backend address; `skew_bound_ms` is set for client-time
+//! `null` when the factory offers no backend address; where it does,
+//! `round_trips_batch_100` (left out otherwise) gives the round trips of one `try_lock_many` of
+//! 100 free names ([`tools::proxy::round_trips_per_batch`]); `skew_bound_ms` is set for client-time
 //! providers only. [`Report::to_markdown`] has a title, a capabilities table, a results table and
 //! the figures.
 //!

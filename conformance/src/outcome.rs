@@ -197,6 +197,10 @@ pub struct Figures {
     pub round_trips_acquire: Option<f64>,
     /// Round trips per release.
     pub round_trips_release: Option<f64>,
+    /// Round trips per [`try_lock_many`](shedlock::LockProvider::try_lock_many) of
+    /// [`BATCH_FIGURE_NAMES`](crate::tools::proxy::BATCH_FIGURE_NAMES) free names, with
+    /// [`BatchOptions`](shedlock::BatchOptions)'s defaults, measured by the fault proxy.
+    pub round_trips_batch: Option<f64>,
     /// Round trips the client started after its calls had returned (e.g. a connection pool
     /// checking a connection it got back), per acquire+release cycle. Shown in the Markdown
     /// report; not part of the JSON schema.

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::{
     location::report_dir,
     outcome::{CheckResult, Figures, Outcome, Report},
+    tools::proxy::BATCH_FIGURE_NAMES,
 };
 
 #[derive(Serialize, Deserialize)]
@@ -68,6 +69,8 @@ struct JsonFigures {
     acquire_p99_us: Option<f64>,
     round_trips_acquire: Option<f64>,
     round_trips_release: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    round_trips_batch_100: Option<f64>,
     skew_bound_ms: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     acquisitions_checked: Option<u64>,
@@ -147,6 +150,7 @@ impl Report {
                 acquire_p99_us: self.figures.acquire_p99_us,
                 round_trips_acquire: self.figures.round_trips_acquire,
                 round_trips_release: self.figures.round_trips_release,
+                round_trips_batch_100: self.figures.round_trips_batch,
                 skew_bound_ms: self.figures.skew_bound_ms,
                 acquisitions_checked: self.figures.acquisitions_checked,
                 overlaps: self.figures.overlaps,
@@ -212,6 +216,10 @@ impl Report {
         s.push_str(&format!("| acquire p99 | {} |\n", num(f.acquire_p99_us, "µs")));
         s.push_str(&format!("| round trips per acquire | {} |\n", num(f.round_trips_acquire, "")));
         s.push_str(&format!("| round trips per release | {} |\n", num(f.round_trips_release, "")));
+        s.push_str(&format!(
+            "| round trips per batch of {BATCH_FIGURE_NAMES} names (`try_lock_many`) | {} |\n",
+            num(f.round_trips_batch, "")
+        ));
         s.push_str(&format!(
             "| background round trips per acquire+release (after the calls returned) | {} |\n",
             num(f.round_trips_background, "")
@@ -319,7 +327,9 @@ impl Figures {
             num(self.round_trips_acquire, ""),
             num(self.round_trips_release, ""),
             num(self.skew_bound_ms, " ms")
-        ) + &match (self.acquisitions_checked, self.overlaps) {
+        ) + &self.round_trips_batch.map_or_else(String::new, |b| {
+            format!(", per batch of {BATCH_FIGURE_NAMES} names {}", round2(b))
+        }) + &match (self.acquisitions_checked, self.overlaps) {
             (Some(a), Some(o)) => format!(", soak: {a} acquisitions checked, {o} overlaps"),
             _ => String::new(),
         }
@@ -448,6 +458,14 @@ mod tests {
         assert_eq!(v["figures"]["acquire_p50_us"], 2.5);
         assert!(v["figures"]["round_trips_acquire"].is_null());
         assert!(v["figures"]["skew_bound_ms"].is_null());
+        // A measured batch figure is written; an unmeasured one is left out (above).
+        let mut r = sample();
+        r.figures.round_trips_batch = Some(1.0);
+        let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert_eq!(v["figures"]["round_trips_batch_100"], 1.0);
+        assert!(
+            r.to_markdown().contains("| round trips per batch of 100 names (`try_lock_many`) | 1 ")
+        );
     }
 
     #[test]

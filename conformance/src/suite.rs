@@ -273,6 +273,7 @@ impl Suite {
         f.acquire_p99_us = figures.acquire_p99_us;
         f.round_trips_acquire = figures.round_trips_acquire;
         f.round_trips_release = figures.round_trips_release;
+        f.round_trips_batch = figures.round_trips_batch;
         f.round_trips_background = figures.round_trips_background;
     }
 }

@@ -101,6 +101,25 @@ pub async fn try_lock_each<P: LockProvider + ?Sized>(
     Ok(in_order(calls, options.concurrency.get()).await)
 }
 
+/// How many `try_lock`s of one batch [`try_lock_pipelined`] keeps in flight at once on a client
+/// that carries every request over one connection.
+pub const PIPELINED_REQUESTS: usize = 16;
+
+/// The batch of a provider whose client multiplexes every request over one connection (an
+/// HTTP/2 channel, a NATS connection, a ZooKeeper session): each name's
+/// [`try_lock`](LockProvider::try_lock), up to [`PIPELINED_REQUESTS`] (or
+/// `options.concurrency`, if more) in flight at once, answered in the order asked. The batch
+/// still uses the one connection, so it keeps to what `options.concurrency` bounds (the
+/// connections a tick takes), while its requests overlap instead of waiting for each other.
+pub async fn try_lock_pipelined<P: LockProvider + ?Sized>(
+    provider: &P,
+    configs: &[LockConfig],
+    options: BatchOptions,
+) -> Result<BatchOutcome> {
+    let depth = options.concurrency.get().max(PIPELINED_REQUESTS);
+    try_lock_each(provider, configs, options.with_concurrency(depth)).await
+}
+
 /// Runs `futures`, at most `limit` at a time, and returns their outputs in order. Dropping it
 /// drops the futures in flight (each must be cancel safe) and starts no more.
 pub async fn in_order<F: Future>(

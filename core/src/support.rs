@@ -206,6 +206,18 @@ pub fn iso8601_millis(t: SystemTime) -> String {
     chrono::DateTime::<chrono::Utc>::from(t).format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
 }
 
+/// A UTC time written as ISO 8601 / RFC 3339 with `T` and `Z` and up to nine fractional digits
+/// (`2018-12-07T12:30:37.810Z`): what ShedLock writes ([`iso8601_millis`]) and what a NATS
+/// server stamps its messages with. `None` for anything else (an offset other than `Z`, a space
+/// for the `T`, a date or time out of range), so a malformed record is never read as a time.
+pub fn parse_iso8601_utc(s: &str) -> Option<SystemTime> {
+    if s.as_bytes().get(10) != Some(&b'T') || !s.ends_with('Z') {
+        return None;
+    }
+    let t = chrono::DateTime::parse_from_rfc3339(s).ok()?;
+    Some(SystemTime::from(t.with_timezone(&chrono::Utc)))
+}
+
 /// Milliseconds since the Unix epoch (negative before it; saturating).
 pub fn unix_millis(t: SystemTime) -> i64 {
     unix_micros(t).div_euclid(1000)
@@ -330,6 +342,41 @@ mod tests {
         assert_eq!(z.escape("a/b.c"), "a%2Fb%2Ec");
         assert_eq!(z.escape("%"), "%25");
         assert_eq!(z.unescape("a/b"), None);
+    }
+
+    #[test]
+    fn iso8601_utc_text_reads_back_as_written_and_nothing_else_reads() {
+        let since = |s: &str| {
+            parse_iso8601_utc(s).map(|t| match t.duration_since(UNIX_EPOCH) {
+                Ok(d) => i128::try_from(d.as_nanos()).unwrap(),
+                Err(e) => -i128::try_from(e.duration().as_nanos()).unwrap(),
+            })
+        };
+        // ShedLock's form, written by iso8601_millis, reads back to the millisecond.
+        for ms in [0_i64, 1, 999, 1_544_185_837_810, 951_782_400_000, 4_102_444_799_999, -1_000] {
+            let t = from_unix_micros(ms * 1000);
+            assert_eq!(since(&iso8601_millis(t)), Some(i128::from(ms) * 1_000_000), "{ms}");
+        }
+        // Any number of fractional digits up to nine (NATS writes nanoseconds), or none.
+        assert_eq!(since("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(since("2018-12-07T12:30:37Z"), Some(1_544_185_837_000_000_000));
+        assert_eq!(since("2018-12-07T12:30:37.8Z"), Some(1_544_185_837_800_000_000));
+        assert_eq!(since("2000-03-01T00:00:01.5Z"), Some(951_868_801_500_000_000));
+        assert_eq!(since("2025-05-01T10:00:00.123456789Z"), Some(1_746_093_600_123_456_789));
+        for bad in [
+            "",
+            "2018-12-07T12:30:37.810",
+            "2018-13-07T12:30:37.810Z",
+            "2018-12-07 12:30:37Z",
+            "2018-12-07T12:30:37.Z",
+            "2018-12-07T12:30:37,810Z",
+            "2018-12-07T12:3a:37.810Z",
+            "2018-12-07T12:30:37+01:00",
+            "2018-12-07t12:30:37Z",
+            "é018-12-07T12:30:37.810Z",
+        ] {
+            assert_eq!(since(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -166,7 +166,7 @@ mod tests {
 
     /// Every backend provider's README states its guarantees in one table form: these rows, in
     /// this order (a provider may add rows of its own between them).
-    const GUARANTEE_ROWS: [&str; 9] = [
+    const GUARANTEE_ROWS: [&str; 10] = [
         "time judged by",
         "extend",
         "fencing",
@@ -174,6 +174,7 @@ mod tests {
         "durability",
         "granularity",
         "max name length",
+        "batch (`try_lock_many`)",
         "start-up check",
         "inspection",
     ];

@@ -350,6 +350,49 @@ async fn wait_while_held(state: &State, dir: u8, epoch: u64) -> bool {
     }
 }
 
+/// The names of the batch whose round trips the report gives ([`round_trips_per_batch`]).
+pub const BATCH_FIGURE_NAMES: usize = 100;
+
+/// Average client→server turnarounds per [`try_lock_many`](shedlock::LockProvider::try_lock_many)
+/// of `names` free names (from `next_config`) with [`BatchOptions`](shedlock::BatchOptions)'s
+/// defaults, over `samples` batches, `provider` reaching its backend through `proxy`. Each batch
+/// must win every name; its locks are released afterwards, outside the count, and the traffic
+/// is allowed to settle before each batch. Pipelined requests written together count once.
+///
+/// # Errors
+/// A failed or hung (10 s) batch, or a name it did not win.
+pub async fn round_trips_per_batch(
+    proxy: &FaultProxy,
+    provider: &dyn shedlock::LockProvider,
+    samples: usize,
+    names: usize,
+    mut next_config: impl FnMut() -> Result<shedlock::LockConfig, &'static str>,
+) -> Result<f64, String> {
+    let n = samples.max(1);
+    let mut total = 0u64;
+    for _ in 0..n {
+        let configs = (0..names.max(1)).map(|_| next_config()).collect::<Result<Vec<_>, _>>()?;
+        settle(proxy).await;
+        let before = proxy.round_trips();
+        let answers = tokio::time::timeout(
+            Duration::from_secs(10),
+            provider.try_lock_many(&configs, shedlock::BatchOptions::new()),
+        )
+        .await
+        .map_err(|_| "a batch hung".to_owned())?
+        .map_err(|e| e.to_string())?;
+        total += proxy.round_trips() - before;
+        for answer in answers {
+            let lock = answer.map_err(|e| e.to_string())?.ok_or("a free name of the batch held")?;
+            tokio::time::timeout(Duration::from_secs(10), lock.unlock())
+                .await
+                .map_err(|_| "an unlock hung".to_owned())?
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(total as f64 / n as f64)
+}
+
 /// Round trips per lock operation, as [`round_trips_per_cycle`] measured them.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RoundTrips {

@@ -146,6 +146,28 @@ async fn the_default_batch_keeps_at_most_the_asked_number_of_calls_in_flight() {
 }
 
 #[tokio::test]
+async fn a_pipelined_batch_keeps_up_to_its_depth_in_flight_and_answers_in_order() {
+    let server = MemoryServer::new();
+    let p = OneByOne::new(&server);
+    let held = p.try_lock(&cfg("p-3")).await.unwrap().unwrap();
+    let names: Vec<LockConfig> = (0..40).map(|i| cfg(&format!("p-{i}"))).collect();
+    let out = shedlock::batch::try_lock_pipelined(&p, &names, BatchOptions::new()).await.unwrap();
+    // All 40 start within the 2 ms each call takes: the depth is what bounds them.
+    assert_eq!(p.peak.load(Ordering::SeqCst), shedlock::batch::PIPELINED_REQUESTS);
+    for (i, r) in out.iter().enumerate() {
+        assert_eq!(matches!(r, Ok(Some(_))), i != 3, "name {i}: {r:?}");
+    }
+    held.unlock().await.unwrap();
+    // A deeper concurrency asked for is kept.
+    let q = OneByOne::new(&server);
+    let more: Vec<LockConfig> = (0..40).map(|i| cfg(&format!("q-{i}"))).collect();
+    shedlock::batch::try_lock_pipelined(&q, &more, BatchOptions::new().with_concurrency(32))
+        .await
+        .unwrap();
+    assert_eq!(q.peak.load(Ordering::SeqCst), 32);
+}
+
+#[tokio::test]
 async fn a_batch_granted_lease_runs_lock_at_most_for_from_a_moment_within_the_call() {
     let server = MemoryServer::new();
     for (kind, p) in providers(&server) {

@@ -161,6 +161,17 @@ impl LockProvider for EtcdLockProvider {
         Ok(Some(lock))
     }
 
+    /// Each name's `try_lock`, pipelined: up to
+    /// [`PIPELINED_REQUESTS`](shedlock::batch::PIPELINED_REQUESTS) in flight at once on
+    /// the client's one HTTP/2 channel ([`try_lock_pipelined`](shedlock::batch::try_lock_pipelined)).
+    async fn try_lock_many(
+        &self,
+        configs: &[LockConfig],
+        options: shedlock::BatchOptions,
+    ) -> Result<shedlock::BatchOutcome> {
+        shedlock::batch::try_lock_pipelined(self, configs, options).await
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities::new()
             .with_extend(true)

@@ -12,7 +12,7 @@ use crate::{
     error::json_err,
     inner::Inner,
     jetstream::{F_TOKEN, H_KV_OPERATION, H_MARKER_REASON, H_SEQUENCE, H_TIMESTAMP, H_TTL},
-    parse::{parse_rfc3339, parse_ttl},
+    parse::parse_ttl,
 };
 
 // Named only in doc links.
@@ -102,7 +102,7 @@ impl Inner {
         let seq = header(H_SEQUENCE)
             .and_then(|s| s.parse().ok())
             .ok_or_else(|| json_err("direct get", b"(no Nats-Sequence header)"))?;
-        let time = header(H_TIMESTAMP).and_then(parse_rfc3339);
+        let time = header(H_TIMESTAMP).and_then(shedlock::support::parse_iso8601_utc);
         Ok(self.info(name, seq, time, h, &m.payload).map(|info| (seq, info)))
     }
 

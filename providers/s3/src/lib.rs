@@ -61,7 +61,7 @@ const BACKEND: &str = "s3";
 pub const MAX_NAME_LEN: usize = 256;
 
 /// The default time limit of each lock operation: 10 s, as for every provider.
-pub use shedlock::store::DEFAULT_OPERATION_TIMEOUT as DEFAULT_TIMEOUT;
+pub use shedlock::store::DEFAULT_OPERATION_TIMEOUT;
 /// The builder setters every provider shares (`operation_timeout`, `locked_by`, `clock`).
 pub use shedlock::{ClockBuilder, ProviderBuilder};
 

@@ -49,7 +49,7 @@ pub use ident::{Columns, MAX_IDENT_LEN, QuotedNames, TableName, validate_ident};
 pub use provider::{RecordAdmin, SqlLockProvider};
 pub use record::{Inspected, LockRecord, inspected_from_row, record_from_row, token_u64};
 /// The default time limit of each lock operation: 10 s, as for every provider.
-pub use shedlock::store::DEFAULT_OPERATION_TIMEOUT as DEFAULT_TIMEOUT;
+pub use shedlock::store::DEFAULT_OPERATION_TIMEOUT;
 /// The builder setters every provider shares (`operation_timeout`, `locked_by`, `clock`).
 pub use shedlock::{ClockBuilder, ProviderBuilder};
 pub use stmt::{Arg, ArgValues, Placeholder, Stmt, StmtBuilder, Value};

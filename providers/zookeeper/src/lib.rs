@@ -91,7 +91,7 @@ const BACKEND: &str = "zookeeper";
 pub use shedlock::ProviderBuilder;
 
 /// The default time limit of each lock operation: 10 s, as for every provider.
-pub use shedlock::store::DEFAULT_OPERATION_TIMEOUT as DEFAULT_TIMEOUT;
+pub use shedlock::store::DEFAULT_OPERATION_TIMEOUT;
 
 /// The README's examples, compiled as doctests.
 #[doc = include_str!("../README.md")]
