@@ -42,6 +42,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod batch;
 mod builder;
 mod collection;
 mod compat;

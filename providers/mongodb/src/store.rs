@@ -1,5 +1,6 @@
 //! [`MongoStore`], the [`LeaseStore`] of [`MongoLockProvider`](crate::MongoLockProvider):
-//! acquire (`findAndModify` with `upsert`), release and extend, and the checks.
+//! acquire (`findAndModify` with `upsert`; a batch in `batch.rs`), release and extend, and the
+//! checks.
 
 use std::time::Duration;
 
@@ -34,8 +35,8 @@ pub(crate) struct MongoStore {
 }
 
 impl MongoStore {
-    /// One `findAndModify`: takes the name if it is free, as acquisition `owner`. `Some(token)`
-    /// when taken, `None` when held elsewhere.
+    /// The acquire's filter and `$set` stage for `req`: takes the name if it is free, as the
+    /// request's acquisition, in the clock of the settings.
     ///
     /// - Client time: the filter `{_id, lockUntil: {$lte: now}}` matches a free document; when
     ///   it matches none, the upsert inserts one, which collides with a live document's `_id`:
@@ -43,8 +44,8 @@ impl MongoStore {
     /// - Server time: `$$NOW` can only enter a query through `$expr`, so the filter is `{_id}`
     ///   and the update pipeline itself decides: every field becomes the new holder's when the
     ///   stored `lockUntil` has passed by the server's clock (or is missing: a new document),
-    ///   and stays as it is otherwise (a no-op). The returned owner tells which happened.
-    async fn take(&self, req: &Request<'_>) -> Result<Option<u64>> {
+    ///   and stays as it is otherwise (a no-op). Reading the owner back tells which happened.
+    pub(crate) fn take_statement(&self, req: &Request<'_>) -> (Document, Document) {
         let (name, owner) = (req.name(), req.owner().id());
         let (now, client_now) = Self::now_expr(req);
         let (lock_until, locked_at) = self.lease_fields(client_now, req.lock_at_most_for());
@@ -60,7 +61,7 @@ impl MongoStore {
                 "token": next_token(),
             }
         };
-        let (filter, update) = match client_now {
+        match client_now {
             // ShedLock's own filter and upsert.
             Some(_) => (doc! { "_id": id(name), "lockUntil": { "$lte": now } }, new),
             None => {
@@ -81,7 +82,31 @@ impl MongoStore {
                 }
                 (doc! { "_id": id(name) }, set)
             }
-        };
+        }
+    }
+
+    /// Whether the document `doc` (its `owner`, `token` and `lockedBy`), read after an acquire,
+    /// is `req`'s acquisition: `Some(token)` when it is (0 in the compatible mode, which has no
+    /// token), `None` when another holder's.
+    pub(crate) fn taken_by(&self, req: &Request<'_>, doc: &Document) -> Result<Option<u64>> {
+        if self.compat {
+            return Ok((doc.get_str("lockedBy").ok() == Some(req.owner().locked_by())).then_some(0));
+        }
+        if doc.get("owner").and_then(Bson::as_i64) != Some(owner_value(req.owner().id())) {
+            return Ok(None);
+        }
+        match doc.get("token") {
+            Some(Bson::Int64(t)) => Ok(Some(u64::try_from(*t).unwrap_or(0))),
+            other => {
+                Err(Error::backend(BACKEND, format!("the acquire left no Int64 token: {other:?}")))
+            }
+        }
+    }
+
+    /// One `findAndModify` of [`take_statement`](Self::take_statement), returning the document
+    /// after it: `Some(token)` when taken, `None` when held elsewhere.
+    async fn take(&self, req: &Request<'_>) -> Result<Option<u64>> {
+        let (filter, update) = self.take_statement(req);
         let r = self
             .collection
             .find_one_and_update(filter, vec![doc! { "$set": update }])
@@ -100,19 +125,7 @@ impl MongoStore {
             // changed the document between its match and its update).
             Ok(None) => return Ok(None),
         };
-        if self.compat {
-            return Ok((doc.get_str("lockedBy").ok() == Some(by)).then_some(0));
-        }
-        if doc.get("owner").and_then(Bson::as_i64) != Some(owner_value(owner)) {
-            return Ok(None);
-        }
-        match doc.get("token") {
-            Some(Bson::Int64(t)) => Ok(Some(u64::try_from(*t).unwrap_or(0))),
-            other => Err(Error::backend(
-                BACKEND,
-                format!("findAndModify returned no Int64 token: {other:?}"),
-            )),
-        }
+        self.taken_by(req, &doc)
     }
 
     /// Owner-checked extend of a live lock: `true` when this owner still held it (by the clock
@@ -232,6 +245,7 @@ impl LeaseStore for MongoStore {
             .with_inspect(true)
             .with_list(true)
             .with_force_release(true)
+            .with_native_batch(true)
     }
 
     /// Three commands on documents no lock can be (`_id` in `[]`), writing nothing: a `find`,
@@ -284,6 +298,25 @@ impl LeaseStore for MongoStore {
         };
         let granted = Granted::new(Held { since: Instant::now() });
         Ok(Some(if self.compat { granted } else { granted.with_fencing_token(token) }))
+    }
+
+    /// One unordered `update` of every name, then one `find` of them
+    /// ([`take_many`](MongoStore::take_many)).
+    async fn acquire_many(&self, reqs: &[Request<'_>]) -> Result<Vec<Option<Granted<Held>>>> {
+        let tokens = self.take_many(reqs).await?;
+        Ok(tokens
+            .into_iter()
+            .map(|token| {
+                token.map(|token| {
+                    let granted = Granted::new(Held { since: Instant::now() });
+                    if self.compat { granted } else { granted.with_fencing_token(token) }
+                })
+            })
+            .collect())
+    }
+
+    fn batch_limit(&self) -> usize {
+        crate::batch::BATCH_LIMIT
     }
 
     async fn release(&self, req: &Request<'_>, held: &mut Held) -> Result<()> {
