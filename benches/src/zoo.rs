@@ -695,8 +695,9 @@ impl<'rt> Zoo<'rt> {
     /// per job, each its own task, and one `try_lock_many` per instance. A winner runs its
     /// (empty) task and unlocks at once, its record kept for `lock_at_least_for`
     /// ([`HERD_AT_LEAST`], or 1.5 times the tick the path's rate measured on the smaller sizes
-    /// predicts, plus 1 s) so that late deciders find the job done; the next tick comes once
-    /// that has passed. Per (N, J) and path: the time from the tick to the last decision (p50
+    /// predicts, plus 1 s) so that late deciders find the job done; each tick asks for names of
+    /// its own (how late a backend expires the last tick's records is not B4's measure). Per
+    /// (N, J) and path: the time from the tick to the last decision (p50
     /// and p99 over ticks), the winners' task start latency (p50 and p99 over every winner),
     /// provider calls per tick, and exactly J winners per tick, checked. A combination whose
     /// calls fail (a server out of connections, say), or whose tick outlasted its
@@ -774,11 +775,14 @@ impl<'rt> Zoo<'rt> {
                     }
                     let base = unique(&format!("b4-{label}-{n}x{j}"));
                     let at_least = herd::at_least(&rows, path, n * j);
-                    let configs = herd_configs(&base, j, at_least);
                     let mut decide = Vec::with_capacity(ticks);
                     let mut starts = Vec::new();
                     let mut failure: Option<String> = None;
                     for tick in 0..ticks {
+                        // Each tick on names of its own: a scheduler's next tick finds the
+                        // last one's records expired, but how late a backend expires a record
+                        // (etcd revokes at most 1 000 leases a second) is not what B4 measures.
+                        let configs = herd_configs(&format!("{base}-t{tick}"), j, at_least);
                         let out = self.rt.block_on(herd::tick(path, &nodes[..n], &configs));
                         if path == Path::PerJob
                             && n == max
@@ -808,11 +812,6 @@ impl<'rt> Zoo<'rt> {
                                 failure = Some(e);
                                 break;
                             }
-                        }
-                        // The winners' records end lock_at_least_for after their acquisition
-                        // (plus the backend's granularity): the next tick finds every job free.
-                        if tick + 1 < ticks {
-                            std::thread::sleep(at_least + granularity + Duration::from_millis(100));
                         }
                     }
                     let calls = match path {

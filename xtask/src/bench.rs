@@ -402,7 +402,8 @@ impl<'a> Summary<'a> {
              wins released at most two at a time. The winner runs its task and unlocks, its \
              record kept for `lock_at_least_for` (3 s, or 1.5 times the tick the path's rate on \
              the smaller sizes predicts, plus 1 s) so that late deciders find the job done; a \
-             few ticks per size, exactly one winner per job and tick checked. *Decided* is the \
+             few ticks per size, each on names of its own, exactly one winner per job and tick \
+             checked. *Decided* is the \
              time from the tick to the last instance's answer; *winner starts* is from the tick \
              to each winning answer. Calls per tick are provider calls (per job: N × J \
              `try_lock` and J `unlock`; batch: N `try_lock_many` and J `unlock`). Where the \
