@@ -381,7 +381,8 @@ pub async fn share(
         .ok_or_else(|| format!("lock_at_least_for {at_least:?} needs a cron step over 30 s"))?;
     let cron = Schedule::cron(&format!("*/{period} * * * * *")).map_err(|e| e.to_string())?;
     let base = crate::zoo::unique(&format!("b4s-{n}x{jobs}"));
-    let runs: Arc<Mutex<Vec<(usize, usize, SystemTime)>>> = Arc::default();
+    // Each run: (instance, job, fire time, when it started).
+    let runs: Arc<Mutex<Vec<(usize, usize, SystemTime, Instant)>>> = Arc::default();
     // Per instance: its tasks running now, and the most at once.
     let running: Arc<Vec<(AtomicUsize, AtomicUsize)>> =
         Arc::new((0..n).map(|_| (AtomicUsize::new(0), AtomicUsize::new(0))).collect());
@@ -399,7 +400,8 @@ pub async fn share(
                         let (now, most) = &running[i];
                         most.fetch_max(now.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
                         if let Some(fire) = scheduled_fire_time() {
-                            runs.lock().unwrap_or_else(PoisonError::into_inner).push((i, k, fire));
+                            let run = (i, k, fire, Instant::now());
+                            runs.lock().unwrap_or_else(PoisonError::into_inner).push(run);
                         }
                         tokio::time::sleep(SHARE_TASK).await;
                         now.fetch_sub(1, Ordering::SeqCst);
@@ -423,17 +425,18 @@ pub async fn share(
         s.shutdown().await;
     }
     let runs = std::mem::take(&mut *runs.lock().unwrap_or_else(PoisonError::into_inner));
-    let mut per_fire: HashMap<(SystemTime, usize), usize> = HashMap::new();
+    let mut per_fire: HashMap<(SystemTime, usize), Vec<Instant>> = HashMap::new();
     let mut per_instance = vec![0usize; n];
-    for &(i, k, fire) in &runs {
+    for &(i, k, fire, started) in &runs {
         if fires.contains(&fire) {
-            *per_fire.entry((fire, k)).or_default() += 1;
+            per_fire.entry((fire, k)).or_default().push(started);
             per_instance[i] += 1;
         }
     }
     for (t, &fire) in fires.iter().enumerate() {
         for k in 0..jobs {
-            match per_fire.get(&(fire, k)).copied().unwrap_or(0) {
+            let starts = per_fire.get(&(fire, k)).map_or(&[][..], Vec::as_slice);
+            match starts.len() {
                 1 => {}
                 0 => {
                     return Err(format!(
@@ -442,7 +445,26 @@ pub async fn share(
                         n
                     ));
                 }
-                more => return Err(format!("job {k} ran {more} times at fire time {t}")),
+                more => {
+                    // Runs that started further apart than lock_at_least_for (plus the
+                    // backend's granularity) are the lock working as it says: the fleet decided
+                    // more slowly than lock_at_least_for. Closer ones were two holders at once.
+                    let first = starts.iter().min().copied();
+                    let last = starts.iter().max().copied();
+                    let apart = first.zip(last).map_or(Duration::ZERO, |(a, b)| b - a);
+                    let why = if apart + granularity < at_least {
+                        format!("within lock_at_least_for ({at_least:?}): two holders at once")
+                    } else {
+                        format!(
+                            "the last {:.1} s after the first, after lock_at_least_for ({:.1} s) \
+                             had ended: the fleet decided more slowly than lock_at_least_for on \
+                             this backend",
+                            apart.as_secs_f64(),
+                            at_least.as_secs_f64()
+                        )
+                    };
+                    return Err(format!("job {k} ran {more} times at fire time {t}, {why}"));
+                }
             }
         }
     }

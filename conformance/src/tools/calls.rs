@@ -168,6 +168,9 @@ pub(crate) async fn unlock(suite: &Suite, lock: Lock) -> Result<(), Verdict> {
 /// - A success whose call *ended* more than [`Timing::early`](crate::Timing::early) before
 ///   `origin + not_before` fails: the lock freed too early.
 /// - Still held when a call *starts* after `origin + deadline` fails: it freed too late.
+/// - A grant that came back after its lease could have ended (`LeaseExpiredInFlight`: a slow
+///   answer, which the provider released) is polled again until the deadline; any other error
+///   fails.
 ///
 /// Returns the lock and when the successful call started.
 pub(crate) async fn poll_acquire(
@@ -181,7 +184,19 @@ pub(crate) async fn poll_acquire(
 ) -> Result<(Lock, Instant), Verdict> {
     let t = suite.timing();
     loop {
-        let (r, b0, b1) = timed_try_lock(suite, p, cfg).await?;
+        let b0 = Instant::now();
+        let r = match bounded(suite, "try_lock", p.try_lock(cfg)).await? {
+            Ok(r) => r,
+            // The grant came back after its lease could have ended (a slow answer on a busy
+            // machine): the provider released it, and the name says nothing yet. Poll again,
+            // within the same deadline.
+            Err(shedlock::Error::LeaseExpiredInFlight { .. }) if b0 <= origin + deadline => {
+                tokio::time::sleep(t.poll).await;
+                continue;
+            }
+            Err(e) => bail!("try_lock({:?}) failed: {e}", cfg.name()),
+        };
+        let b1 = Instant::now();
         match r {
             Some(lock) => {
                 return not_early(suite, lock, origin, not_before, b1, what).await.map(|l| (l, b0));
