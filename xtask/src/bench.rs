@@ -427,11 +427,7 @@ impl<'a> Summary<'a> {
             let Some(rows) = v.get("b4").and_then(Value::as_array) else { continue };
             for r in rows {
                 let path = path_label(r);
-                let size = format!(
-                    "{} × {}",
-                    num(r, "instances").unwrap_or(f64::NAN),
-                    num(r, "jobs").unwrap_or(f64::NAN)
-                );
+                let size = herd_size(r);
                 if let Some(e) = text(r, "error") {
                     let _ = writeln!(s, "| {p} | {path} | {size} | failed: {e} | | | | | | |");
                     continue;
@@ -506,11 +502,7 @@ impl<'a> Summary<'a> {
             let Some(rows) = v.get("b4_share").and_then(Value::as_array) else { continue };
             for r in rows {
                 any = true;
-                let size = format!(
-                    "{} × {}",
-                    num(r, "instances").unwrap_or(f64::NAN),
-                    num(r, "jobs").unwrap_or(f64::NAN)
-                );
+                let size = herd_size(r);
                 if let Some(e) = text(r, "error") {
                     let _ = writeln!(s, "| {p} | {size} | failed: {e} | | | | |");
                     continue;
@@ -986,6 +978,15 @@ const FLEET_DECIDE_TARGETS: [(&str, f64); 8] = [
 const FLEET_CONNECTIONS: f64 = 2.0;
 /// The most the busiest instance of the share may run, in fair shares.
 const FLEET_MAX_SHARE: f64 = 2.0;
+
+/// A B4 row's size, `N × J`.
+fn herd_size(row: &Value) -> String {
+    format!(
+        "{} × {}",
+        num(row, "instances").unwrap_or(f64::NAN),
+        num(row, "jobs").unwrap_or(f64::NAN)
+    )
+}
 
 /// B4's paths, as the rows name them.
 const PATHS: [&str; 2] = ["per_job", "batch"];
