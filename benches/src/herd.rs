@@ -346,6 +346,9 @@ pub fn over_budget(rows: &[Value], path: Path, attempts: usize) -> Option<String
     })
 }
 
+/// One run of the share: (instance, job, fire time, when it started).
+type Run = (usize, usize, SystemTime, Instant);
+
 /// How long each task of the share runs.
 pub const SHARE_TASK: Duration = Duration::from_millis(50);
 
@@ -381,8 +384,7 @@ pub async fn share(
         .ok_or_else(|| format!("lock_at_least_for {at_least:?} needs a cron step over 30 s"))?;
     let cron = Schedule::cron(&format!("*/{period} * * * * *")).map_err(|e| e.to_string())?;
     let base = crate::zoo::unique(&format!("b4s-{n}x{jobs}"));
-    // Each run: (instance, job, fire time, when it started).
-    let runs: Arc<Mutex<Vec<(usize, usize, SystemTime, Instant)>>> = Arc::default();
+    let runs: Arc<Mutex<Vec<Run>>> = Arc::default();
     // Per instance: its tasks running now, and the most at once.
     let running: Arc<Vec<(AtomicUsize, AtomicUsize)>> =
         Arc::new((0..n).map(|_| (AtomicUsize::new(0), AtomicUsize::new(0))).collect());
